@@ -1,0 +1,146 @@
+"""LibsqlTransport: the SQLite transport over the ``libsql`` driver (Turso's SQLite fork).
+
+Same tables, same SQL (:mod:`harel_ref.transport._sql`), same ``BEGIN IMMEDIATE`` claim as
+:class:`~harel_ref.transport.SqliteTransport`; only the driver differs.  On a local file it
+behaves like SQLite.  What was checked against libsql 0.1.11 (bundling SQLite 3.42):
+
+- ``isolation_level=None`` is honoured (autocommit; each statement commits on its own), and
+  ``BEGIN IMMEDIATE`` takes the write lock: a second libsql connection, in this process or
+  another, waits ``busy_timeout`` and then fails with "database is locked".
+- ``PRAGMA busy_timeout`` and ``PRAGMA journal_mode = WAL`` are honoured.
+- Floats round-trip exactly (``-0.0`` comes back as ``0.0``, as in SQLite); empty and large
+  Unicode strings round-trip.
+- **A TEXT value is cut at its first NUL character when read** (it is written whole).  The
+  shared SQL therefore reads text back as BLOB and decodes it, so events containing ``"\\x00"``
+  survive.
+- Errors arrive as plain ``ValueError`` ("database is locked", "file is not a database"), not as
+  DB-API exception classes; they are turned into :class:`StorageError` here.
+- A cursor left open blocks ``COMMIT`` ("SQL statements in progress"): the runner closes each one.
+- Using a connection after ``close()`` panics in Rust (``PanicException``); the transport's
+  closed check keeps calls away from it.
+- libsql carries its own copy of SQLite, so in **one process** it does not see the write lock of
+  a stdlib ``sqlite3`` connection on the same file (POSIX locks belong to the process).  Do not
+  mix the two drivers on one file in one process; across processes they exclude each other.
+
+Connections are not thread-safe: one connection per transport, behind one lock.
+
+**Embedded replicas (EXPERIMENTAL, not validated)**: ``sync_url`` (with ``auth_token`` and
+``sync_interval``) opens the file as an embedded replica of a Turso/sqld primary.  The arguments
+are passed to ``libsql.connect`` and ``sync()`` is called after opening, but nothing here has
+been run against a real primary; in particular whether ``BEGIN IMMEDIATE`` serializes claims
+across replicas is unknown.  WAL mode is left to the replica in that case.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import Iterable
+from typing import Any
+
+from ._base import ClosedGuard, Clock, Lease, default_clock
+from ._sql import SyncSqlTransport
+
+__all__ = ["AsyncLibsqlTransport", "LibsqlTransport"]
+
+
+def _libsql_errors() -> tuple[type[BaseException], ...]:
+    import libsql
+
+    # libsql reports storage errors as ValueError; arguments were checked before any call.
+    return (libsql.Error, ValueError)
+
+
+class LibsqlTransport(SyncSqlTransport):
+    """The queue in the libSQL database at ``path``.  Thread-safe (one connection, one lock).
+
+    ``clock``, ``prefix`` and ``busy_timeout`` are as for SqliteTransport; ``sync_url``,
+    ``auth_token`` and ``sync_interval`` make it an embedded replica (EXPERIMENTAL).
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        clock: Clock = default_clock,
+        prefix: str | None = None,
+        busy_timeout: float = 5.0,
+        sync_url: str | None = None,
+        auth_token: str | None = None,
+        sync_interval: float | None = None,
+    ) -> None:
+        self._driver_errors = _libsql_errors()
+        self._sync_url = sync_url
+        self._auth_token = auth_token
+        self._sync_interval = sync_interval
+        self._wal = sync_url is None
+        super().__init__(os.fspath(path), clock=clock, prefix=prefix, busy_timeout=busy_timeout)
+
+    def _connect(self) -> Any:
+        import libsql
+
+        options: dict[str, Any] = {}
+        if self._sync_url is not None:
+            options = {"sync_url": self._sync_url, "auth_token": self._auth_token or ""}
+            if self._sync_interval is not None:
+                options["sync_interval"] = self._sync_interval
+        conn = libsql.connect(
+            self.path,
+            isolation_level=None,
+            _check_same_thread=False,  # used from several threads, always under self._lock
+            timeout=self._busy_timeout,
+            **options,
+        )
+        if self._sync_url is not None:
+            conn.sync()
+        return conn
+
+
+class AsyncLibsqlTransport(ClosedGuard):
+    """The asyncio twin: a :class:`LibsqlTransport` whose calls run in a worker thread.
+
+    The libsql package is synchronous, so each call goes through ``asyncio.to_thread``, one at a
+    time under an asyncio.Lock.  Build it with ``await AsyncLibsqlTransport.create(path, ...)``,
+    which takes the same arguments as LibsqlTransport.
+    """
+
+    def __init__(self, sync: LibsqlTransport) -> None:
+        # Use create(); __init__ only wraps an open LibsqlTransport.
+        self._sync = sync
+        self.path = sync.path
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def create(cls, path: str | os.PathLike[str], **options: Any) -> AsyncLibsqlTransport:
+        return cls(await asyncio.to_thread(LibsqlTransport, path, **options))
+
+    async def _call(self, method, *args: Any) -> Any:
+        # The sync transport checks the arguments, then whether it is closed (as every backend).
+        async with self._lock:
+            return await asyncio.to_thread(method, *args)
+
+    async def publish(
+        self, group_id: str, event: str, priority: int = 0, routing_key: str | None = None
+    ) -> None:
+        await self._call(self._sync.publish, group_id, event, priority, routing_key)
+
+    async def claim(
+        self,
+        worker_id: str,
+        visibility: float,
+        min_priority: int = 0,
+        routing_keys: Iterable[str] | None = None,
+    ) -> Lease | None:
+        return await self._call(self._sync.claim, worker_id, visibility, min_priority, routing_keys)
+
+    async def ack(self, lease: Lease) -> bool:
+        return await self._call(self._sync.ack, lease)
+
+    async def nack(self, lease: Lease, delay: float = 0) -> bool:
+        return await self._call(self._sync.nack, lease, delay)
+
+    async def close(self) -> None:
+        async with self._lock:
+            if not self._closed:
+                self._closed = True
+                await asyncio.to_thread(self._sync.close)

@@ -1,0 +1,172 @@
+"""SqliteTransport: a durable queue in one SQLite file (stdlib ``sqlite3``), and its asyncio twin.
+
+Every claim runs inside ``BEGIN IMMEDIATE``: SQLite's single write lock serializes claims across
+threads and processes, so picking a group and leasing its head is race-free with plain SQL.
+The connection is opened in autocommit (``isolation_level=None``) so that the transaction is
+driven by hand; the database is in WAL mode, and ``busy_timeout`` makes a writer wait for the
+lock rather than fail at once.  The SQL itself is in :mod:`harel_ref.transport._sql`, shared
+with the libSQL transport.
+
+Errors of the storage (a file that is not a database, a read-only file or directory, the lock
+held by someone else for longer than ``busy_timeout``) are raised as :class:`StorageError`
+naming the path; the failed call has changed nothing.
+
+Do not open the same file with another SQLite library (such as ``libsql``) *in the same
+process*: POSIX file locks belong to the process, so two libraries there do not see each
+other's locks.  Separate processes are safe.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sqlite3
+from collections.abc import Iterable
+from typing import Any
+
+from ._base import (
+    ClosedGuard,
+    Clock,
+    Lease,
+    check_claim_args,
+    check_delay,
+    check_lease,
+    check_publish_args,
+    default_clock,
+    new_token,
+)
+from ._sql import (
+    Plan,
+    SyncSqlTransport,
+    Tables,
+    ack_plan,
+    check_busy_timeout,
+    claim_now_plan,
+    connection_pragmas,
+    nack_plan,
+    one_statement,
+    open_plan,
+    publish_plan,
+    run_async,
+    storage_errors,
+)
+
+__all__ = ["AsyncSqliteTransport", "SqliteTransport"]
+
+
+class SqliteTransport(SyncSqlTransport):
+    """The queue in the SQLite file at ``path`` (created if missing).  Thread-safe.
+
+    - ``clock``: the time source, read once per operation (tests pass a fake one).
+    - ``prefix``: tables are named ``<prefix>_harel_transport_...`` instead of the defaults,
+      so several queues can live in one file.
+    - ``busy_timeout``: seconds a write waits for SQLite's lock before StorageError.
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        clock: Clock = default_clock,
+        prefix: str | None = None,
+        busy_timeout: float = 5.0,
+    ) -> None:
+        super().__init__(os.fspath(path), clock=clock, prefix=prefix, busy_timeout=busy_timeout)
+
+    def _connect(self) -> sqlite3.Connection:
+        return sqlite3.connect(
+            self.path, isolation_level=None, check_same_thread=False, timeout=self._busy_timeout
+        )
+
+
+class AsyncSqliteTransport(ClosedGuard):
+    """The asyncio twin of :class:`SqliteTransport`, over one ``aiosqlite`` connection.
+
+    Build it with ``await AsyncSqliteTransport.create(path, ...)``.  A SQLite transaction
+    belongs to the connection, not to the coroutine, so every method holds an asyncio.Lock for
+    its whole duration: one task's ``BEGIN IMMEDIATE`` never lands inside another's.
+    """
+
+    def __init__(self, conn: Any, path: str, tables: Tables, clock: Clock, busy_timeout: float) -> None:
+        # Use create(); __init__ only stores what create() prepared.
+        self._conn = conn
+        self.path = path
+        self._tables = tables
+        self._clock = clock
+        self._busy_timeout = busy_timeout
+        self._lock = asyncio.Lock()
+
+    @classmethod
+    async def create(
+        cls,
+        path: str | os.PathLike[str],
+        *,
+        clock: Clock = default_clock,
+        prefix: str | None = None,
+        busy_timeout: float = 5.0,
+    ) -> AsyncSqliteTransport:
+        import aiosqlite
+
+        tables = Tables.named(prefix)
+        busy_timeout = check_busy_timeout(busy_timeout)
+        path = os.fspath(path)
+        with storage_errors(path, "open", (sqlite3.Error,), busy_timeout):
+            conn = await aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout)
+            try:
+                for pragma in connection_pragmas(busy_timeout):
+                    await run_async(conn, one_statement(pragma), transaction=False)
+                await run_async(conn, open_plan(tables), transaction=True)
+            except BaseException:
+                await conn.close()
+                raise
+        return cls(conn, path, tables, clock, busy_timeout)
+
+    async def _run(self, operation: str, plan: Plan[Any], *, transaction: bool) -> Any:
+        # The caller holds self._lock and has checked that the transport is open.
+        with storage_errors(self.path, operation, (sqlite3.Error,), self._busy_timeout):
+            return await run_async(self._conn, plan, transaction=transaction)
+
+    async def publish(
+        self, group_id: str, event: str, priority: int = 0, routing_key: str | None = None
+    ) -> None:
+        group_id, event, priority, routing_key = check_publish_args(group_id, event, priority, routing_key)
+        async with self._lock:
+            self._check_open()
+            plan = publish_plan(self._tables, group_id, event, priority, routing_key)
+            await self._run("publish", plan, transaction=True)
+
+    async def claim(
+        self,
+        worker_id: str,
+        visibility: float,
+        min_priority: int = 0,
+        routing_keys: Iterable[str] | None = None,
+    ) -> Lease | None:
+        worker_id, visibility, min_priority, keys = check_claim_args(
+            worker_id, visibility, min_priority, routing_keys
+        )
+        async with self._lock:
+            self._check_open()
+            plan = claim_now_plan(self._tables, self._clock, new_token(worker_id), visibility, min_priority, keys)
+            return await self._run("claim", plan, transaction=True)
+
+    async def ack(self, lease: Lease) -> bool:
+        lease = check_lease(lease)
+        async with self._lock:
+            self._check_open()
+            return await self._run("ack", ack_plan(self._tables, lease), transaction=True)
+
+    async def nack(self, lease: Lease, delay: float = 0) -> bool:
+        lease = check_lease(lease)
+        delay = check_delay(delay)
+        async with self._lock:
+            self._check_open()
+            now = self._clock()
+            return await self._run("nack", nack_plan(self._tables, lease, now, delay), transaction=False)
+
+    async def close(self) -> None:
+        async with self._lock:
+            if not self._closed:
+                self._closed = True
+                await self._conn.close()
+
