@@ -1,0 +1,76 @@
+"""The SQLite and libSQL transports, sync and async, described for the checkers.
+
+Each namespace gets its own database file in ``tmp_dir``; calling the factory again with the same
+namespace opens the same file, which is how the checkers close-and-reopen a queue (durability)
+and open a second instance on it (sharing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import tempfile
+from pathlib import Path
+
+from harel_ref.transport import (
+    AsyncLibsqlTransport,
+    AsyncSqliteTransport,
+    LibsqlTransport,
+    SqliteTransport,
+)
+
+from .._backend import Backend, Capabilities
+
+__all__ = ["database_path", "libsql", "libsql_async", "sqlite", "sqlite_async"]
+
+CAPABILITIES = Capabilities(durable=True, shared=True)
+
+
+def database_path(directory: Path, namespace: str, kind: str) -> Path:
+    """The file for ``namespace`` in ``directory``: readable, and distinct per namespace."""
+    slug = re.sub(r"[^A-Za-z0-9_-]+", "-", namespace)[:40]
+    digest = hashlib.sha256(namespace.encode("utf-8", "surrogatepass")).hexdigest()[:12]
+    return directory / f"{kind}-{slug}-{digest}.db"
+
+
+def _directory(tmp_dir: Path | str | None) -> Path:
+    # Fixed once per Backend, so every factory call for a namespace finds the same file.
+    return Path(tmp_dir) if tmp_dir is not None else Path(tempfile.mkdtemp(prefix="harel-ref-"))
+
+
+def sqlite(tmp_dir: Path | str | None = None) -> Backend:
+    directory = _directory(tmp_dir)
+
+    def factory(clock, namespace):
+        return SqliteTransport(database_path(directory, namespace, "sqlite"), clock=clock)
+
+    return Backend("sqlite", factory, CAPABILITIES)
+
+
+def sqlite_async(tmp_dir: Path | str | None = None) -> Backend:
+    directory = _directory(tmp_dir)
+
+    async def factory(clock, namespace):
+        path = database_path(directory, namespace, "sqlite")
+        return await AsyncSqliteTransport.create(path, clock=clock)
+
+    return Backend("sqlite-async", factory, CAPABILITIES, is_async=True)
+
+
+def libsql(tmp_dir: Path | str | None = None) -> Backend:
+    directory = _directory(tmp_dir)
+
+    def factory(clock, namespace):
+        return LibsqlTransport(database_path(directory, namespace, "libsql"), clock=clock)
+
+    return Backend("libsql", factory, CAPABILITIES)
+
+
+def libsql_async(tmp_dir: Path | str | None = None) -> Backend:
+    directory = _directory(tmp_dir)
+
+    async def factory(clock, namespace):
+        path = database_path(directory, namespace, "libsql")
+        return await AsyncLibsqlTransport.create(path, clock=clock)
+
+    return Backend("libsql-async", factory, CAPABILITIES, is_async=True)

@@ -1,0 +1,64 @@
+"""The lockstep machine against the SQLite and libSQL transports, sync and async.
+
+Each Hypothesis example gets a fresh namespace, hence a fresh database file in the test's
+temporary directory.  A broken SqliteTransport with the seeds' unfenced ack shows that the
+machine catches what fencing prevents.
+"""
+
+import tempfile
+
+import pytest
+from hypothesis import Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from harel_ref.transport import SqliteTransport
+from harel_ref.transport._base import check_lease
+from harel_ref.transport._sql import Statement
+from stateful import Backend, Capabilities, Divergence, make_machine
+from stateful.backends.sql import database_path, libsql, libsql_async, sqlite, sqlite_async
+
+# The machine classes are built at import, before any fixture exists: one directory per run.
+_DIR = tempfile.mkdtemp(prefix="harel-ref-sql-machine-")
+
+TestSqliteMachine = make_machine(sqlite(_DIR)).TestCase
+TestAsyncSqliteMachine = make_machine(sqlite_async(_DIR)).TestCase
+TestLibsqlMachine = make_machine(libsql(_DIR)).TestCase
+TestAsyncLibsqlMachine = make_machine(libsql_async(_DIR)).TestCase
+
+
+def _unfenced_ack_plan(t, lease):
+    """The seeds' ack: deletes the message whoever holds it now."""
+    deleted = yield Statement(f"DELETE FROM {t.messages} WHERE seq = ?", (lease.seq,))
+    if not deleted:
+        return False
+    yield Statement(
+        f"DELETE FROM {t.groups} WHERE group_id = ?"
+        f" AND NOT EXISTS (SELECT 1 FROM {t.messages} WHERE group_id = ?)",
+        (lease.group_id, lease.group_id),
+    )
+    return True
+
+
+class UnfencedAckSqlite(SqliteTransport):
+    """SqliteTransport with the seeds' ``DELETE ... WHERE seq = ?`` ack (no token check)."""
+
+    def ack(self, lease):
+        lease = check_lease(lease)
+        with self._lock:
+            self._check_open()
+            return self._run("ack", _unfenced_ack_plan(self._tables, lease), transaction=True)
+
+
+def test_machine_catches_the_seeds_unfenced_ack(tmp_path):
+    def factory(clock, namespace):
+        return UnfencedAckSqlite(database_path(tmp_path, namespace, "unfenced"), clock=clock)
+
+    machine = make_machine(Backend("unfenced-sqlite", factory, Capabilities(durable=True, shared=True)))
+    with pytest.raises(Divergence) as caught:
+        run_state_machine_as_test(
+            machine,
+            # No shrinking: each example opens database files, and the first failure is enough.
+            settings=settings(max_examples=500, derandomize=True, database=None, deadline=None,
+                              report_multiple_bugs=False, phases=[Phase.generate]),
+        )
+    assert caught.value.property == "fencing", str(caught.value)
