@@ -1,0 +1,1 @@
+"""Testing helpers for harel-ref (optional extras; import the submodules you need)."""
