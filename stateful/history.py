@@ -1,0 +1,426 @@
+"""A history checker for real concurrency: record what workers did, then judge it.
+
+The lockstep machine drives one step at a time against a fake clock.  Real workers (threads,
+processes, faults) overlap in time, so their calls are *recorded* instead, each with the time
+it was invoked and the time its answer came back, and checked afterwards::
+
+    history = History("histories/w1.jsonl")          # one file per process (optional)
+    queue = RecordingTransport(transport, history, worker="w1")
+    queue.publish("g", "e1")                         # recorded: invoke, complete, args, result
+    lease = queue.claim("w1", visibility=0.2)
+    ...
+    drained = drain(fresh_transport)                 # after every lease and park has lapsed
+    report = check(load("histories/"), drained)
+    assert report.ok, report
+
+Times must come from the clock the transport uses (``time.time`` by default), on one host.
+
+What ``check`` reports (each a list of :class:`Violation` in the :class:`HistoryReport`):
+
+- ``overlaps``: two leases on one group whose *surely held* windows overlap.  A lease is surely
+  held from its claim's **completion** (before that, the claim may not have happened yet) until
+  the **earlier** of its first ack/nack **invocation** (the worker gave it up) and its claim's
+  **invocation** + visibility (the lease was taken no earlier, so it lapsed no later).  These
+  windows are short of the true ones, so an overlap is a real breach of "one message per group
+  in flight", never a timing artefact.
+- ``fifo_breaks``: in one group, ``a`` published before ``b`` (a's publish completed before b's
+  was invoked) but the delivery of ``b`` that was acked completed before the ack of ``a`` was
+  invoked; or ``b`` was acked while ``a`` was still left at the drain; or the drain gave them
+  out of order.
+- ``lost``: a publish that completed, never acked (no ack that succeeded, and none that failed
+  or went unanswered and so might have acted) and not left at the drain.
+- ``duplicates``: a message acked successfully more than once, or drained more than once.
+- ``unexpected``: a delivered or drained message that nobody published.
+- ``redelivered``: a message delivered by a claim invoked after a successful ack of it had
+  completed, or left at the drain after a successful ack.
+
+Messages are identified by ``(group_id, event)``: publish unique events.  Histories from several
+processes are merged by :func:`load` (one JSON-lines file per process; a call whose answer never
+came, e.g. the process was killed, has ``complete=None`` and counts as "may have happened").
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import os
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from harel_ref.transport import Lease
+
+__all__ = [
+    "Call",
+    "History",
+    "HistoryReport",
+    "Record",
+    "RecordingTransport",
+    "Violation",
+    "check",
+    "drain",
+    "load",
+]
+
+Message = tuple[str, str]  # (group_id, event)
+
+
+@dataclass
+class Record:
+    """One call: who made it, when it started and ended, with what, and what it answered.
+
+    ``complete`` is None when no answer came (it raised, or the process died): the call may or
+    may not have taken effect.  ``result`` is JSON data: a claim's lease is a dict with
+    ``group_id``, ``event``, ``seq``, ``token``; ack/nack answer a bool.
+    """
+
+    worker: str
+    op: str
+    invoke: float
+    args: dict[str, Any]
+    complete: float | None = None
+    result: Any = None
+    error: str | None = None
+    id: str = ""
+
+    @property
+    def ok(self) -> bool:
+        """The call returned (no error, answer known)."""
+        return self.complete is not None and self.error is None
+
+
+class Call:
+    """A call in progress, returned by :meth:`History.invoke`: finish it with one of its methods."""
+
+    def __init__(self, history: History, record: Record) -> None:
+        self._history = history
+        self.record = record
+
+    def complete(self, result: Any = None) -> None:
+        self._history._finish(self.record, result=_jsonable(result))
+
+    def fail(self, error: BaseException | str) -> None:
+        self._history._finish(self.record, error=error if isinstance(error, str) else repr(error))
+
+
+class History:
+    """The calls of one process, in memory and, given ``path``, appended to a JSON-lines file.
+
+    Each call writes one line when invoked and one when it completes, so the invocation of a
+    call cut short by a crash is still on disk.  Thread-safe.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None = None, *, clock: Callable[[], float] = time.time) -> None:
+        self.records: list[Record] = []
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._ids = itertools.count()
+        self._prefix = uuid.uuid4().hex[:12]
+        self._file = open(path, "a", encoding="utf-8") if path is not None else None
+
+    def invoke(self, worker: str, op: str, **args: Any) -> Call:
+        """Record that ``worker`` starts ``op(**args)`` now."""
+        record = Record(worker, op, self._clock(), _jsonable(args), id=f"{self._prefix}-{next(self._ids)}")
+        with self._lock:
+            self.records.append(record)
+            self._write({"id": record.id, "worker": worker, "op": op, "invoke": record.invoke, "args": record.args})
+        return Call(self, record)
+
+    @contextmanager
+    def record(self, worker: str, op: str, **args: Any) -> Iterator[Call]:
+        """``with history.record(w, "ack", lease=l) as call: call.complete(queue.ack(l))``;
+        an exception leaving the block is recorded as the call's error, then re-raised."""
+        call = self.invoke(worker, op, **args)
+        try:
+            yield call
+        except BaseException as exc:
+            if call.record.complete is None:
+                call.fail(exc)
+            raise
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+    def _finish(self, record: Record, *, result: Any = None, error: str | None = None) -> None:
+        complete = self._clock()
+        with self._lock:
+            record.complete, record.result, record.error = complete, result, error
+            line = {"id": record.id, "complete": complete, "result": result}
+            if error is not None:
+                line["error"] = error
+            self._write(line)
+
+    def _write(self, line: dict[str, Any]) -> None:
+        if self._file is not None:
+            self._file.write(json.dumps(line) + "\n")
+            self._file.flush()
+
+
+def load(*sources: str | os.PathLike[str] | Iterable[Record]) -> list[Record]:
+    """Merge histories: JSON-lines files, directories of ``*.jsonl`` files, or lists of records.
+
+    A call whose completion line is missing keeps ``complete=None`` (its outcome is unknown).
+    """
+    records: list[Record] = []
+    for source in sources:
+        if isinstance(source, (str, os.PathLike)):
+            path = Path(source)
+            for file in sorted(path.glob("*.jsonl")) if path.is_dir() else [path]:
+                records.extend(_read_jsonl(file))
+        else:
+            records.extend(source)
+    return sorted(records, key=lambda record: record.invoke)
+
+
+def _read_jsonl(path: Path) -> list[Record]:
+    calls: dict[str, Record] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        entry = json.loads(line)
+        if "invoke" in entry:
+            calls[entry["id"]] = Record(entry["worker"], entry["op"], entry["invoke"], entry["args"], id=entry["id"])
+        elif entry["id"] in calls:  # a completion line
+            record = calls[entry["id"]]
+            record.complete, record.result, record.error = entry["complete"], entry["result"], entry.get("error")
+    return list(calls.values())
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, Lease):
+        return asdict(value)
+    if isinstance(value, dict):
+        return {key: _jsonable(item) for key, item in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(item) for item in value]
+    return value
+
+
+# --- Recording a transport ------------------------------------------------------------------
+
+
+class RecordingTransport:
+    """A synchronous transport whose every call is recorded in ``history`` as ``worker``."""
+
+    def __init__(self, transport: Any, history: History, worker: str) -> None:
+        self.transport = transport
+        self.history = history
+        self.worker = worker
+
+    def _call(self, op: str, method: Callable[..., Any], **args: Any) -> Any:
+        with self.history.record(self.worker, op, **args) as call:
+            result = method(**args)
+            call.complete(result)
+            return result
+
+    def publish(self, group_id: str, event: str, priority: int = 0, routing_key: str | None = None) -> None:
+        self._call("publish", self.transport.publish, group_id=group_id, event=event,
+                   priority=priority, routing_key=routing_key)
+
+    def claim(self, worker_id: str, visibility: float, min_priority: int = 0, routing_keys=None) -> Lease | None:
+        return self._call("claim", self.transport.claim, worker_id=worker_id, visibility=visibility,
+                          min_priority=min_priority, routing_keys=routing_keys)
+
+    def ack(self, lease: Lease) -> bool:
+        return self._call("ack", self.transport.ack, lease=lease)
+
+    def nack(self, lease: Lease, delay: float = 0) -> bool:
+        return self._call("nack", self.transport.nack, lease=lease, delay=delay)
+
+    def close(self) -> None:
+        self.transport.close()
+
+
+def drain(transport: Any, *, worker: str = "drain", visibility: float = 60.0) -> list[Message]:
+    """Claim and ack everything claimable; the ``(group_id, event)`` pairs, in delivery order.
+
+    Call it once every lease and park has lapsed, or what they hold is not drained.
+    """
+    drained: list[Message] = []
+    while (lease := transport.claim(worker, visibility)) is not None:
+        transport.ack(lease)
+        drained.append((lease.group_id, lease.event))
+    return drained
+
+
+# --- The checker ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Violation:
+    """One breach of the contract, with the records that show it."""
+
+    kind: str
+    group_id: str
+    detail: str
+    records: tuple[Record, ...] = ()
+
+    def __str__(self) -> str:
+        return f"[{self.kind}] group {self.group_id!r}: {self.detail}"
+
+
+@dataclass
+class HistoryReport:
+    """What :func:`check` found; ``ok`` when every list is empty."""
+
+    overlaps: list[Violation] = field(default_factory=list)
+    fifo_breaks: list[Violation] = field(default_factory=list)
+    lost: list[Violation] = field(default_factory=list)
+    duplicates: list[Violation] = field(default_factory=list)
+    unexpected: list[Violation] = field(default_factory=list)
+    redelivered: list[Violation] = field(default_factory=list)
+    calls: int = 0
+
+    @property
+    def violations(self) -> list[Violation]:
+        return [*self.overlaps, *self.fifo_breaks, *self.lost, *self.duplicates, *self.unexpected, *self.redelivered]
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def __str__(self) -> str:
+        if self.ok:
+            return f"history of {self.calls} calls: no violations"
+        lines = [f"history of {self.calls} calls: {len(self.violations)} violation(s)"]
+        lines += [f"  {violation}" for violation in self.violations]
+        return "\n".join(lines)
+
+
+@dataclass
+class _Lease:
+    claim: Record
+    token: str
+    message: Message
+    releases: list[Record] = field(default_factory=list)  # acks and nacks naming its token
+
+    @property
+    def start(self) -> float:
+        return self.claim.complete
+
+    @property
+    def end(self) -> float:
+        ends = [self.claim.invoke + self.claim.args["visibility"]]
+        ends += [release.invoke for release in self.releases]
+        return min(ends)
+
+
+def check(records: Iterable[Record], drained: Iterable[Message] = ()) -> HistoryReport:
+    """Judge a history (see the module docstring) given what a final :func:`drain` returned."""
+    records = list(records)
+    drained = [tuple(message) for message in drained]
+    report = HistoryReport(calls=len(records))
+
+    publishes: dict[Message, Record] = {}
+    for record in (r for r in records if r.op == "publish"):
+        message = (record.args["group_id"], record.args["event"])
+        if message in publishes:
+            raise ValueError(f"the checker identifies messages by (group_id, event); {message!r} was published twice")
+        publishes[message] = record
+
+    leases: dict[str, _Lease] = {}
+    for record in records:
+        if record.op == "claim" and record.ok and record.result is not None:
+            lease = record.result
+            leases[lease["token"]] = _Lease(record, lease["token"], (lease["group_id"], lease["event"]))
+    acked: dict[Message, list[Record]] = defaultdict(list)  # successful acks
+    maybe_acked: set[Message] = set()
+    for record in records:
+        if record.op not in ("ack", "nack"):
+            continue
+        lease = record.args["lease"]
+        if lease["token"] in leases:
+            leases[lease["token"]].releases.append(record)
+        message = (lease["group_id"], lease["event"])
+        if record.op == "ack" and record.ok and record.result is True:
+            acked[message].append(record)
+        elif record.op == "ack" and not record.ok:  # no answer, or an error: it may have acted
+            maybe_acked.add(message)
+
+    _check_overlaps(report, leases.values())
+    _check_fifo(report, publishes, leases, acked, drained)
+    drained_count: dict[Message, int] = defaultdict(int)
+    for message in drained:
+        drained_count[message] += 1
+
+    for message, record in publishes.items():
+        if record.ok and not acked[message] and message not in maybe_acked and not drained_count[message]:
+            report.lost.append(Violation("lost", message[0], f"{message[1]!r} was published and never acked nor left at the drain", (record,)))
+    for message, acks in acked.items():
+        if len(acks) > 1:
+            report.duplicates.append(Violation("duplicate", message[0], f"{message[1]!r} was acked {len(acks)} times", tuple(acks)))
+    for message, count in drained_count.items():
+        if count > 1:
+            report.duplicates.append(Violation("duplicate", message[0], f"{message[1]!r} was drained {count} times"))
+
+    for lease in leases.values():
+        if lease.message not in publishes:
+            report.unexpected.append(Violation("unexpected", lease.message[0], f"{lease.message[1]!r} was delivered but never published", (lease.claim,)))
+        earlier_acks = [ack for ack in acked[lease.message] if ack.complete < lease.claim.invoke]
+        if earlier_acks:
+            report.redelivered.append(Violation(
+                "redelivered", lease.message[0],
+                f"{lease.message[1]!r} was delivered again to {lease.claim.worker} after it was acked",
+                (earlier_acks[0], lease.claim)))
+    for message in drained_count:
+        if message not in publishes:
+            report.unexpected.append(Violation("unexpected", message[0], f"{message[1]!r} was left at the drain but never published"))
+        if acked[message]:
+            report.redelivered.append(Violation("redelivered", message[0], f"{message[1]!r} was left at the drain after it was acked", tuple(acked[message][:1])))
+    return report
+
+
+def _check_overlaps(report: HistoryReport, leases: Iterable[_Lease]) -> None:
+    by_group: dict[str, list[_Lease]] = defaultdict(list)
+    for lease in leases:
+        if lease.start < lease.end:  # an empty window proves nothing
+            by_group[lease.message[0]].append(lease)
+    for group_id, windows in by_group.items():
+        windows.sort(key=lambda lease: lease.start)
+        for i, first in enumerate(windows):
+            for second in windows[i + 1:]:
+                if second.start >= first.end:
+                    break  # sorted by start: no later window overlaps `first` either
+                report.overlaps.append(Violation(
+                    "overlap", group_id,
+                    f"{first.claim.worker} held {first.message[1]!r} over "
+                    f"[{first.start:.6f}, {first.end:.6f}] while {second.claim.worker} held "
+                    f"{second.message[1]!r} from {second.start:.6f}",
+                    (first.claim, second.claim)))
+
+
+def _check_fifo(report, publishes, leases, acked, drained) -> None:
+    # For each acked message, the claim that delivered it (the one whose token its ack named).
+    acked_delivery: dict[Message, tuple[Record, Record]] = {}
+    for message, acks in acked.items():
+        lease = leases.get(acks[0].args["lease"]["token"])
+        if lease is not None:
+            acked_delivery[message] = (lease.claim, acks[0])
+    drain_position = {message: i for i, message in reversed(list(enumerate(drained)))}
+    by_group: dict[str, list[Message]] = defaultdict(list)
+    for message, record in publishes.items():
+        if record.ok:
+            by_group[message[0]].append(message)
+    for group_id, messages in by_group.items():
+        for a, b in itertools.permutations(messages, 2):
+            if not publishes[a].complete < publishes[b].invoke:
+                continue  # a is not surely before b
+            why = None
+            if a in acked_delivery and b in acked_delivery:
+                claim_b, ack_a = acked_delivery[b][0], acked_delivery[a][1]
+                if claim_b.complete < ack_a.invoke:
+                    why = f"{b[1]!r} was delivered (and acked) before {a[1]!r}, published earlier, was acked"
+            elif a in drain_position and b in acked_delivery:
+                why = f"{b[1]!r} was acked while {a[1]!r}, published earlier, was still queued"
+            elif a in drain_position and b in drain_position and drain_position[b] < drain_position[a]:
+                why = f"the drain gave {b[1]!r} before {a[1]!r}, published earlier"
+            if why:
+                report.fifo_breaks.append(Violation("fifo", group_id, why, (publishes[a], publishes[b])))

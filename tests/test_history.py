@@ -1,0 +1,162 @@
+"""The history checker on hand-written histories: a clean one, and one per kind of violation.
+
+Times are small integers; ``lease(...)`` builds what a claim returns.  Visibility is 10 unless
+a test says otherwise.
+"""
+
+import json
+
+import pytest
+
+from harel_ref.transport import InMemoryTransport
+from stateful.history import History, Record, RecordingTransport, check, drain, load
+
+
+def lease(group, event, token, seq=1):
+    return {"group_id": group, "event": event, "seq": seq, "token": token}
+
+
+def publish(at, group, event, worker="p"):
+    return Record(worker, "publish", at, {"group_id": group, "event": event}, complete=at + 0.5)
+
+
+def claim(at, done, result, worker="w1", visibility=10):
+    return Record(worker, "claim", at, {"worker_id": worker, "visibility": visibility}, complete=done, result=result)
+
+
+def ack(at, done, held, result=True, worker="w1"):
+    return Record(worker, "ack", at, {"lease": held}, complete=done, result=result)
+
+
+def nack(at, done, held, result=True, worker="w1", delay=0):
+    return Record(worker, "nack", at, {"lease": held, "delay": delay}, complete=done, result=result)
+
+
+def kinds(report):
+    return sorted({violation.kind for violation in report.violations})
+
+
+def test_a_clean_history_passes():
+    a, b, c = lease("g", "a", "t1"), lease("g", "b", "t2", 2), lease("h", "c", "t3", 3)
+    again = lease("g", "b", "t4", 2)
+    records = [
+        publish(0, "g", "a"), publish(1, "g", "b"), publish(1, "h", "c"), publish(2, "h", "d"),
+        claim(3, 4, a), claim(3, 4, c, worker="w2"),
+        ack(5, 6, a), nack(5, 6, c, worker="w2", delay=1),
+        claim(7, 8, b), nack(9, 9.5, b),                          # given back at once
+        claim(10, 11, again, worker="w2"),
+        ack(12, 13, b, result=False),                             # stale: fenced, False
+        ack(12, 13, again, worker="w2"),
+    ]
+    report = check(records, drained=[("h", "c"), ("h", "d")])
+    assert report.ok, report
+    assert "no violations" in str(report)
+
+
+def test_overlap_two_leases_on_one_group():
+    first, second = lease("g", "a", "t1"), lease("g", "a", "t2")
+    records = [publish(0, "g", "a"), claim(1, 2, first), claim(3, 4, second, worker="w2"),
+               ack(5, 6, second, worker="w2"), ack(5, 6, first, result=False)]
+    report = check(records)
+    assert kinds(report) == ["overlap"]
+    assert "w1" in str(report.overlaps[0]) and "w2" in str(report.overlaps[0])
+
+
+def test_no_overlap_once_the_lease_lapsed_or_was_given_up():
+    first, second, third = lease("g", "a", "t1"), lease("g", "a", "t2"), lease("g", "a", "t3")
+    records = [
+        publish(0, "g", "a"),
+        claim(1, 2, first, visibility=3),          # surely held over [2, 4]
+        claim(4, 5, second, worker="w2"),           # from 5: after first lapsed
+        nack(6, 7, second, worker="w2"),            # given up at 6
+        claim(6.5, 8, third, worker="w3"),          # claim invoked before the nack completed: fine
+        ack(9, 10, third, worker="w3"),
+    ]
+    assert check(records).ok
+
+
+def test_fifo_break_a_later_message_acked_first():
+    a, b = lease("g", "a", "t1"), lease("g", "b", "t2", 2)
+    records = [publish(0, "g", "a"), publish(1, "g", "b"),
+               claim(2, 3, b), ack(4, 5, b), claim(6, 7, a), ack(8, 9, a)]
+    assert kinds(check(records)) == ["fifo"]
+
+
+def test_fifo_break_a_later_message_acked_while_the_earlier_is_still_queued():
+    b = lease("g", "b", "t2", 2)
+    records = [publish(0, "g", "a"), publish(1, "g", "b"), claim(2, 3, b), ack(4, 5, b)]
+    assert kinds(check(records, drained=[("g", "a")])) == ["fifo"]
+
+
+def test_concurrent_publishes_have_no_order():
+    a, b = lease("g", "a", "t1"), lease("g", "b", "t2", 2)
+    both = [Record("p1", "publish", 0, {"group_id": "g", "event": "a"}, complete=2),
+            Record("p2", "publish", 1, {"group_id": "g", "event": "b"}, complete=3)]
+    assert check([*both, claim(4, 5, b), ack(6, 7, b), claim(8, 9, a), ack(10, 11, a)]).ok
+
+
+def test_lost_a_published_message_neither_acked_nor_drained():
+    report = check([publish(0, "g", "a"), publish(1, "g", "b")], drained=[("g", "a")])
+    assert kinds(report) == ["lost"]
+    assert "'b'" in str(report.lost[0])
+
+
+def test_not_lost_when_its_fate_is_unknown():
+    a = lease("g", "a", "t1")
+    unanswered_ack = Record("w1", "ack", 3, {"lease": a})  # the worker died mid-call
+    unanswered_publish = Record("p", "publish", 0, {"group_id": "g", "event": "b"})
+    assert check([publish(0, "g", "a"), claim(1, 2, a), unanswered_ack, unanswered_publish]).ok
+
+
+def test_duplicate_a_message_acked_twice():
+    first, second = lease("g", "a", "t1"), lease("g", "a", "t2")
+    records = [publish(0, "g", "a"), claim(1, 2, first, visibility=1),
+               claim(4, 5, second, worker="w2"), ack(6, 7, second, worker="w2"), ack(6, 7, first)]
+    assert "duplicate" in kinds(check(records))
+
+
+def test_unexpected_a_message_nobody_published():
+    ghost = lease("g", "ghost", "t1")
+    report = check([claim(1, 2, ghost), ack(3, 4, ghost)])
+    assert kinds(report) == ["unexpected"]
+    assert kinds(check([], drained=[("g", "ghost")])) == ["unexpected"]
+
+
+def test_redelivered_after_ack():
+    first, second = lease("g", "a", "t1"), lease("g", "a", "t2")
+    records = [publish(0, "g", "a"), claim(1, 2, first), ack(3, 4, first),
+               claim(5, 6, second, worker="w2")]
+    assert kinds(check(records)) == ["redelivered"]
+    assert kinds(check(records[:3], drained=[("g", "a")])) == ["redelivered"]
+
+
+def test_publishing_one_event_twice_is_refused():
+    with pytest.raises(ValueError, match="published twice"):
+        check([publish(0, "g", "a"), publish(1, "g", "a")])
+
+
+def test_histories_from_files_merge_and_keep_unanswered_calls(tmp_path):
+    queue = InMemoryTransport()
+    one = History(tmp_path / "one.jsonl")
+    RecordingTransport(queue, one, "w1").publish("g", "a")
+    held = RecordingTransport(queue, one, "w1").claim("w1", 10)
+    one.close()
+    two = History(tmp_path / "two.jsonl")
+    RecordingTransport(queue, two, "w2").ack(held)
+    two.invoke("w2", "ack", lease=held)  # never completed: as if the process was killed
+    two.close()
+
+    records = load(tmp_path)
+    assert [(r.worker, r.op) for r in records] == [("w1", "publish"), ("w1", "claim"), ("w2", "ack"), ("w2", "ack")]
+    assert records[1].result["event"] == "a" and records[2].result is True
+    assert records[3].complete is None
+    assert json.loads((tmp_path / "two.jsonl").read_text().splitlines()[0])["op"] == "ack"
+    assert check(records, drain(queue)).ok
+
+
+def test_an_exception_is_recorded_as_an_error():
+    history = History()
+    with pytest.raises(ValueError):
+        RecordingTransport(InMemoryTransport(), history, "w1").claim("w1", -1)
+    (record,) = history.records
+    assert record.error and "ValueError" in record.error and not record.ok
