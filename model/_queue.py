@@ -1,0 +1,239 @@
+"""The queue model: SPEC.md, executed.
+
+Pure: no I/O, no clock, no randomness.  Every operation takes ``now``: an exact time, or a
+:class:`When` window when the caller only knows that the operation happened somewhere between
+two instants (wall-clock certification, SPEC.md R18).
+
+``claim_outcomes`` does not choose: it returns the *set* of answers the spec allows.  The
+checker compares the implementation's answer with that set, then tells the model which answer
+was given (``take``), so the model follows the implementation wherever the spec leaves room.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = ["Claimed", "Fairness", "QueueModel", "When"]
+
+Fairness = Literal["claim", "ack", "unspecified"]
+
+
+@dataclass(frozen=True, slots=True)
+class When:
+    """A moment known to lie in ``[lo, hi]``.  ``When.at(t)`` is an exact moment."""
+
+    lo: float
+    hi: float
+
+    @classmethod
+    def at(cls, t: float) -> When:
+        return cls(t, t)
+
+    @classmethod
+    def of(cls, now: float | When) -> When:
+        return now if isinstance(now, When) else cls.at(float(now))
+
+    def __add__(self, seconds: float) -> When:
+        return When(self.lo + seconds, self.hi + seconds)
+
+
+NEVER = When.at(0.0)
+"""The fairness stamp of a group never claimed (R5)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Claimed:
+    """An allowed claim answer: the message at the head of ``group_id``."""
+
+    group_id: str
+    seq: int
+    event: str
+
+
+@dataclass
+class _Hold:
+    """A lease (``token`` set) or a park (``token`` None) on a group's head, until ``until``."""
+
+    token: str | None
+    until: When
+
+
+@dataclass
+class _Group:
+    group_id: str
+    priority: int
+    routing_key: str | None
+    arrival: int
+    stamp: When = NEVER  # last_claimed_at (R5)
+    messages: list[tuple[int, str]] = field(default_factory=list)  # (seq, event), FIFO
+    hold: _Hold | None = None  # only the head is ever held (R6)
+
+
+class QueueModel:
+    """The state of one queue and the rules that change it.
+
+    ``fairness`` picks the R5 policy: ``"claim"`` stamps ``last_claimed_at`` when a group is
+    claimed (SQLite, libSQL, rqlite, in-memory), ``"ack"`` when its message is acknowledged
+    (the Postgres/Mongo/Redis family), ``"unspecified"`` allows any claimable group.
+    """
+
+    def __init__(self, fairness: Fairness = "claim") -> None:
+        if fairness not in ("claim", "ack", "unspecified"):
+            raise ValueError(f"fairness must be 'claim', 'ack' or 'unspecified', got {fairness!r}")
+        self.fairness = fairness
+        self._groups: dict[str, _Group] = {}
+        self._last_seq = 0
+        self._arrivals = 0
+
+    # --- R1, R11, R12: publish ---------------------------------------------------------------
+
+    def publish(
+        self, group_id: str, event: str, priority: int = 0, routing_key: str | None = None
+    ) -> None:
+        """Append ``event`` to ``group_id``; the creating publish fixes priority and routing
+        key (R12), and a group created anew gets a new arrival rank and stamp 0 (R11)."""
+        group = self._groups.get(group_id)
+        if group is None:
+            self._arrivals += 1
+            group = self._groups[group_id] = _Group(group_id, priority, routing_key, self._arrivals)
+        self._last_seq += 1
+        group.messages.append((self._last_seq, event))
+
+    # --- R2-R6: claim --------------------------------------------------------------------------
+
+    def claim_outcomes(
+        self,
+        now: float | When,
+        min_priority: int = 0,
+        routing_keys: Iterable[str] | None = None,
+    ) -> frozenset[Claimed | None]:
+        """Every answer a claim at ``now`` may give: a :class:`Claimed` head, or None."""
+        now = When.of(now)
+        keys = None if routing_keys is None else frozenset(routing_keys)
+        eligible = [g for g in self._groups.values() if _eligible(g, min_priority, keys)]
+        allowed: set[Claimed | None] = set()
+        for group in eligible:
+            ahead = [a for a in eligible if a is not group and self._ahead(a, group)]
+            if _may_be_first_free(group, ahead, now):
+                allowed.add(_head(group))
+        if _may_all_be_in_flight(eligible, now):
+            allowed.add(None)
+        return frozenset(allowed)
+
+    def take(self, claimed: Claimed, token: str, now: float | When, visibility: float) -> None:
+        """Follow a claim that answered ``claimed``: lease the head under ``token`` (R3) and,
+        under the claim policy, stamp the group (R5)."""
+        now = When.of(now)
+        group = self._groups[claimed.group_id]
+        assert _head(group) == claimed, f"{claimed} is not the head of its group"
+        group.hold = _Hold(token, now + visibility)
+        if self.fairness == "claim":
+            group.stamp = now
+
+    def _ahead(self, a: _Group, b: _Group) -> bool:
+        """R4, R5: is group ``a`` surely before ``b`` in claim order?"""
+        if self.fairness == "unspecified":
+            return False
+        # Order by last_claimed_at, ties by arrival; with uncertain stamps, only when certain.
+        return a.stamp.hi < b.stamp.lo or (a.stamp.hi == b.stamp.lo and a.arrival < b.arrival)
+
+    # --- R7-R10: ack and nack ------------------------------------------------------------------
+
+    def ack(self, token: str, now: float | When) -> bool:
+        """R7: remove the message held under ``token``; False if no message is (R10)."""
+        group = self._held_by(token)
+        if group is None:
+            return False
+        group.messages.pop(0)
+        group.hold = None
+        if not group.messages:
+            del self._groups[group.group_id]  # R11: a group lives while it has messages
+        elif self.fairness == "ack":
+            group.stamp = When.of(now)
+        return True
+
+    def nack(self, token: str, delay: float, now: float | When) -> bool:
+        """R8: ``delay == 0`` frees the message at once (still the head); R9: ``delay > 0``
+        parks it, its group blocked until ``now + delay``.  False if not held (R10)."""
+        group = self._held_by(token)
+        if group is None:
+            return False
+        group.hold = None if delay == 0 else _Hold(None, When.of(now) + delay)
+        return True
+
+    def _held_by(self, token: str) -> _Group | None:
+        """R10: the group whose head is held under ``token`` (lapsed or not), if any."""
+        for group in self._groups.values():
+            if group.hold is not None and group.hold.token == token:
+                return group
+        return None
+
+    # --- what the checkers read ----------------------------------------------------------------
+
+    def contents(self) -> dict[str, list[str]]:
+        """Every group's events in FIFO order, groups in arrival order."""
+        return {g.group_id: [event for _, event in g.messages] for g in self._groups.values()}
+
+    def deadlines(self) -> list[float]:
+        """The earliest end of every lease and park, sorted: the moments worth stepping to."""
+        return sorted(g.hold.until.lo for g in self._groups.values() if g.hold is not None)
+
+    def holds(self) -> dict[str, tuple[str | None, When]]:
+        """group_id -> (token or None if parked, until) for every held head."""
+        return {g.group_id: (g.hold.token, g.hold.until) for g in self._groups.values() if g.hold}
+
+    def group_info(self, group_id: str) -> tuple[int, str | None] | None:
+        """(priority, routing_key) of an existing group, else None."""
+        group = self._groups.get(group_id)
+        return None if group is None else (group.priority, group.routing_key)
+
+    def __len__(self) -> int:
+        return sum(len(g.messages) for g in self._groups.values())
+
+
+# --- the rules as small functions ------------------------------------------------------------
+
+
+def _eligible(group: _Group, min_priority: int, keys: frozenset[str] | None) -> bool:
+    """R4: the priority floor, and the routing filter (a group without a key matches only an
+    unfiltered claim)."""
+    if group.priority < min_priority:
+        return False
+    return keys is None or group.routing_key in keys
+
+
+def _head(group: _Group) -> Claimed:
+    """R6: a claim takes the group's head, the lowest seq."""
+    seq, event = group.messages[0]
+    return Claimed(group.group_id, seq, event)
+
+
+def _free_after(group: _Group) -> float:
+    """R2, R3: the group may be claimable at any t strictly after this (-inf if not held).
+
+    A lease or park ending at ``until`` is live while ``t <= until`` (inclusive)."""
+    return -math.inf if group.hold is None else group.hold.until.lo
+
+
+def _in_flight_until(group: _Group) -> float:
+    """R2, R3: the group may be blocked at any t up to this (-inf if not held)."""
+    return -math.inf if group.hold is None else group.hold.until.hi
+
+
+def _may_be_first_free(group: _Group, ahead: list[_Group], now: When) -> bool:
+    """R4: some moment t in ``now`` where ``group`` is free and every group surely ahead of it
+    is in flight."""
+    latest = min([now.hi, *(_in_flight_until(a) for a in ahead)])
+    earliest = _free_after(group)
+    if earliest >= now.lo:
+        return earliest < latest
+    return now.lo <= latest
+
+
+def _may_all_be_in_flight(eligible: list[_Group], now: When) -> bool:
+    """R2: the claim may answer None if at some moment in ``now`` every eligible group is in
+    flight (trivially so when no group is eligible)."""
+    return now.lo <= min([now.hi, *(_in_flight_until(g) for g in eligible)])

@@ -1,0 +1,34 @@
+"""Checkers that compare a transport with the specification in ``model/``.
+
+The lockstep machine (after zarr's ``zarr.testing.stateful``) is shipped for anyone's
+transport.  Describe the transport as a :class:`Backend` (a factory and its
+:class:`Capabilities`) and run it::
+
+    from stateful import Backend, Capabilities, make_machine
+
+    def factory(clock, namespace):      # fresh, isolated queue per namespace;
+        return MyTransport(clock=clock)  # the same namespace again = the same storage
+
+    TestMyTransport = make_machine(Backend("mine", factory, Capabilities())).TestCase
+
+Hypothesis prints a failing run as runnable steps, and the :class:`Divergence` beneath them
+shows what the model allowed beside what the transport answered.
+"""
+
+from ._async import BlockingTransport
+from ._backend import Backend, Capabilities, Factory
+from ._machine import Divergence, FakeClock, TransportMachine, make_machine
+from .profiles import PROFILES, load_from_env
+
+__all__ = [
+    "PROFILES",
+    "Backend",
+    "BlockingTransport",
+    "Capabilities",
+    "Divergence",
+    "Factory",
+    "FakeClock",
+    "TransportMachine",
+    "load_from_env",
+    "make_machine",
+]

@@ -1,0 +1,59 @@
+"""Drive an asyncio transport from synchronous code, so one machine checks both twins."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+from typing import Any
+
+__all__ = ["BlockingTransport", "open_transport"]
+
+
+class BlockingTransport:
+    """The sync Protocol over an :class:`~harel_ref.AsyncTransport`, on a private event loop.
+
+    Every call runs the coroutine to completion on ``loop``; the loop belongs to the caller,
+    who closes it after the transport.
+    """
+
+    def __init__(self, transport: Any, loop: asyncio.AbstractEventLoop) -> None:
+        self.transport = transport
+        self._loop = loop
+
+    def publish(self, group_id, event, priority=0, routing_key=None):
+        return self._run(self.transport.publish(group_id, event, priority, routing_key))
+
+    def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
+        return self._run(self.transport.claim(worker_id, visibility, min_priority, routing_keys))
+
+    def ack(self, lease):
+        return self._run(self.transport.ack(lease))
+
+    def nack(self, lease, delay=0):
+        return self._run(self.transport.nack(lease, delay))
+
+    def close(self):
+        return self._run(self.transport.close())
+
+    def _run(self, awaitable: Any) -> Any:
+        if not inspect.isawaitable(awaitable):
+            raise TypeError(
+                f"{type(self.transport).__name__} was declared async, but a method returned "
+                f"{awaitable!r} instead of an awaitable; declare the backend sync instead"
+            )
+        return self._loop.run_until_complete(awaitable)
+
+
+def open_transport(factory, clock, namespace, loop: asyncio.AbstractEventLoop | None) -> Any:
+    """Call ``factory(clock, namespace)``; with a ``loop``, await it and wrap the async result."""
+    made = factory(clock, namespace)
+    if loop is None:
+        if inspect.isawaitable(made):
+            raise TypeError(
+                "the factory returned an awaitable: declare the backend async (is_async=True "
+                "or --async) so the checker awaits it"
+            )
+        return made
+    if inspect.isawaitable(made):
+        made = loop.run_until_complete(made)
+    return BlockingTransport(made, loop)

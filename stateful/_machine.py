@@ -1,0 +1,450 @@
+"""The lockstep machine: drive the model and a transport side by side, step by step.
+
+After every step the transport's answer must be one the model allows (SPEC.md); the model then
+follows the answer the transport chose.  At teardown everything left is drained through the
+transport and compared message by message.  A failure raises :class:`Divergence`, which shows
+the step, what the model allowed and what the transport answered; Hypothesis prints the
+shrunk steps as runnable code above it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import math
+import time
+import uuid
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, multiple, precondition, rule
+
+from harel_ref.transport import Lease
+from model import Claimed, QueueModel, When
+
+from ._async import open_transport
+from ._backend import Backend
+
+__all__ = ["Divergence", "FakeClock", "TransportMachine", "make_machine"]
+
+START = 1000.0
+TICK = 2.0**-10
+"""One tick of the fake clock.  Times, visibilities and delays are all multiples of powers of
+two, so ``claim time + visibility`` is exact in floating point on both sides."""
+
+WALL_SCALE = 0.05
+"""In wall-clock mode every duration is scaled by this (1 s of spec time = 50 ms of real time)."""
+
+GROUPS = ("g1", "g2", "g3", "grüppe-✓")
+WORKERS = ("w1", "w2")
+ROUTING_KEYS = (None, "blue", "green")
+ROUTING_FILTERS = (None, ("blue",), ("green",), ("blue", "green"))
+VISIBILITIES = (0.25, 0.5, 1.0, 2.0, 5.0)
+DELAYS = (0.125, 0.5, 1.0, 3.0)
+STEPS = (TICK, 0.125, 0.5, 1.0, 4.0)
+
+events = st.one_of(
+    st.just(""),
+    st.text(max_size=12),
+    st.builds(lambda char, n: char * n, st.characters(codec="utf-8"), st.integers(2_000, 40_000)),
+)
+
+
+class Divergence(AssertionError):
+    """The transport answered something the model does not allow."""
+
+    def __init__(self, property: str, step: str, expected: str, answered: str, state: str) -> None:
+        self.property = property
+        self.step = step
+        self.expected = expected
+        self.answered = answered
+        super().__init__(
+            f"[{property}] {step}\n"
+            f"  the model allows:       {expected}\n"
+            f"  the transport answered: {answered}\n"
+            f"  queue per the model:\n{state}"
+        )
+
+
+class FakeClock:
+    """A clock the machine moves by hand; transports read it through ``__call__``."""
+
+    def __init__(self, start: float = START) -> None:
+        self.now = start
+
+    def __call__(self) -> float:
+        return self.now
+
+
+# --- bad input (SPEC.md R13): each case names the call and the error it must raise ----------
+
+_SOME_LEASE = Lease("g1", "e", 1, "nobody:0")
+
+BAD_INPUT = {
+    "publish with an empty group_id": (ValueError, "publish", ("", "e")),
+    "publish with a non-str group_id": (TypeError, "publish", (7, "e")),
+    "publish with a bytes event": (TypeError, "publish", ("g1", b"e")),
+    "publish with a lone surrogate in the event": (ValueError, "publish", ("g1", "a\udc80")),
+    "publish with priority 5": (ValueError, "publish", ("g1", "e", 5)),
+    "publish with priority -1": (ValueError, "publish", ("g1", "e", -1)),
+    "publish with priority True": (TypeError, "publish", ("g1", "e", True)),
+    "publish with an empty routing_key": (ValueError, "publish", ("g1", "e", 0, "")),
+    "claim with an empty worker_id": (ValueError, "claim", ("", 1.0)),
+    "claim with visibility 0": (ValueError, "claim", ("w1", 0)),
+    "claim with a negative visibility": (ValueError, "claim", ("w1", -1.0)),
+    "claim with a NaN visibility": (ValueError, "claim", ("w1", math.nan)),
+    "claim with visibility '1'": (TypeError, "claim", ("w1", "1")),
+    "claim with min_priority 7": (ValueError, "claim", ("w1", 1.0, 7)),
+    "claim with routing_keys as one str": (TypeError, "claim", ("w1", 1.0, 0, "blue")),
+    "claim with empty routing_keys": (ValueError, "claim", ("w1", 1.0, 0, [])),
+    "ack with something not a Lease": (TypeError, "ack", (("g1", 1),)),
+    "nack with a negative delay": (ValueError, "nack", (_SOME_LEASE, -1.0)),
+    "nack with an infinite delay": (ValueError, "nack", (_SOME_LEASE, math.inf)),
+    "nack with a NaN delay": (ValueError, "nack", (_SOME_LEASE, math.nan)),
+}
+
+
+class TransportMachine(RuleBasedStateMachine):
+    """Lockstep checks of one backend against :class:`model.QueueModel`.
+
+    Subclasses set ``backend`` (see :func:`make_machine`).  Rules are gated by the backend's
+    capabilities: no priority means every publish uses 0 and every claim min_priority 0, and
+    so on.
+    """
+
+    backend: Backend
+
+    leases = Bundle("leases")
+
+    def __init__(self) -> None:
+        super().__init__()
+        caps = self.backend.capabilities
+        self.wall = caps.clock == "wall"
+        self.clock = FakeClock()
+        self.namespace = f"ns_{uuid.uuid4().hex[:12]}"
+        self.loop = asyncio.new_event_loop() if self.backend.is_async else None
+        self.model = QueueModel(caps.fairness)
+        self.instances = [self._open()]
+        self.tokens: set[str] = set()
+        self.seqs: dict[tuple[str, int], int] = {}  # (group, model seq) -> transport's seq
+        self.in_step = False
+
+    # --- plumbing ---------------------------------------------------------------------------
+
+    def _open(self) -> Any:
+        clock = time.time if self.wall else self.clock
+        return open_transport(self.backend.factory, clock, self.namespace, self.loop)
+
+    def _instance(self, via: int) -> Any:
+        return self.instances[via % len(self.instances)]
+
+    def _seconds(self, spec_seconds: float) -> float:
+        return spec_seconds * WALL_SCALE if self.wall else spec_seconds
+
+    def _call(self, method, *args) -> tuple[Any, When]:
+        """Call the transport; return its answer and when it happened."""
+        if not self.wall:
+            return method(*args), When.at(self.clock.now)
+        before = time.time()
+        answer = method(*args)
+        return answer, When(before, time.time())
+
+    def _diverge(self, prop: str, step: str, expected: str, answered: Any) -> Divergence:
+        return Divergence(prop, step, expected, repr(answered), self._describe())
+
+    def _describe(self) -> str:
+        holds = self.model.holds()
+        lines = []
+        for group_id, group_events in self.model.contents().items():
+            shown = [e if len(e) <= 16 else f"{e[:8]}...({len(e)} chars)" for e in group_events]
+            line = f"    {group_id!r}: {shown}"
+            if group_id in holds:
+                token, until = holds[group_id]
+                what = "parked" if token is None else f"leased by {token!r}"
+                line += f"  head {what} until {until.lo if until.lo == until.hi else until}"
+            lines.append(line)
+        clock = "wall clock" if self.wall else f"clock at {self.clock.now}"
+        return "\n".join(lines or ["    (empty)"]) + f"\n  ({clock})"
+
+    # --- publish (R1, R11, R12) ----------------------------------------------------------------
+
+    @rule(
+        group=st.sampled_from(GROUPS),
+        event=events,
+        priority=st.integers(0, 4),
+        routing_key=st.sampled_from(ROUTING_KEYS),
+        via=st.integers(0, 1),
+    )
+    def publish(self, group, event, priority, routing_key, via):
+        caps = self.backend.capabilities
+        priority = priority if caps.priority else 0
+        routing_key = routing_key if caps.routing else None
+        self.in_step = True
+        answer, _ = self._call(self._instance(via).publish, group, event, priority, routing_key)
+        if answer is not None:
+            raise self._diverge("publish", f"publish({group!r}, ...)", "None", answer)
+        self.model.publish(group, event, priority, routing_key)
+        self.in_step = False
+
+    # --- claim (R2-R6, R16) --------------------------------------------------------------------
+
+    @rule(
+        target=leases,
+        worker=st.sampled_from(WORKERS),
+        visibility=st.sampled_from(VISIBILITIES),
+        min_priority=st.one_of(st.just(0), st.integers(0, 4)),
+        routing_keys=st.sampled_from(ROUTING_FILTERS),
+        via=st.integers(0, 1),
+    )
+    def claim(self, worker, visibility, min_priority, routing_keys, via):
+        caps = self.backend.capabilities
+        min_priority = min_priority if caps.priority else 0
+        routing_keys = routing_keys if caps.routing else None
+        self.in_step = True
+        lease = self._claim(self._instance(via), worker, visibility, min_priority, routing_keys)
+        self.in_step = False
+        return multiple() if lease is None else lease
+
+    @rule(
+        target=leases,
+        worker=st.sampled_from(WORKERS),
+        visibility=st.sampled_from(VISIBILITIES),
+        via=st.integers(0, 1),
+    )
+    def claim_any(self, worker, visibility, via):
+        """The plain claim most workers make: no priority floor, no routing filter."""
+        self.in_step = True
+        lease = self._claim(self._instance(via), worker, visibility)
+        self.in_step = False
+        return multiple() if lease is None else lease
+
+    def _claim(self, transport, worker, visibility, min_priority=0, routing_keys=None):
+        step = (
+            f"claim({worker!r}, visibility={visibility}, min_priority={min_priority}, "
+            f"routing_keys={routing_keys!r})"
+        )
+        allowed = None if self.wall else self.model.claim_outcomes(self.clock.now, min_priority, routing_keys)
+        lease, when = self._call(
+            transport.claim, worker, self._seconds(visibility), min_priority,
+            None if routing_keys is None else list(routing_keys),
+        )
+        if self.wall:
+            allowed = self.model.claim_outcomes(when, min_priority, routing_keys)
+        claimed = self._match(lease, allowed)
+        if claimed is False:
+            prop = _claim_property(allowed, lease, self.model, when, min_priority, routing_keys)
+            raise self._diverge(prop, step, _show(allowed), lease)
+        if claimed is None:
+            return None
+        self._check_lease_identity(step, lease, claimed)
+        self.model.take(claimed, lease.token, when, self._seconds(visibility))
+        return lease
+
+    @staticmethod
+    def _match(lease, allowed) -> Claimed | None | bool:
+        """The allowed outcome the transport's answer is, or False if it is none of them."""
+        if lease is None:
+            return None if None in allowed else False
+        for claimed in allowed:
+            if claimed is not None and (claimed.group_id, claimed.event) == (
+                getattr(lease, "group_id", None), getattr(lease, "event", None)
+            ):
+                return claimed
+        return False
+
+    def _check_lease_identity(self, step: str, lease, claimed: Claimed) -> None:
+        """R16: tokens are unique per claim; a message's seq is stable and increases along
+        its group."""
+        if lease.token in self.tokens:
+            raise self._diverge("fencing", step, "a token never handed out before", lease)
+        self.tokens.add(lease.token)
+        known = self.seqs.setdefault((claimed.group_id, claimed.seq), lease.seq)
+        if known != lease.seq:
+            raise self._diverge("fifo", step, f"the same seq as before ({known})", lease)
+        for (group, model_seq), seq in self.seqs.items():
+            if group == claimed.group_id and model_seq < claimed.seq and seq >= lease.seq:
+                raise self._diverge(
+                    "fifo", step, f"a seq greater than {seq}, an earlier message of the group", lease
+                )
+
+    # --- ack and nack (R7-R10) -----------------------------------------------------------------
+
+    @rule(lease=leases, via=st.integers(0, 1))
+    def ack(self, lease, via):
+        self.in_step = True
+        answer, when = self._call(self._instance(via).ack, lease)
+        expected = self.model.ack(lease.token, when)
+        if answer is not expected:
+            prop = "fencing" if expected is False else "ack"
+            raise self._diverge(prop, f"ack({_lease_ref(lease)})", repr(expected), answer)
+        self.in_step = False
+
+    @rule(lease=leases, via=st.integers(0, 1))
+    def nack_now(self, lease, via):
+        self._nack(lease, 0, via)
+
+    @precondition(lambda self: self.backend.capabilities.parking)
+    @rule(lease=leases, delay=st.sampled_from(DELAYS), via=st.integers(0, 1))
+    def nack_later(self, lease, delay, via):
+        self._nack(lease, delay, via)
+
+    def _nack(self, lease, delay, via):
+        self.in_step = True
+        answer, when = self._call(self._instance(via).nack, lease, self._seconds(delay))
+        expected = self.model.nack(lease.token, self._seconds(delay), when)
+        if answer is not expected:
+            prop = "fencing" if expected is False else ("parking" if delay else "nack")
+            raise self._diverge(prop, f"nack({_lease_ref(lease)}, delay={delay})", repr(expected), answer)
+        self.in_step = False
+
+    # --- time (R3, R9) -------------------------------------------------------------------------
+
+    @rule(seconds=st.sampled_from(STEPS))
+    def advance(self, seconds):
+        if self.wall:
+            time.sleep(self._seconds(seconds))
+        else:
+            self.clock.now += seconds
+
+    @precondition(lambda self: not self.wall and self.model.deadlines())
+    @rule(which=st.integers(0, 3), past=st.booleans())
+    def advance_to_deadline(self, which, past):
+        """Step to the exact end of a lease or park (still live), or one tick past it."""
+        future = [t for t in self.model.deadlines() if t >= self.clock.now]
+        if future:
+            self.clock.now = future[which % len(future)] + (TICK if past else 0.0)
+
+    # --- storage: a second instance, reopen (R15) ----------------------------------------------
+
+    @precondition(lambda self: self.backend.capabilities.shared and len(self.instances) == 1)
+    @rule()
+    def open_second_instance(self):
+        self.instances.append(self._open())
+
+    @precondition(lambda self: self.backend.capabilities.durable)
+    @rule()
+    def reopen(self):
+        """Close every instance and open one again on the same storage: nothing is lost."""
+        self.in_step = True
+        for transport in self.instances:
+            transport.close()
+        self.instances = [self._open()]
+        self.in_step = False
+
+    # --- bad input (R13) -----------------------------------------------------------------------
+
+    @rule(case=st.sampled_from(sorted(BAD_INPUT)), via=st.integers(0, 1))
+    def bad_input(self, case, via):
+        error, method, args = BAD_INPUT[case]
+        self.in_step = True
+        try:
+            answer = getattr(self._instance(via), method)(*args)
+        except error:
+            pass  # refused as it must be; later steps show nothing was written
+        except Exception as exc:
+            raise self._diverge("bad-input", case, f"{error.__name__} raised", exc) from exc
+        else:
+            raise self._diverge("bad-input", case, f"{error.__name__} raised", answer)
+        self.in_step = False
+
+    # --- teardown: drain and compare, then close (R14) -----------------------------------------
+
+    def teardown(self):
+        try:
+            if not self.in_step:  # a step that failed has already reported; just clean up
+                self._drain_and_compare()
+                self._check_close()
+        finally:
+            for transport in self.instances:
+                try:
+                    transport.close()
+                except Exception:
+                    pass
+            if self.loop is not None:
+                self.loop.close()
+
+    def _drain_and_compare(self) -> None:
+        """Claim and ack everything left; it must come out as the model holds it."""
+        expected = self.model.contents()
+        deadlines = self.model.deadlines()
+        if deadlines and not self.wall:
+            self.clock.now = max(self.clock.now, deadlines[-1]) + 1.0
+        elif deadlines:
+            time.sleep(max(0.0, max(h.hi for _, h in self.model.holds().values()) - time.time()) + 0.01)
+        drained: dict[str, list[str]] = {}
+        transport = self.instances[0]
+        for _ in itertools.count():
+            lease = self._claim(transport, "drain", 60.0)
+            if lease is None:
+                break
+            drained.setdefault(lease.group_id, []).append(lease.event)
+            answer, when = self._call(transport.ack, lease)
+            if answer is not True or not self.model.ack(lease.token, when):
+                raise self._diverge("ack", f"drain: ack({_lease_ref(lease)})", "True", answer)
+        if len(self.model) or drained != expected:
+            raise self._diverge(
+                "no-loss", "drain: claim until None", f"these messages: {expected!r:.500}",
+                f"these messages: {drained!r:.500}",
+            )
+
+    def _check_close(self) -> None:
+        transport = self.instances[0]
+        transport.close()
+        transport.close()  # twice is harmless (R14)
+        try:
+            transport.claim("w1", 1.0)
+        except Exception:
+            return
+        raise self._diverge("close", "claim after close()", "an error", "it answered normally")
+
+
+def make_machine(backend: Backend) -> type[TransportMachine]:
+    """A :class:`TransportMachine` subclass for ``backend``; run it with ``.TestCase`` or
+    ``hypothesis.stateful.run_state_machine_as_test``."""
+    name = "".join(part.capitalize() for part in backend.name.replace("_", "-").split("-") if part)
+    return type(f"{name}Machine", (TransportMachine,), {"backend": backend})
+
+
+# --- helpers for messages --------------------------------------------------------------------
+
+
+def _lease_ref(lease) -> str:
+    return f"lease of {lease.group_id!r} seq {lease.seq} token {lease.token!r}"
+
+
+def _show(allowed) -> str:
+    shown = []
+    for outcome in sorted(allowed, key=lambda c: (c is not None, c and c.group_id)):
+        if outcome is None:
+            shown.append("None (nothing claimable)")
+        else:
+            event = outcome.event if len(outcome.event) <= 16 else f"{outcome.event[:8]}..."
+            shown.append(f"the head of {outcome.group_id!r} (event {event!r})")
+    return " or ".join(shown)
+
+
+def _claim_property(allowed, lease, model: QueueModel, now: When, min_priority, routing_keys) -> str:
+    """Name the property a wrong claim answer breaks, for the certifier's verdict."""
+    holds = model.holds()
+    if lease is None:  # something was claimable: why did the transport not see it?
+        lapsed = [holds[c.group_id][0] for c in allowed if c is not None and c.group_id in holds]
+        if lapsed:
+            return "parking" if None in lapsed else "lease-expiry"
+        return "no-loss"
+    group_id = getattr(lease, "group_id", None)
+    info = model.group_info(group_id)
+    if info is None:
+        return "no-loss"  # a message from nowhere, or one already acked
+    priority, routing_key = info
+    if priority < min_priority:
+        return "priority-floor"
+    if routing_keys is not None and routing_key not in routing_keys:
+        return "routing"
+    if any(c is not None and c.group_id == group_id for c in allowed):
+        return "fifo"  # the right group, not its head
+    if group_id in holds and now.lo <= holds[group_id][1].hi:  # still held when claimed
+        token, until = holds[group_id]
+        if token is None:
+            return "parking"
+        return "lease-expiry" if now.hi >= until.lo else "single-in-flight"  # at the boundary?
+    return "fairness"
