@@ -1,0 +1,346 @@
+"""SqliteTransport on real files; the storage tests run against LibsqlTransport too.
+
+Tests taking ``driver`` run once per driver ("sqlite", "libsql"): the SQL is shared, so the
+schema, upgrade, plan and error handling must hold for both.  What only concerns libsql
+(its quirks, threads) is in test_libsql.py.  Rows are checked afterwards through a fresh
+connection *of the same driver*: two SQLite libraries in one process do not see each other's
+file locks.
+"""
+
+import asyncio
+import multiprocessing
+import os
+import random
+import shutil
+import sqlite3
+import subprocess
+import time
+from pathlib import Path
+
+import libsql
+import pytest
+
+from harel_ref.transport import (
+    AsyncSqliteTransport,
+    LibsqlTransport,
+    SqliteTransport,
+    StorageError,
+    TransportClosedError,
+)
+from harel_ref.transport._sql import SCHEMA_VERSION, Tables, claim_query
+from stateful.history import History, RecordingTransport, check, drain, load
+
+TRANSPORTS = {"sqlite": SqliteTransport, "libsql": LibsqlTransport}
+CONNECT = {
+    "sqlite": lambda path: sqlite3.connect(path, isolation_level=None),
+    "libsql": lambda path: libsql.connect(str(path), isolation_level=None),
+}
+
+SEEDS_SCHEMA = [  # the seeds' tables, before routing_key (no meta table either)
+    "CREATE TABLE harel_transport_messages (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+    " group_id TEXT NOT NULL, event TEXT NOT NULL, locked_by TEXT, lock_expiry REAL)",
+    "CREATE TABLE harel_transport_groups (group_id TEXT PRIMARY KEY,"
+    " last_claimed_at REAL NOT NULL DEFAULT 0.0, priority INT NOT NULL DEFAULT 0)",
+    "CREATE INDEX harel_transport_groups_by_last_claimed ON harel_transport_groups (last_claimed_at)",
+    "CREATE INDEX harel_transport_messages_by_group ON harel_transport_messages (group_id, seq)",
+]
+
+
+@pytest.fixture(params=sorted(TRANSPORTS))
+def driver(request):
+    return request.param
+
+
+class Clock:
+    def __init__(self, now=1000.0):
+        self.now = now
+
+    def __call__(self):
+        return self.now
+
+
+def rows(driver, path, sql):
+    """Query through a fresh connection of ``driver``."""
+    conn = CONNECT[driver](path)
+    try:
+        return conn.execute(sql).fetchall()
+    finally:
+        conn.close()
+
+
+def events_in(driver, path, table="harel_transport_messages"):
+    return [event for (event,) in rows(driver, path, f"SELECT event FROM {table} ORDER BY seq")]
+
+
+# --- The claim's plan and the schema --------------------------------------------------------
+
+
+@pytest.mark.parametrize("routing_keys", [None, ("blue",)])
+def test_claim_walks_the_groups_index_and_never_scans_messages(driver, tmp_path, routing_keys):
+    path = tmp_path / "q.db"
+    TRANSPORTS[driver](path).close()
+    conn = CONNECT[driver](path)
+    params = (0, *(routing_keys or ()), 1.0)
+    plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + claim_query(Tables.named(), routing_keys), params).fetchall()]
+    conn.close()
+    index = "harel_transport_groups_by_last_claimed" if routing_keys is None else "harel_transport_groups_by_routing_key"
+    assert any(index in line for line in plan), plan
+    messages = [line for line in plan if line.startswith(("SCAN", "SEARCH")) and " g " not in f"{line} "]
+    assert messages and all(line.startswith("SEARCH") for line in messages), plan
+    assert not any("TEMP B-TREE" in line for line in plan), plan  # no sort: the index gives the order
+
+
+def test_upgrade_adds_routing_key_to_the_seeds_tables_and_keeps_every_message(driver, tmp_path):
+    path = tmp_path / "old.db"
+    conn = CONNECT[driver](path)
+    for statement in SEEDS_SCHEMA:
+        conn.execute(statement)
+    for seq, (group, event) in enumerate([("g1", "a"), ("g2", "b"), ("g1", "c")], start=1):
+        conn.execute("INSERT INTO harel_transport_messages (seq, group_id, event) VALUES (?, ?, ?)", (seq, group, event))
+        conn.execute("INSERT OR IGNORE INTO harel_transport_groups (group_id, priority) VALUES (?, 0)", (group,))
+    conn.close()
+
+    clock = Clock()
+    queue = TRANSPORTS[driver](path, clock=clock)
+    columns = [row[1] for row in rows(driver, path, "PRAGMA table_info(harel_transport_groups)")]
+    assert "routing_key" in columns
+    assert rows(driver, path, "SELECT value FROM harel_transport_meta WHERE key = 'schema_version'") == [(SCHEMA_VERSION,)]
+    indexes = {name for (name,) in rows(driver, path, "SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert "harel_transport_groups_by_routing_key" in indexes
+    delivered = []
+    while (lease := queue.claim("w", 10)) is not None:
+        delivered.append(lease.event)
+        assert queue.ack(lease)
+    assert delivered == ["a", "b", "c"]
+    queue.publish("g3", "d", routing_key="blue")  # the new column works
+    assert queue.claim("w", 10, routing_keys=["blue"]).event == "d"
+    queue.close()
+    TRANSPORTS[driver](path).close()  # opening an up-to-date database again changes nothing
+    assert columns == [row[1] for row in rows(driver, path, "PRAGMA table_info(harel_transport_groups)")]
+
+
+def test_a_newer_schema_is_refused(driver, tmp_path):
+    path = tmp_path / "new.db"
+    TRANSPORTS[driver](path).close()
+    conn = CONNECT[driver](path)
+    conn.execute("UPDATE harel_transport_meta SET value = 99")
+    conn.close()
+    with pytest.raises(StorageError, match="schema version 99"):
+        TRANSPORTS[driver](path)
+
+
+def test_prefixes_are_validated_and_keep_queues_apart(driver, tmp_path):
+    path = tmp_path / "shared.db"
+    for bad in ["", "1abc", "a-b", "a b", "x" * 42, "drop table;"]:
+        with pytest.raises(ValueError, match="prefix must be"):
+            TRANSPORTS[driver](path, prefix=bad)
+    with pytest.raises(TypeError, match="prefix must be a str"):
+        TRANSPORTS[driver](path, prefix=3)
+    one = TRANSPORTS[driver](path, prefix="tenant_1")
+    two = TRANSPORTS[driver](path, prefix="_t2")
+    one.publish("g", "for one")
+    assert two.claim("w", 10) is None
+    assert one.claim("w", 10).event == "for one"
+    one.close(), two.close()
+    assert events_in(driver, path, "tenant_1_harel_transport_messages") == ["for one"]
+    assert rows(driver, path, "SELECT count(*) FROM sqlite_master WHERE name = 'harel_transport_messages'") == [(0,)]
+
+
+# --- Contract basics on a real file ---------------------------------------------------------
+
+
+def test_durable_fenced_and_text_exact(driver, tmp_path):
+    clock = Clock()
+    path = tmp_path / "q.db"
+    queue = TRANSPORTS[driver](path, clock=clock)
+    texts = ["", "nul\x00inside", "\x00", "é" * 100_000, "😀 grüppe ✓"]
+    for text in texts:
+        queue.publish("g\x00☃", text)
+    queue.close()
+    queue.close()  # twice is harmless
+    with pytest.raises(TransportClosedError):
+        queue.claim("w", 1)
+
+    queue = TRANSPORTS[driver](path, clock=clock)
+    first = queue.claim("w1", 1.0)
+    assert (first.group_id, first.event) == ("g\x00☃", "")
+    clock.now += 1.0
+    assert queue.claim("w2", 1.0) is None  # live while now <= t + v
+    clock.now += 0.001
+    second = queue.claim("w2", 1.0)
+    assert second.seq == first.seq and second.token != first.token
+    assert not queue.ack(first) and not queue.nack(first)  # superseded: fenced
+    assert queue.nack(second, delay=5)
+    assert not queue.ack(second)  # consumed by the nack
+    clock.now += 5.001
+    delivered = []
+    while (lease := queue.claim("w", 1.0)) is not None:
+        delivered.append(lease.event)
+        assert queue.ack(lease)
+    assert delivered == texts
+    assert rows(driver, path, "SELECT count(*) FROM harel_transport_groups") == [(0,)]
+    queue.close()
+
+
+def test_async_sqlite_transport(tmp_path):
+    async def scenario():
+        clock = Clock()
+        queue = await AsyncSqliteTransport.create(tmp_path / "q.db", clock=clock)
+        await asyncio.gather(*(queue.publish(f"g{i % 3}", f"e{i}") for i in range(12)))
+        leases = await asyncio.gather(*(queue.claim("w", 5) for _ in range(4)))
+        assert sorted(lease.group_id for lease in leases if lease) == ["g0", "g1", "g2"]
+        assert all(await asyncio.gather(*(queue.ack(lease) for lease in leases if lease)))
+        await queue.close()
+        await queue.close()
+        with pytest.raises(TransportClosedError):
+            await queue.claim("w", 5)
+
+    asyncio.run(scenario())
+    assert len(events_in("sqlite", tmp_path / "q.db")) == 9
+
+
+# --- Storage errors: clear StorageError naming the path, nothing lost -----------------------
+
+
+def test_not_a_database(driver, tmp_path):
+    path = tmp_path / "notes.txt"
+    content = b"these are my notes, not a database\n" * 200
+    path.write_bytes(content)
+    with pytest.raises(StorageError, match="not an SQLite database") as caught:
+        TRANSPORTS[driver](path)
+    assert str(path) in str(caught.value)
+    assert path.read_bytes() == content
+
+
+@pytest.fixture
+def make_read_only():
+    """Make a file or directory read-only, even for root (then via ``chattr +i``)."""
+    undo = []
+
+    def make(path):
+        if os.geteuid() != 0:
+            mode = path.stat().st_mode
+            path.chmod(0o555 if path.is_dir() else 0o444)
+            undo.append(lambda: path.chmod(mode))
+            return
+        if shutil.which("chattr") is None or subprocess.run(["chattr", "+i", str(path)], capture_output=True).returncode:
+            pytest.skip("running as root and chattr +i is unavailable: cannot make a read-only file")
+        undo.append(lambda: subprocess.run(["chattr", "-i", str(path)], check=True))
+
+    yield make
+    for action in reversed(undo):
+        action()
+
+
+def test_read_only_file(driver, tmp_path, make_read_only):
+    path = tmp_path / "q.db"
+    queue = TRANSPORTS[driver](path)
+    queue.publish("g", "kept")
+    queue.close()
+    make_read_only(path)
+    queue = TRANSPORTS[driver](path)  # opens (reading is possible) ...
+    with pytest.raises(StorageError, match="read-only") as caught:  # ... but refuses to write
+        queue.publish("g", "refused")
+    assert str(path) in str(caught.value)
+    with pytest.raises(StorageError, match="read-only"):
+        queue.claim("w", 10)
+    queue.close()
+    assert events_in(driver, path) == ["kept"]
+
+
+def test_read_only_directory(driver, tmp_path, make_read_only):
+    directory = tmp_path / "ro"
+    directory.mkdir()
+    make_read_only(directory)
+    with pytest.raises(StorageError, match="cannot be opened") as caught:
+        TRANSPORTS[driver](directory / "q.db")
+    assert str(directory / "q.db") in str(caught.value)
+
+
+def test_locked_past_busy_timeout(driver, tmp_path):
+    path = tmp_path / "q.db"
+    queue = TRANSPORTS[driver](path, busy_timeout=0.05)
+    queue.publish("g", "first")
+    queue.publish("h", "second")
+    held = queue.claim("w", 60)
+
+    blocker = CONNECT[driver](path)
+    blocker.execute("BEGIN IMMEDIATE")
+    try:
+        for call in (lambda: queue.publish("g", "blocked"), lambda: queue.claim("w", 60), lambda: queue.ack(held)):
+            with pytest.raises(StorageError, match="busy_timeout=0.05s") as caught:
+                call()
+            assert str(path) in str(caught.value)
+    finally:
+        blocker.execute("ROLLBACK")
+        blocker.close()
+
+    assert events_in(driver, path) == ["first", "second"]
+    assert queue.ack(held)  # the failed calls changed nothing: the lease still holds
+    assert queue.claim("w", 60).event == "second"
+    queue.close()
+
+
+# --- Several processes on one file, judged by the history checker ---------------------------
+
+GROUPS = ("g1", "g2", "g3", "g4", "g5")
+VISIBILITY = 0.03
+
+
+def _worker(path, history_dir, name, seed, rounds):
+    """One process: claims and publishes at random, acks, nacks, parks, acks late, abandons."""
+    rng = random.Random(seed)
+    history = History(Path(history_dir) / f"{name}.jsonl")
+    queue = RecordingTransport(SqliteTransport(path, busy_timeout=30), history, name)
+    for i in range(rounds):
+        if rng.random() < 0.2:
+            queue.publish(rng.choice(GROUPS), f"{name}-{i}")
+            continue
+        lease = queue.claim(name, VISIBILITY)
+        if lease is None:
+            time.sleep(0.001)
+            continue
+        action = rng.random()
+        if action < 0.55:
+            time.sleep(rng.uniform(0, VISIBILITY / 2))  # work, while holding the group
+            queue.ack(lease)
+        elif action < 0.7:
+            queue.nack(lease)
+        elif action < 0.8:
+            queue.nack(lease, delay=0.01)
+        elif action < 0.9:
+            time.sleep(VISIBILITY * 1.5)  # too late: fenced if someone re-claimed it
+            queue.ack(lease)
+        # else: abandoned, as by a crashed worker; the lease lapses
+    queue.close()
+    history.close()
+
+
+def test_several_processes_never_share_a_group_nor_lose_a_message(tmp_path):
+    path = str(tmp_path / "q.db")
+    histories = tmp_path / "histories"
+    histories.mkdir()
+    main = History(histories / "main.jsonl")
+    queue = RecordingTransport(SqliteTransport(path), main, "main")
+    for i in range(60):
+        queue.publish(GROUPS[i % len(GROUPS)], f"main-{i}")
+    queue.close()
+    main.close()
+
+    context = multiprocessing.get_context("spawn")
+    workers = [context.Process(target=_worker, args=(path, str(histories), f"w{n}", n, 150)) for n in range(4)]
+    for process in workers:
+        process.start()
+    for process in workers:
+        process.join(timeout=120)
+    assert [process.exitcode for process in workers] == [0, 0, 0, 0]
+
+    time.sleep(VISIBILITY + 0.05)  # every lease and park has lapsed
+    drainer = SqliteTransport(path)
+    drained = drain(drainer)
+    drainer.close()
+    records = load(histories)
+    report = check(records, drained)
+    assert report.ok, report
+    acks = [r for r in records if r.op == "ack" and r.result is True]
+    assert len(acks) + len(drained) == sum(r.op == "publish" for r in records)
