@@ -1,0 +1,297 @@
+"""One or more examples per rule of SPEC.md, written against the model (R1-R12, R18) or,
+for the rules about calls (R13-R17), against InMemoryTransport."""
+
+import math
+
+import pytest
+
+from harel_ref.transport import InMemoryStore, InMemoryTransport, Lease, TransportClosedError
+from model import Claimed, QueueModel, When
+
+
+def claim(q: QueueModel, now, token="t", visibility=10.0, **filters):
+    """Claim in the model when exactly one answer is allowed; return it."""
+    (outcome,) = q.claim_outcomes(now, **filters)
+    if outcome is not None:
+        q.take(outcome, token, now, visibility)
+    return outcome
+
+
+def test_r1_groups_are_fifo():
+    q = QueueModel()
+    for event in ["a", "", "\x00nul", "ü" * 5000]:
+        q.publish("g", event)
+    got = []
+    for i in range(4):
+        outcome = claim(q, 1.0, token=f"t{i}")
+        got.append(outcome.event)
+        assert q.ack(f"t{i}", 1.0)
+    assert got == ["a", "", "\x00nul", "ü" * 5000]
+
+
+def test_r1_seq_increases_across_the_queue():
+    q = QueueModel()
+    q.publish("g1", "a")
+    q.publish("g2", "b")
+    q.publish("g1", "c")
+    assert claim(q, 1.0, token="t1") == Claimed("g1", 1, "a")
+    assert claim(q, 1.0, token="t2") == Claimed("g2", 2, "b")
+    q.ack("t1", 1.0)
+    assert claim(q, 2.0, token="t3") == Claimed("g1", 3, "c")
+
+
+def test_r2_a_group_with_a_live_lease_is_not_claimable():
+    q = QueueModel()
+    q.publish("g", "a")
+    q.publish("g", "b")
+    assert claim(q, 1.0, token="t1").event == "a"
+    assert q.claim_outcomes(2.0) == {None}  # "b" waits: one message per group in flight
+
+
+def test_r2_other_groups_stay_claimable():
+    q = QueueModel()
+    q.publish("g1", "a")
+    q.publish("g2", "b")
+    claim(q, 1.0, token="t1")
+    assert claim(q, 1.0, token="t2") == Claimed("g2", 2, "b")
+
+
+def test_r3_lease_is_live_at_its_exact_end_and_lapses_one_tick_later():
+    q = QueueModel()
+    q.publish("g", "a")
+    claim(q, 100.0, visibility=0.5)
+    assert q.claim_outcomes(100.5) == {None}
+    assert q.claim_outcomes(math.nextafter(100.5, math.inf)) == {Claimed("g", 1, "a")}
+
+
+def test_r4_priority_floor():
+    q = QueueModel()
+    q.publish("low", "a", priority=1)
+    q.publish("high", "b", priority=3)
+    assert q.claim_outcomes(1.0, min_priority=2) == {Claimed("high", 2, "b")}
+    assert q.claim_outcomes(1.0, min_priority=4) == {None}
+
+
+def test_r4_routing_keys_and_groups_without_a_key():
+    q = QueueModel()
+    q.publish("plain", "a")
+    q.publish("blue", "b", routing_key="blue")
+    assert q.claim_outcomes(1.0, routing_keys=["blue", "green"]) == {Claimed("blue", 2, "b")}
+    assert q.claim_outcomes(1.0, routing_keys=["green"]) == {None}
+    assert q.claim_outcomes(1.0) == {Claimed("plain", 1, "a")}  # unfiltered: arrival order
+
+
+def test_r4_ties_go_by_arrival_order():
+    q = QueueModel()
+    q.publish("second", "x")  # "second" arrives first
+    q.publish("first", "y")
+    assert q.claim_outcomes(1.0) == {Claimed("second", 1, "x")}
+
+
+def test_r5_claim_policy_round_robin():
+    q = QueueModel("claim")
+    for group in ("g1", "g2"):
+        q.publish(group, "1")
+        q.publish(group, "2")
+    order = []
+    for i, now in enumerate([1.0, 2.0, 3.0, 4.0]):
+        outcome = claim(q, now, token=f"t{i}")
+        order.append(outcome.group_id)
+        q.ack(f"t{i}", now)
+    assert order == ["g1", "g2", "g1", "g2"]
+
+
+def test_r5_ack_policy_stamps_on_ack_not_on_claim():
+    q = QueueModel("ack")
+    q.publish("g1", "1")
+    q.publish("g1", "2")
+    q.publish("g2", "3")
+    claim(q, 1.0, token="t1")  # g1, not stamped: still ahead of g2 by arrival
+    q.nack("t1", 0, 1.0)
+    assert q.claim_outcomes(2.0) == {Claimed("g1", 1, "1")}
+    claim(q, 2.0, token="t2")
+    q.ack("t2", 3.0)  # now g1 is stamped 3.0 and yields to g2
+    assert q.claim_outcomes(4.0) == {Claimed("g2", 3, "3")}
+
+
+def test_r5_unspecified_policy_allows_every_claimable_group():
+    q = QueueModel("unspecified")
+    q.publish("g1", "a")
+    q.publish("g2", "b")
+    assert q.claim_outcomes(1.0) == {Claimed("g1", 1, "a"), Claimed("g2", 2, "b")}
+
+
+def test_r6_the_head_comes_back_after_its_lease_lapses():
+    q = QueueModel()
+    q.publish("g", "a")
+    q.publish("g", "b")
+    claim(q, 1.0, token="t1", visibility=1.0)
+    assert claim(q, 2.5, token="t2") == Claimed("g", 1, "a")
+
+
+def test_r7_ack_removes_and_frees_the_group():
+    q = QueueModel()
+    q.publish("g", "a")
+    q.publish("g", "b")
+    claim(q, 1.0, token="t1")
+    assert q.ack("t1", 1.0) is True
+    assert q.contents() == {"g": ["b"]}
+    assert q.claim_outcomes(1.0) == {Claimed("g", 2, "b")}
+
+
+def test_r8_nack_now_keeps_the_message_at_the_head():
+    q = QueueModel()
+    q.publish("g", "a")
+    q.publish("g", "b")
+    claim(q, 1.0, token="t1")
+    assert q.nack("t1", 0, 1.0) is True
+    assert q.claim_outcomes(1.0) == {Claimed("g", 1, "a")}
+
+
+def test_r9_nack_later_parks_the_group_until_the_delay_ends_inclusive():
+    q = QueueModel()
+    q.publish("g", "a")
+    claim(q, 1.0, token="t1")
+    assert q.nack("t1", 2.0, 1.0) is True
+    assert q.claim_outcomes(3.0) == {None}
+    assert q.claim_outcomes(3.0 + 2**-10) == {Claimed("g", 1, "a")}
+    assert q.ack("t1", 4.0) is False  # no lease acts on a parked message
+
+
+def test_r10_a_superseded_lease_cannot_ack():
+    q = QueueModel()
+    q.publish("g", "a")
+    claim(q, 1.0, token="old", visibility=1.0)
+    claim(q, 5.0, token="new")  # the old lease lapsed and the message was re-claimed
+    assert q.ack("old", 5.0) is False
+    assert q.nack("old", 0, 5.0) is False
+    assert q.contents() == {"g": ["a"]}
+    assert q.ack("new", 5.0) is True
+
+
+def test_r10_a_lapsed_lease_nobody_reclaimed_can_still_ack():
+    q = QueueModel()
+    q.publish("g", "a")
+    claim(q, 1.0, token="t1", visibility=1.0)
+    assert q.ack("t1", 50.0) is True
+    assert q.contents() == {}
+
+
+def test_r10_a_consumed_lease_has_no_effect():
+    q = QueueModel()
+    q.publish("g", "a")
+    q.publish("g", "b")
+    claim(q, 1.0, token="t1")
+    assert q.ack("t1", 1.0)
+    assert q.ack("t1", 1.0) is False  # "b" is now the head; the old lease must not touch it
+    assert q.contents() == {"g": ["b"]}
+
+
+def test_r11_a_group_recreated_after_its_last_ack_starts_afresh():
+    q = QueueModel()
+    q.publish("g", "a")
+    q.publish("h", "b")
+    claim(q, 1.0, token="t1")
+    q.ack("t1", 1.0)
+    q.publish("g", "c")  # new arrival rank, behind "h"; stamp 0 again
+    assert q.claim_outcomes(2.0) == {Claimed("h", 2, "b")}
+    assert q.group_info("g") == (0, None)
+
+
+def test_r12_priority_and_routing_key_are_fixed_by_the_creating_publish():
+    q = QueueModel()
+    q.publish("g", "a", priority=1, routing_key="blue")
+    q.publish("g", "b", priority=4, routing_key="green")
+    assert q.group_info("g") == (1, "blue")
+    assert q.claim_outcomes(1.0, min_priority=2) == {None}
+
+
+@pytest.mark.parametrize(
+    "call, error",
+    [
+        (lambda t: t.publish("", "e"), ValueError),
+        (lambda t: t.publish("g", b"e"), TypeError),
+        (lambda t: t.publish("g", "\udc80"), ValueError),
+        (lambda t: t.publish("g", "e", priority=5), ValueError),
+        (lambda t: t.publish("g", "e", priority=True), TypeError),
+        (lambda t: t.claim("w", 0), ValueError),
+        (lambda t: t.claim("w", math.inf), ValueError),
+        (lambda t: t.claim("w", 1, routing_keys="blue"), TypeError),
+        (lambda t: t.claim("w", 1, routing_keys=[]), ValueError),
+        (lambda t: t.nack(Lease("g", "e", 1, "x"), -1), ValueError),
+        (lambda t: t.ack("not a lease"), TypeError),
+    ],
+)
+def test_r13_bad_input_is_refused_and_nothing_changes(call, error):
+    transport = InMemoryTransport(clock=lambda: 1.0)
+    transport.publish("g", "kept")
+    with pytest.raises(error) as raised:
+        call(transport)
+    assert str(raised.value)  # the message says what was wrong
+    lease = transport.claim("w", 1.0)
+    assert (lease.group_id, lease.event) == ("g", "kept")
+
+
+def test_r14_close_twice_is_harmless_and_calls_after_close_fail():
+    transport = InMemoryTransport()
+    transport.close()
+    transport.close()
+    with pytest.raises(TransportClosedError, match="closed"):
+        transport.publish("g", "e")
+    with pytest.raises(TransportClosedError):
+        transport.claim("w", 1.0)
+
+
+def test_r15_a_reopened_transport_keeps_leases_and_a_shared_store_is_one_queue():
+    store = InMemoryStore()
+    first = InMemoryTransport(clock=lambda: 1.0, store=store)
+    first.publish("g", "a")
+    lease = first.claim("w", 10.0)
+    second = InMemoryTransport(clock=lambda: 2.0, store=store)
+    assert second.claim("w", 10.0) is None  # R2 across instances
+    first.close()
+    assert second.ack(lease) is True  # the lease outlives the transport that took it
+
+
+def test_r16_tokens_are_unique_and_seq_is_stable():
+    now = [1.0]
+    transport = InMemoryTransport(clock=lambda: now[0])
+    transport.publish("g", "a")
+    transport.publish("g", "b")
+    first = transport.claim("w", 1.0)
+    now[0] = 5.0
+    again = transport.claim("w", 1.0)
+    assert first.token != again.token and first.seq == again.seq
+    transport.ack(again)
+    assert transport.claim("w", 1.0).seq > again.seq
+
+
+def test_r17_a_claim_whose_answer_was_lost_comes_back_when_its_lease_lapses():
+    q = QueueModel()
+    q.publish("g", "a")
+    claim(q, 1.0, token="answer-lost", visibility=2.0)  # nobody will ever ack this token
+    assert q.claim_outcomes(3.0) == {None}
+    assert claim(q, 3.5, token="t2") == Claimed("g", 1, "a")
+
+
+def test_r18_uncertain_time_allows_both_answers_at_a_boundary():
+    q = QueueModel()
+    q.publish("g", "a")
+    claim(q, 1.0, token="t1", visibility=1.0)  # live until 2.0
+    assert q.claim_outcomes(When(1.5, 2.5)) == {None, Claimed("g", 1, "a")}
+    assert q.claim_outcomes(When(1.0, 1.9)) == {None}
+    assert q.claim_outcomes(When(2.1, 2.5)) == {Claimed("g", 1, "a")}
+
+
+def test_r18_fairness_counts_only_when_stamp_windows_do_not_overlap():
+    q = QueueModel()
+    q.publish("g1", "a")
+    q.publish("g2", "b")
+    (first,) = q.claim_outcomes(When(1.0, 1.2))
+    q.take(first, "t1", When(1.0, 1.2), 0.1)
+    q.nack("t1", 0, When(1.3, 1.4))
+    (second,) = q.claim_outcomes(When(1.1, 1.3)) - {first}
+    q.take(second, "t2", When(1.1, 1.3), 0.1)
+    q.nack("t2", 0, When(1.4, 1.5))
+    # Both stamps are uncertain and overlap: either group may come next.
+    assert q.claim_outcomes(When(2.0, 2.1)) == {Claimed("g1", 1, "a"), Claimed("g2", 2, "b")}
