@@ -5,6 +5,8 @@ temporary directory.  A broken SqliteTransport with the seeds' unfenced ack show
 machine catches what fencing prevents.
 """
 
+import atexit
+import shutil
 import tempfile
 
 import pytest
@@ -19,6 +21,7 @@ from stateful.backends.sql import database_path, libsql, libsql_async, sqlite, s
 
 # The machine classes are built at import, before any fixture exists: one directory per run.
 _DIR = tempfile.mkdtemp(prefix="harel-ref-sql-machine-")
+atexit.register(shutil.rmtree, _DIR, ignore_errors=True)
 
 TestSqliteMachine = make_machine(sqlite(_DIR)).TestCase
 TestAsyncSqliteMachine = make_machine(sqlite_async(_DIR)).TestCase
