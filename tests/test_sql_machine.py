@@ -15,7 +15,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from harel_ref.transport import SqliteTransport
 from harel_ref.transport._base import check_lease
-from harel_ref.transport._sql import Statement
+from harel_ref.transport._sql import Statement, drop_group_if_empty_plan
 from stateful import Backend, Capabilities, Divergence, make_machine
 from stateful.backends.sql import database_path, libsql, libsql_async, sqlite, sqlite_async
 
@@ -34,11 +34,7 @@ def _unfenced_ack_plan(t, lease):
     deleted = yield Statement(f"DELETE FROM {t.messages} WHERE seq = ?", (lease.seq,))
     if not deleted:
         return False
-    yield Statement(
-        f"DELETE FROM {t.groups} WHERE group_id = ?"
-        f" AND NOT EXISTS (SELECT 1 FROM {t.messages} WHERE group_id = ?)",
-        (lease.group_id, lease.group_id),
-    )
+    yield from drop_group_if_empty_plan(t, lease.group_id)
     return True
 
 

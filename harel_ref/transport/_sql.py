@@ -79,6 +79,7 @@ __all__ = [
     "claim_now_plan",
     "claim_query",
     "connection_pragmas",
+    "drop_group_if_empty_plan",
     "nack_plan",
     "one_statement",
     "open_plan",
@@ -272,12 +273,18 @@ def ack_plan(t: Tables, lease: Lease) -> Plan[bool]:
     )
     if not deleted:
         return False
+    yield from drop_group_if_empty_plan(t, lease.group_id)
+    return True
+
+
+def drop_group_if_empty_plan(t: Tables, group_id: str) -> Plan[None]:
+    """A group lives while it has messages: after its last ack its row goes (and with it its
+    priority, routing key and arrival rank; a later publish creates it anew)."""
     yield Statement(
         f"DELETE FROM {t.groups} WHERE group_id = ?"
         f" AND NOT EXISTS (SELECT 1 FROM {t.messages} WHERE group_id = ?)",
-        (lease.group_id, lease.group_id),
+        (group_id, group_id),
     )
-    return True
 
 
 def nack_plan(t: Tables, lease: Lease, now: float, delay: float) -> Plan[bool]:

@@ -30,7 +30,7 @@ def database_path(directory: Path, namespace: str, kind: str) -> Path:
     """The file for ``namespace`` in ``directory``: readable, and distinct per namespace."""
     slug = re.sub(r"[^A-Za-z0-9_-]+", "-", namespace)[:40]
     digest = hashlib.sha256(namespace.encode("utf-8", "surrogatepass")).hexdigest()[:12]
-    return directory / f"{kind}-{slug}-{digest}.db"
+    return Path(directory) / f"{kind}-{slug}-{digest}.db"
 
 
 def _directory(tmp_dir: Path | str | None) -> Path:
@@ -38,39 +38,35 @@ def _directory(tmp_dir: Path | str | None) -> Path:
     return Path(tmp_dir) if tmp_dir is not None else Path(tempfile.mkdtemp(prefix="harel-ref-"))
 
 
-def sqlite(tmp_dir: Path | str | None = None) -> Backend:
+def _sync(name: str, transport_class, kind: str, tmp_dir: Path | str | None) -> Backend:
     directory = _directory(tmp_dir)
 
     def factory(clock, namespace):
-        return SqliteTransport(database_path(directory, namespace, "sqlite"), clock=clock)
+        return transport_class(database_path(directory, namespace, kind), clock=clock)
 
-    return Backend("sqlite", factory, CAPABILITIES)
+    return Backend(name, factory, CAPABILITIES)
+
+
+def _async(name: str, transport_class, kind: str, tmp_dir: Path | str | None) -> Backend:
+    directory = _directory(tmp_dir)
+
+    async def factory(clock, namespace):
+        return await transport_class.create(database_path(directory, namespace, kind), clock=clock)
+
+    return Backend(name, factory, CAPABILITIES, is_async=True)
+
+
+def sqlite(tmp_dir: Path | str | None = None) -> Backend:
+    return _sync("sqlite", SqliteTransport, "sqlite", tmp_dir)
 
 
 def sqlite_async(tmp_dir: Path | str | None = None) -> Backend:
-    directory = _directory(tmp_dir)
-
-    async def factory(clock, namespace):
-        path = database_path(directory, namespace, "sqlite")
-        return await AsyncSqliteTransport.create(path, clock=clock)
-
-    return Backend("sqlite-async", factory, CAPABILITIES, is_async=True)
+    return _async("sqlite-async", AsyncSqliteTransport, "sqlite", tmp_dir)
 
 
 def libsql(tmp_dir: Path | str | None = None) -> Backend:
-    directory = _directory(tmp_dir)
-
-    def factory(clock, namespace):
-        return LibsqlTransport(database_path(directory, namespace, "libsql"), clock=clock)
-
-    return Backend("libsql", factory, CAPABILITIES)
+    return _sync("libsql", LibsqlTransport, "libsql", tmp_dir)
 
 
 def libsql_async(tmp_dir: Path | str | None = None) -> Backend:
-    directory = _directory(tmp_dir)
-
-    async def factory(clock, namespace):
-        path = database_path(directory, namespace, "libsql")
-        return await AsyncLibsqlTransport.create(path, clock=clock)
-
-    return Backend("libsql-async", factory, CAPABILITIES, is_async=True)
+    return _async("libsql-async", AsyncLibsqlTransport, "libsql", tmp_dir)
