@@ -40,8 +40,9 @@ header only; they never appear in ``repr``, error messages or logs.
 **When a request fails** (SPEC.md, "what a caller can rely on"):
 
 - :class:`StorageError`: nothing happened.  The request never reached a node (connection
-  refused, connect timeout), or rqlite refused it before applying it (HTTP 503 "leader not
-  found", "not leader", HTTP 4xx such as bad credentials), or SQLite rejected a statement and
+  refused, connect timeout), or rqlite refused it before applying it ("leader not found", "not
+  leader", a follower that could not connect to the leader to forward it, HTTP 4xx such as
+  bad credentials), or SQLite rejected a statement and
   the whole transaction was rolled back (HTTP 200 with ``{"error": ...}`` in a result).
 - :class:`OutcomeUnknownError`: the request may have been applied (read timeout, connection
   dropped after sending, a forwarded write whose leader did not answer, Raft leadership lost
@@ -92,8 +93,10 @@ _EXECUTE = "/db/execute?transaction"
 _QUERY = "/db/query?level=strong"  # linearizable: served by the leader
 _READY = "/readyz"
 
-# Answers meaning rqlite refused the write before applying it (service.go, store.go of 8.43).
-_NOT_APPLIED = ("leader not found", "not leader")
+# Answers meaning rqlite refused the write before applying it (service.go, store.go of 8.43):
+# no leader known, the node asked is not the leader, or a follower could not even get a
+# connection to the leader to forward the request ("pool get: dial tcp: ...").
+_NOT_APPLIED = ("leader not found", "not leader", "pool get:")
 
 
 # --- Nodes and credentials --------------------------------------------------------------------

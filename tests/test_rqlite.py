@@ -1,0 +1,209 @@
+"""The rqlite transports against the live three-node cluster (`bash .ci/cluster up`).
+
+No mocks: every test talks to the real cluster.  Each test uses its own table prefix, so xdist
+workers share the cluster safely; the fault tests live in test_rqlite_faults.py and wait for
+these to finish (see rqlite_support.py).  Without a cluster these tests skip, or fail on CI.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import traceback
+import uuid
+
+import pytest
+import requests
+from hypothesis import settings
+from requests.adapters import HTTPAdapter
+from rqlite_support import shared_cluster  # noqa: F401  (autouse fixture)
+
+from harel_ref.transport import (
+    AsyncRqliteTransport,
+    Lease,
+    RqliteTransport,
+    StorageError,
+    TransportClosedError,
+)
+from stateful import FakeClock, make_machine
+from stateful.backends.rqlite import prefix_for, rqlite, rqlite_async
+
+# Every example costs a few dozen Raft round trips: fewer examples than the local backends.
+_MACHINE_SETTINGS = settings(parent=settings.default, max_examples=min(settings.default.max_examples, 20))
+
+TestRqliteMachine = make_machine(rqlite()).TestCase
+TestRqliteMachine.settings = _MACHINE_SETTINGS
+TestAsyncRqliteMachine = make_machine(rqlite_async()).TestCase
+TestAsyncRqliteMachine.settings = _MACHINE_SETTINGS
+
+SECRET = "s3cr3t-pa55"
+
+
+def _prefix() -> str:
+    return prefix_for(f"t_{uuid.uuid4().hex[:16]}")
+
+
+def _drop(url: str, prefix: str) -> None:
+    names = ("messages", "groups", "meta")
+    statements = [[f"DROP TABLE IF EXISTS {prefix}_harel_transport_{name}"] for name in names]
+    requests.post(f"{url}/db/execute?transaction", json=statements, timeout=10).raise_for_status()
+
+
+@pytest.fixture
+def queue(shared_cluster):  # noqa: F811
+    """A fresh RqliteTransport on a fake clock, and its clock; its tables dropped after."""
+    clock, prefix = FakeClock(), _prefix()
+    transport = RqliteTransport.from_url(shared_cluster, clock=clock, prefix=prefix)
+    yield transport, clock
+    transport.close()
+    _drop(shared_cluster[0], prefix)
+
+
+class CountingAdapter(HTTPAdapter):
+    """A real HTTP adapter that counts the requests it sends."""
+
+    sent = 0
+
+    def send(self, request, **kwargs):
+        self.sent += 1
+        return super().send(request, **kwargs)
+
+
+def test_claim_ack_nack_are_one_request_each(queue):
+    transport, clock = queue
+    adapter = CountingAdapter()
+    transport.session.mount("http://", adapter)
+    transport.session.mount("https://", adapter)
+
+    def requests_for(call, *args):
+        before = adapter.sent
+        answer = call(*args)
+        return answer, adapter.sent - before
+
+    assert requests_for(transport.publish, "g", "first") == (None, 1)
+    transport.publish("g", "second")
+    lease, sent = requests_for(transport.claim, "w", 5.0)
+    assert (lease.event, sent) == ("first", 1)
+    assert requests_for(transport.claim, "w", 5.0) == (None, 1)  # g is in flight
+    assert requests_for(transport.nack, lease, 0) == (True, 1)
+    lease = transport.claim("w", 5.0)
+    assert requests_for(transport.nack, lease, 2.0) == (True, 1)  # parked
+    assert requests_for(transport.ack, lease) == (False, 1)  # the park took it from the lease
+    clock.now += 3
+    lease = transport.claim("w", 5.0)
+    assert requests_for(transport.ack, lease) == (True, 1)
+    assert requests_for(transport.ack, lease) == (False, 1)
+    assert transport.claim("w", 5.0).event == "second"
+
+
+def test_async_claim_ack_nack_are_one_request_each(shared_cluster):  # noqa: F811
+    sent = []
+
+    async def count(request):
+        sent.append(request.url.path)
+
+    async def scenario(prefix):
+        clock = FakeClock()
+        transport = await AsyncRqliteTransport.from_url(shared_cluster, clock=clock, prefix=prefix)
+        try:
+            transport.client.event_hooks["request"].append(count)
+            await transport.publish("g", "only")
+            lease = await transport.claim("w", 5.0)
+            assert await transport.nack(lease, 0) is True
+            lease = await transport.claim("w", 5.0)
+            assert await transport.ack(lease) is True
+            assert await transport.claim("w", 5.0) is None
+        finally:
+            await transport.close()
+
+    prefix = _prefix()
+    try:
+        asyncio.run(scenario(prefix))
+    finally:
+        _drop(shared_cluster[0], prefix)
+    assert sent == ["/db/execute"] * 6  # publish, claim, nack, claim, ack, claim
+
+
+def test_bad_input_and_closed_transport_send_nothing(queue):
+    transport, _ = queue
+    adapter = CountingAdapter()
+    transport.session.mount("http://", adapter)
+    lease = Lease("g", "e", 1, "w:0")
+    for call, args in [
+        (transport.publish, ("", "e")),
+        (transport.claim, ("w", 0)),
+        (transport.claim, ("w", 1.0, 0, "blue")),
+        (transport.nack, (lease, -1)),
+        (transport.ack, (("g", 1),)),
+    ]:
+        with pytest.raises((TypeError, ValueError)):
+            call(*args)
+    transport.close()
+    transport.close()
+    for call, args in [(transport.publish, ("g", "e")), (transport.claim, ("w", 1.0)), (transport.ack, (lease,))]:
+        with pytest.raises(TransportClosedError):
+            call(*args)
+    assert adapter.sent == 0
+
+
+def _leaks(text: str) -> bool:
+    token = base64.b64encode(f"alice:{SECRET}".encode()).decode()
+    return SECRET in text or token in text
+
+
+def _error_text(exc: BaseException) -> str:
+    return "".join(traceback.format_exception(exc)) + repr(exc)
+
+
+def test_credentials_never_appear_in_repr_errors_or_logs(shared_cluster, caplog):  # noqa: F811
+    caplog.set_level(logging.DEBUG)
+    with_auth = [url.replace("://", f"://alice:{SECRET}@", 1) for url in shared_cluster]
+    prefix = _prefix()
+    transport = RqliteTransport.from_url(",".join(with_auth), prefix=prefix)
+    try:
+        transport.publish("g", "e")  # rqlite without auth ignores the header: it works
+        assert transport.claim("w", 1.0).event == "e"
+        assert "alice" not in repr(transport) and not _leaks(repr(transport))
+    finally:
+        transport.close()
+        _drop(shared_cluster[0], prefix)
+
+    # A node that is not there: the error names the node, never the password.
+    with pytest.raises(StorageError) as caught:
+        RqliteTransport.from_url(f"http://alice:{SECRET}@127.0.0.1:1", wait=0, timeout=2)
+    assert "127.0.0.1:1" in str(caught.value)
+    assert not _leaks(_error_text(caught.value))
+
+    async def open_async():
+        await AsyncRqliteTransport.from_url(f"http://alice:{SECRET}@127.0.0.1:1", wait=0, timeout=2)
+
+    with pytest.raises(StorageError) as caught:
+        asyncio.run(open_async())
+    assert not _leaks(_error_text(caught.value))
+
+    # A malformed URL is refused without echoing the password.
+    for bad in (f"ftp://alice:{SECRET}@127.0.0.1:4001", f"http://alice:{SECRET}@127.0.0.1:4001/?x=1"):
+        with pytest.raises(ValueError) as caught:
+            RqliteTransport.from_url(bad)
+        assert not _leaks(_error_text(caught.value))
+
+    assert not _leaks(caplog.text)
+    assert not any(_leaks(record.getMessage()) for record in caplog.records)
+
+
+def test_a_dead_first_node_fails_over_to_the_next(shared_cluster):  # noqa: F811
+    """Connection refused means the request never left: it goes to the next URL given."""
+    prefix = _prefix()
+    transport = RqliteTransport.from_url(["http://127.0.0.1:1", *shared_cluster], prefix=prefix, timeout=5)
+    try:
+        transport.publish("g", "e")
+        assert transport.claim("w", 1.0).event == "e"
+    finally:
+        transport.close()
+        _drop(shared_cluster[0], prefix)
+
+
+def test_prefix_is_validated_before_any_request():
+    with pytest.raises(ValueError, match="prefix"):
+        RqliteTransport.from_url("http://127.0.0.1:1", prefix="no-dashes; DROP TABLE x")
