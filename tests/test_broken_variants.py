@@ -15,7 +15,7 @@ def test_machine_catches_broken_variant(name):
     with pytest.raises(Divergence) as caught:
         run_state_machine_as_test(
             machine,
-            settings=settings(max_examples=500, derandomize=True, database=None, deadline=None,
+            settings=settings(max_examples=500, stateful_step_count=20, derandomize=True, database=None, deadline=None,
                               report_multiple_bugs=False),
         )
     assert caught.value.property == broken_property, str(caught.value)
