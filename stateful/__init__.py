@@ -17,11 +17,13 @@ shows what the model allowed beside what the transport answered.
 
 from ._async import BlockingTransport
 from ._backend import Backend, Capabilities, Factory
-from ._machine import Divergence, FakeClock, TransportMachine, make_machine
+from ._machine import FOCUS_RULES, RULES, Divergence, FakeClock, TransportMachine, make_machine
 from .profiles import PROFILES, load_from_env
 
 __all__ = [
+    "FOCUS_RULES",
     "PROFILES",
+    "RULES",
     "Backend",
     "BlockingTransport",
     "Capabilities",

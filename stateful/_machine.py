@@ -14,10 +14,18 @@ import itertools
 import math
 import time
 import uuid
+from collections.abc import Iterable
 from typing import Any
 
 from hypothesis import strategies as st
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, multiple, precondition, rule
+from hypothesis.stateful import (
+    Bundle,
+    RuleBasedStateMachine,
+    initialize,
+    multiple,
+    precondition,
+    rule,
+)
 
 from harel_ref.transport import Lease
 from model import Claimed, QueueModel, When
@@ -25,7 +33,7 @@ from model import Claimed, QueueModel, When
 from ._async import open_transport
 from ._backend import Backend
 
-__all__ = ["Divergence", "FakeClock", "TransportMachine", "make_machine"]
+__all__ = ["FOCUS_RULES", "RULES", "Divergence", "FakeClock", "TransportMachine", "make_machine"]
 
 START = 1000.0
 TICK = 2.0**-10
@@ -34,6 +42,17 @@ two, so ``claim time + visibility`` is exact in floating point on both sides."""
 
 WALL_SCALE = 0.05
 """In wall-clock mode every duration is scaled by this (1 s of spec time = 50 ms of real time)."""
+
+RULES = (
+    "publish", "claim", "claim_any", "ack", "nack_now", "nack_later", "advance",
+    "advance_to_deadline", "open_second_instance", "reopen", "bad_input",
+)
+"""The names of the machine's rules; :func:`make_machine` runs them all by default and can
+enable a subset of them, or add the focus rules below."""
+
+FOCUS_RULES = ("prefill", "claim_at_deadline")
+"""Rules that only a focused search enables (``make_machine(rules=...)``): each does in one
+step what the default rules need several steps for, so a short search reaches it."""
 
 GROUPS = ("g1", "g2", "g3", "grüppe-✓")
 WORKERS = ("w1", "w2")
@@ -58,6 +77,7 @@ class Divergence(AssertionError):
         self.step = step
         self.expected = expected
         self.answered = answered
+        self.state = state
         super().__init__(
             f"[{property}] {step}\n"
             f"  the model allows:       {expected}\n"
@@ -110,9 +130,24 @@ class TransportMachine(RuleBasedStateMachine):
     Subclasses set ``backend`` (see :func:`make_machine`).  Rules are gated by the backend's
     capabilities: no priority means every publish uses 0 and every claim min_priority 0, and
     so on.
+
+    Three class attributes narrow what a run looks at, so that a search can *focus* on one
+    property (the certifier runs one focused search per property).  Their defaults check
+    everything:
+
+    - ``stale_leases``: ack and nack leases that were superseded or already consumed (the
+      fencing checks).  When False such steps do nothing.
+    - ``clock_slack``: judge each claim as if it happened anywhere within this many seconds
+      of the clock, so an answer at the exact end of a lease or park is not judged (that
+      boundary is the lease-expiry property's).  Only for an injectable clock.
+    - ``after_reopen``: when set, a divergence found after a ``reopen`` step names this
+      property (e.g. ``"durability"``) instead of the one it shows; the message keeps both.
     """
 
     backend: Backend
+    stale_leases: bool = True
+    clock_slack: float = 0.0
+    after_reopen: str | None = None
 
     leases = Bundle("leases")
 
@@ -128,6 +163,7 @@ class TransportMachine(RuleBasedStateMachine):
         self.tokens: set[str] = set()
         self.seqs: dict[tuple[str, int], int] = {}  # (group, model seq) -> transport's seq
         self.in_step = False
+        self.reopened = False
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -150,7 +186,14 @@ class TransportMachine(RuleBasedStateMachine):
         return answer, When(before, time.time())
 
     def _diverge(self, prop: str, step: str, expected: str, answered: Any) -> Divergence:
+        if self.reopened and self.after_reopen is not None and prop != self.after_reopen:
+            step = f"{step}  (after a reopen; the check that failed: {prop})"
+            prop = self.after_reopen
         return Divergence(prop, step, expected, repr(answered), self._describe())
+
+    def _current(self, lease) -> bool:
+        """Whether ``lease`` still holds its message per the model (lapsed or not, R10)."""
+        return any(token == lease.token for token, _ in self.model.holds().values())
 
     def _describe(self) -> str:
         holds = self.model.holds()
@@ -176,6 +219,25 @@ class TransportMachine(RuleBasedStateMachine):
         via=st.integers(0, 1),
     )
     def publish(self, group, event, priority, routing_key, via):
+        self._publish(group, event, priority, routing_key, via)
+
+    @initialize(
+        messages=st.lists(
+            st.tuples(
+                st.sampled_from(GROUPS[:2]), st.text(max_size=3), st.integers(0, 4),
+                st.sampled_from(ROUTING_KEYS),
+            ),
+            min_size=1,
+            max_size=4,
+        )
+    )
+    def prefill(self, messages):
+        """A focus rule: start with a few messages in one or two groups, so that every
+        example has something to claim from its first step."""
+        for group, event, priority, routing_key in messages:
+            self._publish(group, event, priority, routing_key, 0)
+
+    def _publish(self, group, event, priority, routing_key, via):
         caps = self.backend.capabilities
         priority = priority if caps.priority else 0
         routing_key = routing_key if caps.routing else None
@@ -223,7 +285,7 @@ class TransportMachine(RuleBasedStateMachine):
             f"claim({worker!r}, visibility={visibility}, min_priority={min_priority}, "
             f"routing_keys={routing_keys!r})"
         )
-        allowed = None if self.wall else self.model.claim_outcomes(self.clock.now, min_priority, routing_keys)
+        allowed = None if self.wall else self.model.claim_outcomes(self._judged_now(), min_priority, routing_keys)
         lease, when = self._call(
             transport.claim, worker, self._seconds(visibility), min_priority,
             None if routing_keys is None else list(routing_keys),
@@ -239,6 +301,12 @@ class TransportMachine(RuleBasedStateMachine):
         self._check_lease_identity(step, lease, claimed)
         self.model.take(claimed, lease.token, when, self._seconds(visibility))
         return lease
+
+    def _judged_now(self) -> float | When:
+        """The moment a claim is judged at: the clock, widened by ``clock_slack``."""
+        if not self.clock_slack:
+            return self.clock.now
+        return When(self.clock.now - self.clock_slack, self.clock.now + self.clock_slack)
 
     @staticmethod
     def _match(lease, allowed) -> Claimed | None | bool:
@@ -271,6 +339,8 @@ class TransportMachine(RuleBasedStateMachine):
 
     @rule(lease=leases, via=st.integers(0, 1))
     def ack(self, lease, via):
+        if not self.stale_leases and not self._current(lease):
+            return
         self.in_step = True
         answer, when = self._call(self._instance(via).ack, lease)
         expected = self.model.ack(lease.token, when)
@@ -289,6 +359,8 @@ class TransportMachine(RuleBasedStateMachine):
         self._nack(lease, delay, via)
 
     def _nack(self, lease, delay, via):
+        if not self.stale_leases and not self._current(lease):
+            return
         self.in_step = True
         answer, when = self._call(self._instance(via).nack, lease, self._seconds(delay))
         expected = self.model.nack(lease.token, self._seconds(delay), when)
@@ -310,6 +382,27 @@ class TransportMachine(RuleBasedStateMachine):
     @rule(which=st.integers(0, 3), past=st.booleans())
     def advance_to_deadline(self, which, past):
         """Step to the exact end of a lease or park (still live), or one tick past it."""
+        self._step_to_deadline(which, past)
+
+    @precondition(lambda self: not self.wall and self.model.deadlines())
+    @rule(
+        target=leases,
+        which=st.integers(0, 3),
+        past=st.booleans(),
+        worker=st.sampled_from(WORKERS),
+        visibility=st.sampled_from(VISIBILITIES),
+        via=st.integers(0, 1),
+    )
+    def claim_at_deadline(self, which, past, worker, visibility, via):
+        """A focus rule: step to the end of a lease or park, or one tick past it, and make a
+        plain claim there: the boundary of R3 and R9, and a lease superseded (R10)."""
+        self._step_to_deadline(which, past)
+        self.in_step = True
+        lease = self._claim(self._instance(via), worker, visibility)
+        self.in_step = False
+        return multiple() if lease is None else lease
+
+    def _step_to_deadline(self, which: int, past: bool) -> None:
         future = [t for t in self.model.deadlines() if t >= self.clock.now]
         if future:
             self.clock.now = future[which % len(future)] + (TICK if past else 0.0)
@@ -329,6 +422,7 @@ class TransportMachine(RuleBasedStateMachine):
         for transport in self.instances:
             transport.close()
         self.instances = [self._open()]
+        self.reopened = True
         self.in_step = False
 
     # --- bad input (R13) -----------------------------------------------------------------------
@@ -398,11 +492,47 @@ class TransportMachine(RuleBasedStateMachine):
         raise self._diverge("close", "claim after close()", "an error", "it answered normally")
 
 
-def make_machine(backend: Backend) -> type[TransportMachine]:
+def make_machine(
+    backend: Backend,
+    *,
+    rules: Iterable[str] | None = None,
+    stale_leases: bool = True,
+    clock_slack: float = 0.0,
+    after_reopen: str | None = None,
+    name: str | None = None,
+) -> type[TransportMachine]:
     """A :class:`TransportMachine` subclass for ``backend``; run it with ``.TestCase`` or
-    ``hypothesis.stateful.run_state_machine_as_test``."""
-    name = "".join(part.capitalize() for part in backend.name.replace("_", "-").split("-") if part)
-    return type(f"{name}Machine", (TransportMachine,), {"backend": backend})
+    ``hypothesis.stateful.run_state_machine_as_test``.
+
+    By default every rule of :data:`RULES` runs and every check is made.  ``rules`` (names
+    from :data:`RULES` and :data:`FOCUS_RULES`) runs those rules instead; ``stale_leases``, ``clock_slack`` and ``after_reopen`` set the
+    class attributes of the same names (see :class:`TransportMachine`).  ``name`` is the
+    class name Hypothesis prints in a failing example (default: from the backend's name).
+    """
+    if name is None:
+        words = backend.name.replace("_", "-").split("-")
+        name = "".join(word.capitalize() for word in words if word) + "Machine"
+    attributes: dict[str, Any] = {
+        "backend": backend,
+        "stale_leases": stale_leases,
+        "clock_slack": clock_slack,
+        "after_reopen": after_reopen,
+    }
+    rules = set(RULES if rules is None else rules)
+    if unknown := rules - set(RULES + FOCUS_RULES):
+        raise ValueError(f"unknown rule names {sorted(unknown)}; choose from {RULES + FOCUS_RULES}")
+    # A rule is an attribute carrying Hypothesis's rule marker: shadowing it with a plain
+    # function removes it from this subclass.
+    attributes.update({off: _disabled_rule(off) for off in set(RULES + FOCUS_RULES) - rules})
+    return type(name, (TransportMachine,), attributes)
+
+
+def _disabled_rule(name: str):
+    def disabled(self, *args, **kwargs):
+        raise RuntimeError(f"the rule {name!r} is not enabled in {type(self).__name__}")
+
+    disabled.__name__ = name
+    return disabled
 
 
 # --- helpers for messages --------------------------------------------------------------------

@@ -1,0 +1,41 @@
+"""Certify a transport against the specification, one verdict per property.
+
+From Python::
+
+    from harel_ref.certify import certify
+    from stateful import Capabilities
+
+    def factory(clock, namespace):         # a fresh, isolated queue for a new namespace;
+        return MyTransport(clock=clock, prefix=namespace)  # the same storage for a known one
+
+    report = certify(factory, Capabilities(durable=True, shared=True), profile="quick")
+    for verdict in report.verdicts:
+        print(verdict.property, verdict.verdict, verdict.reason)
+    report.write("reports")                # report.json and REPORT.md
+    raise SystemExit(report.exit_code)
+
+The same engine runs behind ``harel-ref certify module:factory`` and behind
+``pytest --harel-transport module:factory``.  Each property in :data:`PROPERTIES` gets its own
+seeded Hypothesis search over the lockstep machine, narrowed to what that property needs, so a
+transport that breaks fencing still gets a verdict on FIFO.  A failure carries the shrunk steps
+as runnable Python (built on :func:`focus_machine`) and the model's expectation beside the
+transport's answer.
+"""
+
+from ._engine import PROFILES, PROPERTIES, Profile, certify, focus_machine
+from ._report import EXIT_CODES, VERDICTS, Failure, PropertyVerdict, Report
+from ._target import CertificationError
+
+__all__ = [
+    "EXIT_CODES",
+    "PROFILES",
+    "PROPERTIES",
+    "VERDICTS",
+    "CertificationError",
+    "Failure",
+    "Profile",
+    "PropertyVerdict",
+    "Report",
+    "certify",
+    "focus_machine",
+]

@@ -1,0 +1,187 @@
+"""The certification report: one verdict per property, as JSON for machines and Markdown
+for people."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from stateful import Capabilities
+
+__all__ = ["EXIT_CODES", "Failure", "PropertyVerdict", "Report", "VERDICTS"]
+
+VERDICTS = ("passed", "failed", "not applicable", "unknown")
+Verdict = Literal["passed", "failed", "not applicable", "unknown"]
+
+EXIT_CODES = {"passed": 0, "failed": 1, "usage": 2, "unknown": 3}
+"""What ``harel-ref certify`` exits with: every property passed or not applicable (0), some
+property failed (1), the command was wrong (2), some property unknown and none failed (3)."""
+
+
+@dataclass(frozen=True)
+class Failure:
+    """A counterexample: the shrunk steps and what the model expected beside the answer."""
+
+    property: str  # the verdict line it counts against
+    found_by: str  # the focused search that found it
+    check: str  # the machine's name for the check that failed ("exception" if it raised)
+    step: str  # the call that diverged
+    expected: str  # what the model allows
+    answered: str  # what the transport answered
+    state: str  # the queue per the model just before
+    steps: tuple[str, ...]  # the shrunk steps as Hypothesis printed them
+    reproduction: str  # runnable Python that replays them ("" if shrinking was cut short)
+    replay: str | None  # the harel-ref command that runs this search again
+    flaky: bool = False  # the example did not fail again when Hypothesis replayed it
+
+    def summary(self) -> str:
+        text = f"{self.step}: the model allows {self.expected}; the transport answered {self.answered}"
+        text = " ".join(text.split())
+        return text if len(text) <= 220 else text[:217] + "..."
+
+
+@dataclass(frozen=True)
+class PropertyVerdict:
+    """The verdict on one property, why, and what it cost."""
+
+    property: str
+    verdict: Verdict
+    reason: str
+    seconds: float
+    examples: int
+    failure: Failure | None = None
+
+
+@dataclass(frozen=True)
+class Report:
+    """Everything a certification found.  ``exit_code`` is what the CLI exits with."""
+
+    transport: str
+    capabilities: Capabilities
+    is_async: bool
+    profile: Any  # the engine's Profile
+    seed: int
+    verdicts: tuple[PropertyVerdict, ...]
+    seconds: float
+    replay: str | None
+    descriptions: dict[str, str] = field(default_factory=dict)
+
+    def verdict(self, prop: str) -> PropertyVerdict:
+        for verdict in self.verdicts:
+            if verdict.property == prop:
+                return verdict
+        raise KeyError(f"no verdict for {prop!r} in this report; it has {[v.property for v in self.verdicts]}")
+
+    @property
+    def outcome(self) -> Literal["passed", "failed", "unknown"]:
+        found = {v.verdict for v in self.verdicts}
+        return "failed" if "failed" in found else "unknown" if "unknown" in found else "passed"
+
+    @property
+    def exit_code(self) -> int:
+        return EXIT_CODES[self.outcome]
+
+    @property
+    def failures(self) -> list[Failure]:
+        return [v.failure for v in self.verdicts if v.failure is not None]
+
+    # --- JSON --------------------------------------------------------------------------------
+
+    def to_dict(self) -> dict[str, Any]:
+        import hypothesis
+
+        from harel_ref import __version__
+
+        return {
+            "transport": self.transport,
+            "outcome": self.outcome,
+            "exit_code": self.exit_code,
+            "capabilities": dataclasses.asdict(self.capabilities),
+            "is_async": self.is_async,
+            "profile": dataclasses.asdict(self.profile),
+            "seed": self.seed,
+            "replay": self.replay,
+            "seconds": round(self.seconds, 3),
+            "versions": {"harel_ref": __version__, "hypothesis": hypothesis.__version__},
+            "properties": [
+                {
+                    **dataclasses.asdict(v),
+                    "seconds": round(v.seconds, 3),
+                    "checks": self.descriptions.get(v.property, ""),
+                }
+                for v in self.verdicts
+            ],
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
+
+    # --- Markdown ----------------------------------------------------------------------------
+
+    def to_markdown(self) -> str:
+        data = self.to_dict()
+        counts = {name: sum(v.verdict == name for v in self.verdicts) for name in VERDICTS}
+        caps = self.capabilities
+        declared = [name for name in ("priority", "routing", "parking", "durable", "shared") if getattr(caps, name)]
+        lines = [
+            f"# Certification of `{self.transport}`",
+            "",
+            f"**Outcome: {self.outcome}** (exit code {self.exit_code}): "
+            + ", ".join(f"{n} {name}" for name, n in counts.items()) + ".",
+            "",
+            f"- capabilities: {', '.join(declared) or 'none of the optional ones'}; "
+            f"fairness `{caps.fairness}`; clock `{caps.clock}`; {'async' if self.is_async else 'sync'}",
+            f"- profile `{self.profile.name}` ({self.profile.max_examples} examples of up to "
+            f"{self.profile.step_count} steps per property), seed {self.seed}, "
+            f"{self.seconds:.1f} s; harel-ref {data['versions']['harel_ref']}, "
+            f"Hypothesis {data['versions']['hypothesis']}",
+        ]
+        if self.replay:
+            lines.append(f"- run again: `{self.replay}`")
+        lines += ["", "| property | verdict | time | detail |", "| --- | --- | --- | --- |"]
+        for v in self.verdicts:
+            detail = v.reason.replace("|", "\\|").replace("`", "'")
+            lines.append(f"| {v.property} | **{v.verdict}** | {v.seconds:.1f} s | {detail} |")
+        for v in self.verdicts:
+            if v.failure is not None:
+                lines += ["", *self._failure_markdown(v)]
+        lines += ["", "## What each property checks", ""]
+        lines += [f"- **{prop}**: {what}" for prop, what in self.descriptions.items()]
+        return "\n".join(lines) + "\n"
+
+    def _failure_markdown(self, verdict: PropertyVerdict) -> list[str]:
+        f = verdict.failure
+        assert f is not None
+        lines = [
+            f"## {verdict.property}: failed",
+            "",
+            f"Found by the `{f.found_by}` search (the machine's check: `{f.check}`)"
+            + (", flaky: it did not fail again on replay" if f.flaky else "") + ".",
+            "",
+            f"- the step: `{f.step}`",
+            f"- the model allows: {f.expected}",
+            f"- the transport answered: {f.answered}",
+        ]
+        if f.state:
+            lines += ["", "The queue per the model at that step:", "", "```", f.state, "```"]
+        if f.reproduction:
+            lines += ["", "Runnable reproduction (the shrunk steps):", "", "```python", f.reproduction, "```"]
+        else:
+            lines += ["", "(Shrinking was cut short by the time budget; replay with the command below.)"]
+        if f.replay:
+            lines += ["", f"Replay this search: `{f.replay}`"]
+        return lines
+
+    # --- files -------------------------------------------------------------------------------
+
+    def write(self, directory: str | Path) -> tuple[Path, Path]:
+        """Write ``report.json`` and ``REPORT.md`` into ``directory``; return their paths."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        json_path, md_path = directory / "report.json", directory / "REPORT.md"
+        json_path.write_text(self.to_json() + "\n", encoding="utf-8")
+        md_path.write_text(self.to_markdown(), encoding="utf-8")
+        return json_path, md_path

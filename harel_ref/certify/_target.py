@@ -1,0 +1,235 @@
+"""What is being certified: a factory, its capabilities, and how to name it in a replay.
+
+A *target* is written ``module:factory`` (``examples.seeds_sqlite:factory``); the module is
+imported with the current directory on ``sys.path``, as ``python -m`` would.  A factory may
+declare its capabilities itself, so that its users need no flags:
+
+- ``factory.capabilities = Capabilities(...)`` (an attribute of the function), else
+- ``HAREL_CAPABILITIES = Capabilities(...)`` in the factory's module, else
+- the defaults of :class:`stateful.Capabilities`.
+
+Explicit capabilities (CLI flags, ``--harel-capabilities``, the ``capabilities`` argument of
+``certify``) override the declared ones field by field.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+import inspect
+import os
+import shlex
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from stateful import Capabilities
+
+__all__ = ["CertificationError", "Target", "capability_flags", "parse_capabilities"]
+
+
+class CertificationError(Exception):
+    """The certification cannot start: the target, an option or the factory is wrong."""
+
+
+@dataclass(frozen=True)
+class Target:
+    """A factory to certify, its resolved capabilities, and the code that names it."""
+
+    name: str  # shown in reports: "module:factory", "--bundled NAME" or a function name
+    factory: Callable
+    capabilities: Capabilities
+    is_async: bool
+    declared: Capabilities  # what the factory declares; replays add flags for the rest
+    cli_args: tuple[str, ...] | None  # how `harel-ref certify` names it, if it can
+    setup: str  # Python that defines `factory` in a reproduction
+
+    # --- ways to get one ------------------------------------------------------------------
+
+    @classmethod
+    def from_spec(cls, spec: str, overrides: Mapping[str, Any] | None = None, is_async: bool = False) -> Target:
+        """``module:factory`` (the attribute may be dotted: ``pkg.mod:Class.make``)."""
+        module_name, sep, attribute = spec.partition(":")
+        if not sep or not module_name or not attribute:
+            raise CertificationError(
+                f"expected MODULE:FACTORY such as examples.seeds_sqlite:factory, got {spec!r}"
+            )
+        if os.getcwd() not in sys.path:
+            sys.path.insert(0, os.getcwd())  # as `python -m` does: local packages import
+        try:
+            obj: Any = importlib.import_module(module_name)
+        except ImportError as exc:
+            raise CertificationError(f"cannot import {module_name!r} (from {spec!r}): {exc}") from exc
+        for part in attribute.split("."):
+            if not hasattr(obj, part):
+                raise CertificationError(f"{module_name!r} has no attribute {attribute!r} (from {spec!r})")
+            obj = getattr(obj, part)
+        if not callable(obj):
+            raise CertificationError(f"{spec} is {obj!r}, not a factory(clock, namespace)")
+        declared = declared_capabilities(obj)
+        is_async = is_async or inspect.iscoroutinefunction(obj)
+        return cls(
+            name=spec,
+            factory=obj,
+            capabilities=resolve(declared, overrides),
+            is_async=is_async,
+            declared=declared,
+            cli_args=(spec, *(("--async",) if is_async and not inspect.iscoroutinefunction(obj) else ())),
+            setup=_import_as_factory(module_name, attribute.split(".")[0])
+            + (f"\nfactory = factory.{attribute.split('.', 1)[1]}" if "." in attribute else ""),
+        )
+
+    @classmethod
+    def from_bundled(cls, name: str, directory: Path, overrides: Mapping[str, Any] | None = None) -> Target:
+        """A bundled transport (``stateful.backends.BUNDLED``) keeping its files in ``directory``."""
+        from stateful.backends import BUNDLED, load
+
+        if name not in BUNDLED:
+            raise CertificationError(f"unknown bundled transport {name!r}; choose from {sorted(BUNDLED)}")
+        try:
+            backend = load(name)(directory)
+        except Exception as exc:  # a missing driver, an unreachable server
+            raise CertificationError(f"the bundled transport {name!r} is not available: {type(exc).__name__}: {exc}") from exc
+        return cls(
+            name=f"bundled {name}",
+            factory=backend.factory,
+            capabilities=resolve(backend.capabilities, overrides),
+            is_async=backend.is_async,
+            declared=backend.capabilities,
+            cli_args=("--bundled", name),
+            setup=(
+                "import tempfile\nfrom stateful.backends import load\n"
+                f"factory = load({name!r})(tempfile.mkdtemp()).factory"
+            ),
+        )
+
+    @classmethod
+    def from_factory(cls, factory: Callable, capabilities: Capabilities | None, is_async: bool | None) -> Target:
+        """A factory given to :func:`certify` directly."""
+        if not callable(factory):
+            raise TypeError(f"factory must be a callable factory(clock, namespace), got {factory!r}")
+        if capabilities is not None and not isinstance(capabilities, Capabilities):
+            raise TypeError(f"capabilities must be a stateful.Capabilities, got {capabilities!r}")
+        declared = declared_capabilities(factory)
+        spec = _importable_spec(factory)
+        if is_async is None:
+            is_async = inspect.iscoroutinefunction(factory)
+        if spec is not None:
+            module_name, attribute = spec.split(":")
+            setup = _import_as_factory(module_name, attribute)
+        else:
+            setup = "factory = ...  # the factory you certified (it cannot be imported by name)"
+        return cls(
+            name=spec or getattr(factory, "__qualname__", repr(factory)),
+            factory=factory,
+            capabilities=capabilities if capabilities is not None else declared,
+            is_async=bool(is_async),
+            declared=declared,
+            cli_args=(spec, *(("--async",) if is_async and not inspect.iscoroutinefunction(factory) else ()))
+            if spec else None,
+            setup=setup,
+        )
+
+    # --- how to replay ----------------------------------------------------------------------
+
+    def command(self, profile: str, seed: int, only: str | None = None) -> str | None:
+        """The ``harel-ref certify`` command that runs the same searches again."""
+        if self.cli_args is None:
+            return None
+        args = ["harel-ref", "certify", *self.cli_args, *capability_flags(self.capabilities, self.declared)]
+        args += ["--profile", profile, "--seed", str(seed)]
+        if only:
+            args += ["--only", only]
+        return shlex.join(args)
+
+    def reproduction(self, prop: str, steps: list[str]) -> str:
+        """Runnable Python: build the focus machine, then run Hypothesis's shrunk steps."""
+        if not steps:
+            return ""
+        machine = steps[0].removeprefix("state = ").removesuffix("()")
+        return "\n".join([
+            f"# Replays the failing example of the {prop!r} search; it raises the Divergence.",
+            "from harel_ref.certify import focus_machine",
+            "from stateful import Capabilities",
+            self.setup,
+            "",
+            f"{machine} = focus_machine(factory, {prop!r}, {self.capabilities!r}, is_async={self.is_async})",
+            *steps,
+        ])
+
+
+def declared_capabilities(factory: Callable) -> Capabilities:
+    """``factory.capabilities``, else its module's ``HAREL_CAPABILITIES``, else defaults."""
+    for where, found in (
+        (f"{getattr(factory, '__qualname__', factory)}.capabilities", getattr(factory, "capabilities", None)),
+        ("HAREL_CAPABILITIES", getattr(sys.modules.get(getattr(factory, "__module__", "")), "HAREL_CAPABILITIES", None)),
+    ):
+        if found is not None:
+            if not isinstance(found, Capabilities):
+                raise CertificationError(f"{where} must be a stateful.Capabilities, got {found!r}")
+            return found
+    return Capabilities()
+
+
+def resolve(declared: Capabilities, overrides: Mapping[str, Any] | None) -> Capabilities:
+    """``declared`` with every override that is not None applied."""
+    changes = {k: v for k, v in (overrides or {}).items() if v is not None}
+    fields = {f.name for f in dataclasses.fields(Capabilities)}
+    if unknown := set(changes) - fields:
+        raise CertificationError(f"unknown capabilities {sorted(unknown)}; choose from {sorted(fields)}")
+    try:
+        return dataclasses.replace(declared, **changes)
+    except (TypeError, ValueError) as exc:
+        raise CertificationError(str(exc)) from exc
+
+
+def parse_capabilities(text: str) -> dict[str, Any]:
+    """Overrides from a comma list: ``durable,shared,no-routing,fairness=ack,wall-clock``
+    (a field name sets it True, ``no-`` sets it False, ``field=value`` sets a value)."""
+    overrides: dict[str, Any] = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, sep, value = item.partition("=")
+        if item in ("wall-clock", "no-wall-clock"):
+            overrides["clock"] = "injectable" if item.startswith("no-") else "wall"
+        elif sep:
+            overrides[key.strip().replace("-", "_")] = value.strip()
+        elif item.startswith("no-"):
+            overrides[item[3:]] = False
+        else:
+            overrides[item] = True
+    return overrides
+
+
+def capability_flags(caps: Capabilities, declared: Capabilities) -> list[str]:
+    """The ``harel-ref certify`` flags that turn ``declared`` into ``caps``."""
+    flags = []
+    for field in dataclasses.fields(Capabilities):
+        value = getattr(caps, field.name)
+        if value == getattr(declared, field.name):
+            continue
+        if field.name == "clock":
+            flags.append("--wall-clock" if value == "wall" else "--no-wall-clock")
+        elif isinstance(value, bool):
+            flags.append(f"--{field.name}" if value else f"--no-{field.name}")
+        else:
+            flags += [f"--{field.name}", str(value)]
+    return flags
+
+
+def _import_as_factory(module_name: str, attribute: str) -> str:
+    alias = "" if attribute == "factory" else " as factory"
+    return f"from {module_name} import {attribute}{alias}"
+
+
+def _importable_spec(factory: Callable) -> str | None:
+    """``module:name`` if importing it gives back this very factory."""
+    module_name = getattr(factory, "__module__", None)
+    qualname = getattr(factory, "__qualname__", "")
+    if not module_name or "<" in qualname or "." in qualname or module_name == "__main__":
+        return None
+    module = sys.modules.get(module_name)
+    if module is None or getattr(module, qualname, None) is not factory:
+        return None
+    return f"{module_name}:{qualname}"

@@ -1,0 +1,172 @@
+"""A pytest plugin: ``pytest --harel-transport module:factory`` certifies that transport.
+
+Installed with harel-ref (entry point ``pytest11``) and inactive unless ``--harel-transport``
+or ``--harel-bundled`` is given.  When active, pytest collects nothing else: it runs the
+certification once and shows one test per property, named ``harel-certify::<property>``:
+
+- passed: PASSED; failed: FAILED, with the counterexample as runnable Python;
+- not applicable (a capability the transport does not declare) and unknown (cut short):
+  SKIPPED, the reason saying which ("not applicable: ..." or "unknown: ...").
+
+Options: ``--harel-async``, ``--harel-profile``, ``--harel-seed``, ``--harel-only``,
+``--harel-time-budget``, ``--harel-report-dir`` and ``--harel-capabilities`` (a comma list
+such as ``durable,shared,no-routing,fairness=ack,wall-clock``), matching ``harel-ref certify``.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+
+import pytest
+
+__all__ = ["pytest_addoption"]
+
+NODE = "harel-certify"
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    from harel_ref.certify import PROFILES, PROPERTIES
+
+    group = parser.getgroup("harel-ref", "certify a harel transport (harel-ref)")
+    group.addoption("--harel-transport", metavar="MODULE:FACTORY",
+                    help="certify this factory(clock, namespace) instead of collecting tests")
+    group.addoption("--harel-bundled", metavar="NAME",
+                    help="certify a bundled transport (memory, sqlite, libsql, ...) instead")
+    group.addoption("--harel-async", action="store_true", help="the factory is asyncio")
+    group.addoption("--harel-profile", choices=list(PROFILES), default="standard",
+                    help="quick, standard (default) or thorough")
+    group.addoption("--harel-seed", type=int, default=0, help="seed of every search (default 0)")
+    group.addoption("--harel-only", action="append", choices=list(PROPERTIES), metavar="PROPERTY",
+                    help="certify only this property (repeatable)")
+    group.addoption("--harel-time-budget", type=float, metavar="SECONDS",
+                    help="stop after this long; the rest is unknown")
+    group.addoption("--harel-capabilities", metavar="LIST", default="",
+                    help="override declared capabilities: e.g. durable,shared,no-routing,fairness=ack,wall-clock")
+    group.addoption("--harel-report-dir", metavar="DIR",
+                    help="also write report.json and REPORT.md there")
+
+
+def _active(config: pytest.Config) -> bool:
+    return bool(config.getoption("harel_transport") or config.getoption("harel_bundled"))
+
+
+_TARGET = pytest.StashKey()
+_DIRECTORY = pytest.StashKey()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Load the target early, so a wrong one is a usage error before anything runs."""
+    if not _active(config):
+        return
+    from harel_ref.certify import CertificationError
+    from harel_ref.certify._target import Target, parse_capabilities
+
+    try:
+        overrides = parse_capabilities(config.getoption("harel_capabilities"))
+        spec = config.getoption("harel_transport")
+        if spec and config.getoption("harel_bundled"):
+            raise CertificationError("give either --harel-transport or --harel-bundled, not both")
+        if spec:
+            config.stash[_TARGET] = Target.from_spec(spec, overrides, is_async=config.getoption("harel_async"))
+        else:
+            config.stash[_DIRECTORY] = tempfile.mkdtemp(prefix="harel-ref-certify-")
+            config.stash[_TARGET] = Target.from_bundled(
+                config.getoption("harel_bundled"), config.stash[_DIRECTORY], overrides
+            )
+    except CertificationError as exc:
+        raise pytest.UsageError(f"harel-ref: {exc}") from exc
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    if _DIRECTORY in config.stash:
+        shutil.rmtree(config.stash[_DIRECTORY], ignore_errors=True)
+
+
+def pytest_ignore_collect(collection_path, config: pytest.Config):
+    if _active(config):
+        return True  # certification replaces the test suite
+    return None
+
+
+def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config, items: list) -> None:
+    if not _active(config):
+        return
+    from harel_ref.certify import PROPERTIES
+
+    collector = _Certification.from_parent(session, name=NODE, nodeid=NODE)
+    chosen = config.getoption("harel_only") or list(PROPERTIES)
+    items[:] = [_PropertyItem.from_parent(collector, name=prop) for prop in chosen]
+
+
+class _Certification(pytest.Collector):
+    """Runs the certification once, for all its property items."""
+
+    report = None
+
+    def collect(self):  # pragma: no cover - items are made in pytest_collection_modifyitems
+        return []
+
+    def certified(self):
+        if self.report is None:
+            self.report = _run(self.config)
+        return self.report
+
+
+class _PropertyItem(pytest.Item):
+    def runtest(self) -> None:
+        report = self.parent.certified()
+        try:
+            verdict = report.verdict(self.name)
+        except KeyError:
+            pytest.skip(f"unknown: {self.name} was not searched")
+        if verdict.verdict == "failed":
+            raise _PropertyFailed(verdict)
+        if verdict.verdict != "passed":
+            pytest.skip(f"{verdict.verdict}: {verdict.reason}")
+
+    def repr_failure(self, excinfo):
+        if isinstance(excinfo.value, _PropertyFailed):
+            return excinfo.value.describe()
+        return super().repr_failure(excinfo)
+
+    def reportinfo(self):
+        return NODE, None, f"{NODE}::{self.name}"
+
+
+class _PropertyFailed(Exception):
+    def __init__(self, verdict) -> None:
+        super().__init__(verdict.reason)
+        self.verdict = verdict
+
+    def describe(self) -> str:
+        f = self.verdict.failure
+        lines = [
+            f"{self.verdict.property} failed (found by the {f.found_by} search, check {f.check!r})",
+            f"  step:                   {f.step}",
+            f"  the model allows:       {f.expected}",
+            f"  the transport answered: {f.answered}",
+        ]
+        if f.state:
+            lines += ["  queue per the model:", f.state]
+        if f.reproduction:
+            lines += ["", "runnable reproduction:", f.reproduction]
+        if f.replay:
+            lines += ["", f"replay: {f.replay}"]
+        return "\n".join(lines)
+
+
+def _run(config: pytest.Config):
+    from harel_ref.certify import certify
+
+    report = certify(
+        config.stash[_TARGET].factory,
+        profile=config.getoption("harel_profile"),
+        seed=config.getoption("harel_seed"),
+        properties=config.getoption("harel_only"),
+        time_budget=config.getoption("harel_time_budget"),
+        _target=config.stash[_TARGET],
+    )
+    if config.getoption("harel_report_dir"):
+        report.write(config.getoption("harel_report_dir"))
+    return report
