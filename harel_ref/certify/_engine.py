@@ -181,7 +181,8 @@ def focus_machine(
     name = "".join(word.capitalize() for word in property.split("-")) + "Machine"
     return make_machine(
         Backend(property, factory, effective, is_async=is_async),
-        rules=focus.rules,
+        # The deadline rules need an injectable clock; with a wall clock, time passes by sleeping.
+        rules=focus.rules | _TIME if wall else focus.rules,
         stale_leases=focus.stale_leases,
         clock_slack=0.0 if (focus.exact_time or wall) else TICK,
         after_reopen="durability" if "reopen" in focus.rules else None,

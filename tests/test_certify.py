@@ -1,0 +1,147 @@
+"""The certifier's engine and Python API: a verdict per property, the right property failing,
+counterexamples that replay, capabilities that gate, budgets that cut short."""
+
+import json
+import time
+
+import pytest
+
+from broken import BROKEN, broken_backend
+from harel_ref.certify import PROPERTIES, Profile, certify
+from harel_ref.transport import InMemoryStore, InMemoryTransport
+from stateful import Capabilities, Divergence
+from stateful.backends import load
+
+SMALL = Profile("small", max_examples=25, step_count=15)
+
+
+def _verdicts(report):
+    return {v.property: v.verdict for v in report.verdicts}
+
+
+@pytest.mark.parametrize("name", ["memory", "memory-async", "sqlite", "sqlite-async", "libsql", "libsql-async"])
+def test_bundled_transport_passes_every_property(name, tmp_path):
+    backend = load(name)(tmp_path)
+    report = certify(backend.factory, backend.capabilities, is_async=backend.is_async, profile=SMALL)
+    assert _verdicts(report) == dict.fromkeys(PROPERTIES, "passed"), report.to_markdown()
+    assert report.exit_code == 0
+
+
+@pytest.mark.parametrize("name", sorted(BROKEN))
+def test_broken_variant_fails_the_property_it_breaks(name):
+    _, broken = BROKEN[name]
+    backend = broken_backend(name)
+    report = certify(backend.factory, backend.capabilities, profile="quick", properties=[broken])
+    verdict = report.verdict(broken)
+    assert verdict.verdict == "failed", report.to_markdown()
+    steps = verdict.failure.steps[1:-1]  # between `state = ...Machine()` and `state.teardown()`
+    assert 1 <= len(steps) <= 8, verdict.failure.reproduction
+    assert report.exit_code == 1
+
+
+def test_one_broken_property_leaves_the_others_passed():
+    backend = broken_backend("unfenced ack")
+    report = certify(backend.factory, backend.capabilities, profile="quick")
+    assert _verdicts(report) == {**dict.fromkeys(PROPERTIES, "passed"), "fencing": "failed"}
+
+
+def test_counterexample_replays_as_printed():
+    backend = broken_backend("nack(0) to the back of its group")
+    report = certify(backend.factory, backend.capabilities, profile="quick", properties=["fifo"])
+    failure = report.verdict("fifo").failure
+    assert failure.expected != failure.answered
+    assert "the head of" in failure.expected  # the model's expectation beside the answer
+    code = failure.reproduction.replace("factory = ...", "factory = the_factory  #")
+    with pytest.raises(Divergence) as caught:
+        exec(compile(code, "<reproduction>", "exec"), {"the_factory": backend.factory})
+    assert caught.value.property == "fifo"
+
+
+def test_the_same_seed_finds_the_same_counterexample():
+    backend = broken_backend("routing keys ignored")
+    runs = [certify(backend.factory, backend.capabilities, profile="quick", properties=["routing"], seed=7)
+            for _ in range(2)]
+    assert runs[0].verdict("routing").failure.steps == runs[1].verdict("routing").failure.steps
+    assert runs[0].seed == 7
+
+
+def test_absent_capabilities_are_not_applicable_and_not_exercised():
+    # This variant ignores min_priority: declared without priorities, no search may notice.
+    backend = broken_backend("priority floor ignored")
+    caps = Capabilities(priority=False, routing=False, parking=False, durable=False, fairness="unspecified")
+    report = certify(backend.factory, caps, profile=SMALL)
+    verdicts = _verdicts(report)
+    for prop in ("priority-floor", "routing", "parking", "durability", "fairness"):
+        assert verdicts.pop(prop) == "not applicable"
+    assert set(verdicts.values()) == {"passed"}
+    assert report.exit_code == 0
+
+
+def test_wall_clock_transport_is_certified_with_time_windows():
+    """A transport that ignores the clock it is given (its server keeps time)."""
+    stores = {}
+
+    def factory(clock, namespace):
+        return InMemoryTransport(clock=time.time, store=stores.setdefault(namespace, InMemoryStore()))
+
+    caps = Capabilities(durable=True, shared=True, clock="wall")
+    report = certify(factory, caps, profile=Profile("tiny", 8, 10),
+                     properties=["single-in-flight", "lease-expiry", "parking", "fencing"])
+    assert set(_verdicts(report).values()) == {"passed"}, report.to_markdown()
+
+
+def test_wall_clock_certification_still_catches_a_parking_bug():
+    from broken import ParkedClaimableEarly
+
+    stores = {}
+
+    def factory(clock, namespace):
+        return ParkedClaimableEarly(clock=time.time, store=stores.setdefault(namespace, InMemoryStore()))
+
+    caps = Capabilities(durable=True, shared=True, clock="wall")
+    report = certify(factory, caps, profile=Profile("tiny", 15, 12), properties=["parking"], time_budget=5)
+    assert report.verdict("parking").verdict == "failed"
+
+
+def test_time_budget_leaves_unknown_verdicts(tmp_path):
+    backend = load("sqlite")(tmp_path)
+    report = certify(backend.factory, backend.capabilities, profile="thorough", time_budget=0.5)
+    verdicts = set(_verdicts(report).values())
+    assert "unknown" in verdicts and "failed" not in verdicts
+    assert report.exit_code == 3
+
+
+def test_declared_capabilities_are_used_unless_given():
+    stores = {}
+
+    def factory(clock, namespace):
+        return InMemoryTransport(clock=clock, store=stores.setdefault(namespace, InMemoryStore()))
+
+    factory.capabilities = Capabilities(priority=False, durable=True)
+    report = certify(factory, profile=SMALL, properties=["priority-floor", "durability"])
+    assert _verdicts(report) == {"priority-floor": "not applicable", "durability": "passed"}
+    report = certify(factory, Capabilities(), profile=SMALL, properties=["priority-floor", "durability"])
+    assert _verdicts(report) == {"priority-floor": "passed", "durability": "not applicable"}
+
+
+def test_report_json_and_markdown(tmp_path):
+    backend = broken_backend("unfenced ack")
+    report = certify(backend.factory, backend.capabilities, profile="quick", properties=["fencing", "close"])
+    json_path, md_path = report.write(tmp_path)
+    data = json.loads(json_path.read_text())
+    assert data["outcome"] == "failed" and data["exit_code"] == 1 and data["seed"] == 0
+    by_property = {p["property"]: p for p in data["properties"]}
+    assert by_property["fencing"]["failure"]["expected"] == "False"
+    assert by_property["fencing"]["failure"]["answered"] == "True"
+    markdown = md_path.read_text()
+    assert "| fencing | **failed**" in markdown and "```python" in markdown
+
+
+def test_bad_arguments_say_how_to_fix_them():
+    backend = load("memory")()
+    with pytest.raises(ValueError, match="choose from"):
+        certify(backend.factory, profile="fast")
+    with pytest.raises(ValueError, match="choose from"):
+        certify(backend.factory, properties=["speed"])
+    with pytest.raises(TypeError, match="factory"):
+        certify("not a factory")
