@@ -1,0 +1,1 @@
+"""Transports written outside ``harel_ref``, the way a third party would, to certify."""
