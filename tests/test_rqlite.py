@@ -207,3 +207,37 @@ def test_a_dead_first_node_fails_over_to_the_next(shared_cluster):  # noqa: F811
 def test_prefix_is_validated_before_any_request():
     with pytest.raises(ValueError, match="prefix"):
         RqliteTransport.from_url("http://127.0.0.1:1", prefix="no-dashes; DROP TABLE x")
+
+
+def test_two_clients_upgrading_one_old_table_at_once_both_open_and_keep_every_message(
+    shared_cluster,  # noqa: F811
+):
+    """The schema plan is one request per statement, so two clients may both send the seeds'
+    missing-column ALTER TABLE; the one that loses the race must still open."""
+    prefix = _prefix()
+    old_schema = [
+        [f"CREATE TABLE {prefix}_harel_transport_messages (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
+         " group_id TEXT NOT NULL, event TEXT NOT NULL, locked_by TEXT, lock_expiry REAL)"],
+        [f"CREATE TABLE {prefix}_harel_transport_groups (group_id TEXT PRIMARY KEY,"
+         " last_claimed_at REAL NOT NULL DEFAULT 0.0, priority INT NOT NULL DEFAULT 0)"],
+        [f"INSERT INTO {prefix}_harel_transport_messages (group_id, event) VALUES ('g', 'old')"],
+        [f"INSERT INTO {prefix}_harel_transport_groups (group_id) VALUES ('g')"],
+    ]
+    url = shared_cluster[0]
+    try:
+        requests.post(f"{url}/db/execute?transaction", json=old_schema, timeout=10).raise_for_status()
+
+        async def open_two_at_once_then_close():
+            both = await asyncio.gather(
+                *(AsyncRqliteTransport.from_url(shared_cluster, prefix=prefix) for _ in range(2))
+            )
+            for transport in both:
+                await transport.close()
+
+        asyncio.run(open_two_at_once_then_close())
+        transport = RqliteTransport.from_url(shared_cluster, prefix=prefix)
+        lease = transport.claim("w", 5.0)
+        transport.close()
+        assert (lease.group_id, lease.event) == ("g", "old")
+    finally:
+        _drop(url, prefix)

@@ -438,6 +438,15 @@ class _Core(ClosedGuard):
 # --- The synchronous transport ----------------------------------------------------------------
 
 
+def _raced_upgrade(statement: Statement, error: StorageError) -> int:
+    """The schema plan's statements go out one request each, so two clients opening a table of
+    the seeds' schema at once may both send its ``ALTER TABLE ... ADD COLUMN``: the second finds
+    the column there.  That is the state it wanted; any other error is raised."""
+    if statement.sql.startswith("ALTER TABLE") and "duplicate column name" in str(error):
+        return 0
+    raise error
+
+
 class RqliteTransport(_Core):
     """The queue in an rqlite cluster, over a pooled ``requests.Session``.
 
@@ -526,7 +535,11 @@ class RqliteTransport(_Core):
         answer = None
         try:
             while True:
-                answer = self._send(self._statement_call(plan.send(answer)))
+                statement = plan.send(answer)
+                try:
+                    answer = self._send(self._statement_call(statement))
+                except StorageError as exc:
+                    answer = _raced_upgrade(statement, exc)
         except StopIteration:
             return
 
@@ -665,7 +678,11 @@ class AsyncRqliteTransport(_Core):
         answer = None
         try:
             while True:
-                answer = await self._send(self._statement_call(plan.send(answer)))
+                statement = plan.send(answer)
+                try:
+                    answer = await self._send(self._statement_call(statement))
+                except StorageError as exc:
+                    answer = _raced_upgrade(statement, exc)
         except StopIteration:
             return
 
