@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from hypothesis import HealthCheck, Phase, Verbosity, assume, seed, settings
+from hypothesis import HealthCheck, Phase, Verbosity, seed, settings
 from hypothesis.errors import FlakyFailure, HypothesisException
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -212,13 +212,19 @@ class _Search:
         return True
 
 
+class _OutOfTime(KeyboardInterrupt):
+    """Stops a search when its time is up.  Hypothesis lets an interrupt through at once
+    (anything else it would count as a failure, or as inconsistent data generation)."""
+
+
 def _watched(machine: type, search: _Search) -> type:
-    """``machine`` counting its examples, remembering the first divergence, and rejecting
-    every example once the time budget is spent (Hypothesis then stops quickly)."""
+    """``machine`` counting its examples, remembering the first divergence, and stopping the
+    search once its time budget is spent."""
 
     class Watched(machine):
         def __init__(self) -> None:
-            assume(not search.out_of_time())
+            if search.out_of_time():
+                raise _OutOfTime
             search.examples += 1
             super().__init__()
 
@@ -250,6 +256,8 @@ def _settings(profile: Profile) -> settings:
 def _run_search(machine: type, profile: Profile, run_seed: int, search: _Search) -> None:
     try:
         run_state_machine_as_test(seed(run_seed)(_watched(machine, search)), settings=_settings(profile))
+    except _OutOfTime:
+        pass  # search.cut_short says so; search.first holds a failure found before
     except Exception as exc:  # a divergence, the transport raising, or Hypothesis giving up
         search.error = exc
 
@@ -374,6 +382,8 @@ def _judge(prop, search: _Search, target: Target, profile: Profile, run_seed: in
     """The verdict of ``prop``'s own search; record every failure it found under the property
     that failure breaks (Hypothesis reports distinct bugs of one search together)."""
     exc = search.error
+    if exc is None and search.first is not None:
+        exc = search.first  # time ran out while shrinking: report the failure unshrunk
     if exc is None:
         if search.cut_short:
             return "unknown", f"cut short by the time budget after {search.examples} examples"
