@@ -45,14 +45,14 @@ WALL_SCALE = 0.05
 
 RULES = (
     "publish", "claim", "claim_any", "ack", "nack_now", "nack_later", "advance",
-    "advance_to_deadline", "open_second_instance", "reopen", "bad_input",
+    "advance_to_deadline", "claim_at_deadline", "open_second_instance", "reopen", "bad_input",
 )
 """The names of the machine's rules; :func:`make_machine` runs them all by default and can
 enable a subset of them, or add the focus rules below."""
 
-FOCUS_RULES = ("prefill", "claim_at_deadline")
-"""Rules that only a focused search enables (``make_machine(rules=...)``): each does in one
-step what the default rules need several steps for, so a short search reaches it."""
+FOCUS_RULES = ("prefill",)
+"""Rules that only a focused search enables (``make_machine(rules=...)``): an initial state
+that every example starts from, so a short search reaches deeper."""
 
 GROUPS = ("g1", "g2", "g3", "grüppe-✓")
 WORKERS = ("w1", "w2")
@@ -394,8 +394,8 @@ class TransportMachine(RuleBasedStateMachine):
         via=st.integers(0, 1),
     )
     def claim_at_deadline(self, which, past, worker, visibility, via):
-        """A focus rule: step to the end of a lease or park, or one tick past it, and make a
-        plain claim there: the boundary of R3 and R9, and a lease superseded (R10)."""
+        """Step to the end of a lease or park, or one tick past it, and make a plain claim
+        there, in one step: the boundary of R3 and R9, and a lease superseded (R10)."""
         self._step_to_deadline(which, past)
         self.in_step = True
         lease = self._claim(self._instance(via), worker, visibility)
