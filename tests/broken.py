@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from harel_ref.transport import InMemoryStore, InMemoryTransport
 from harel_ref.transport._base import check_claim_args, check_lease
-from harel_ref.transport.memory import PARKED
+from harel_ref.transport._base import PARKED
 from stateful import Backend, Capabilities
 from stateful._machine import TICK
 

@@ -295,3 +295,26 @@ def test_r18_fairness_counts_only_when_stamp_windows_do_not_overlap():
     q.nack("t2", 0, When(1.4, 1.5))
     # Both stamps are uncertain and overlap: either group may come next.
     assert q.claim_outcomes(When(2.0, 2.1)) == {Claimed("g1", 1, "a"), Claimed("g2", 2, "b")}
+
+
+@pytest.mark.parametrize("kind", ["memory", "sqlite", "libsql"])
+def test_r10_a_forged_lease_with_the_park_marker_cannot_free_a_parked_message(kind, tmp_path):
+    from harel_ref.transport import LibsqlTransport, SqliteTransport
+    from harel_ref.transport._base import PARKED
+
+    clock = lambda: 1.0  # noqa: E731
+    transport = {
+        "memory": lambda: InMemoryTransport(clock=clock),
+        "sqlite": lambda: SqliteTransport(str(tmp_path / "q.db"), clock=clock),
+        "libsql": lambda: LibsqlTransport(str(tmp_path / "q.db"), clock=clock),
+    }[kind]()
+    transport.publish("g", "e")
+    lease = transport.claim("w", 10.0)
+    assert transport.nack(lease, 5.0)
+    forged = Lease(lease.group_id, lease.event, lease.seq, PARKED)
+    with pytest.raises(ValueError, match="parked"):
+        transport.ack(forged)
+    with pytest.raises(ValueError, match="parked"):
+        transport.nack(forged, 0)
+    assert transport.claim("w", 10.0) is None  # still parked until 6.0
+    transport.close()

@@ -14,6 +14,7 @@ import random
 import shutil
 import sqlite3
 import subprocess
+import threading
 import time
 from pathlib import Path
 
@@ -200,6 +201,38 @@ def test_async_sqlite_transport(tmp_path):
 
 
 # --- Storage errors: clear StorageError naming the path, nothing lost -----------------------
+
+
+def test_a_cancelled_async_claim_still_ends_its_transaction(tmp_path):
+    """Cancelling a call mid-transaction must not leave the write lock held nor the
+    connection stuck inside BEGIN (aiosqlite keeps executing in its thread): the transaction
+    runs to its end, then the cancellation is reported."""
+    path = str(tmp_path / "q.db")
+    blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+
+    async def scenario():
+        queue = await AsyncSqliteTransport.create(path, clock=lambda: 100.0, busy_timeout=5.0)
+        await queue.publish("g", "e")
+        blocker.execute("BEGIN IMMEDIATE")  # the claim's BEGIN IMMEDIATE waits for this...
+        release = threading.Timer(0.5, blocker.execute, ["ROLLBACK"])  # ...until 0.5 s
+        release.start()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(queue.claim("w", 5.0), 0.1)
+        release.join()
+        # The cancelled claim did lease "e" (its answer was lost, SPEC.md R17), so the group is
+        # in flight; the connection works and is out of its transaction.
+        assert await queue.claim("w", 5.0) is None
+        other = sqlite3.connect(path, isolation_level=None, timeout=0.5)
+        other.execute("BEGIN IMMEDIATE")  # nobody holds the write lock any more
+        other.execute("ROLLBACK")
+        other.close()
+        await queue.close()
+
+    asyncio.run(scenario())
+    blocker.close()
+    later = SqliteTransport(path, clock=lambda: 106.0)  # the lost lease has lapsed: "e" is back
+    assert later.claim("w", 5.0).event == "e"
+    later.close()
 
 
 def test_not_a_database(driver, tmp_path):

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 __all__ = [
+    "PARKED",
     "PRIORITIES",
     "AsyncTransport",
     "Clock",
@@ -37,6 +38,10 @@ Clock = Callable[[], float]
 
 PRIORITIES = range(0, 5)
 """Allowed group priorities, 0 (default) to 4 (highest)."""
+
+PARKED = "__parked__"
+"""What a parked message is held by (SPEC.md R9): no claim hands out this token, and
+``check_lease`` refuses it, so no lease can act on a parked message (R10)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -214,6 +219,11 @@ def check_lease(lease: object) -> Lease:
     """Check that ``ack``/``nack`` were given a Lease (as returned by ``claim``)."""
     if not isinstance(lease, Lease):
         raise TypeError(f"expected a Lease returned by claim(), got {type(lease).__name__}: {lease!r:.80}")
+    if lease.token == PARKED:
+        raise ValueError(
+            f"{PARKED!r} marks a parked message and is not a lease token; pass a Lease returned "
+            "by claim()"
+        )
     return lease
 
 

@@ -46,6 +46,7 @@ intact.  Doing the same for stdlib sqlite3 keeps one SQL text for both drivers.
 
 from __future__ import annotations
 
+import asyncio
 import re
 import sqlite3
 import threading
@@ -55,6 +56,7 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ._base import (
+    PARKED,
     ClosedGuard,
     Clock,
     Lease,
@@ -92,8 +94,6 @@ __all__ = [
 SCHEMA_VERSION = 4
 """Version 4: the seeds' two tables plus ``harel_transport_groups.routing_key`` and its index."""
 
-PARKED = "__parked__"
-"""``locked_by`` of a parked message: no token equals it, so no lease can act on it."""
 
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,40}")
 
@@ -320,9 +320,9 @@ def run(conn: Any, plan: Plan[T], *, transaction: bool) -> T:
         finally:
             cursor.close()
 
-    if transaction:
-        execute(Statement("BEGIN IMMEDIATE"))
     try:
+        if transaction:
+            execute(Statement("BEGIN IMMEDIATE"))
         answer = None
         try:
             while True:
@@ -339,15 +339,38 @@ def run(conn: Any, plan: Plan[T], *, transaction: bool) -> T:
 
 
 async def run_async(conn: Any, plan: Plan[T], *, transaction: bool) -> T:
-    """:func:`run` for an ``aiosqlite`` connection (the same steps, awaited)."""
+    """:func:`run` for an ``aiosqlite`` connection (the same steps, awaited).
 
+    The plan runs to its end (COMMIT or ROLLBACK) even if the caller is cancelled meanwhile:
+    aiosqlite executes each statement in its own thread whatever happens to the awaiting
+    coroutine, so a transaction abandoned half-way would keep the write lock and leave the
+    connection inside a transaction.  The cancellation is passed on once the plan is done.
+    """
+    task = asyncio.ensure_future(_run_plan_async(conn, plan, transaction))
+    cancelled: asyncio.CancelledError | None = None
+    while True:
+        try:
+            result = await asyncio.shield(task)
+            break
+        except asyncio.CancelledError as exc:
+            if task.done():
+                raise
+            cancelled = exc  # let the transaction finish, then report the cancellation
+    if cancelled is not None:
+        raise cancelled
+    return result
+
+
+async def _run_plan_async(conn: Any, plan: Plan[T], transaction: bool) -> T:
     async def execute(statement: Statement) -> Any:
         async with conn.execute(statement.sql, statement.params) as cursor:
             return await cursor.fetchall() if statement.fetch else cursor.rowcount
 
-    if transaction:
-        await execute(Statement("BEGIN IMMEDIATE"))
+    began = False
     try:
+        if transaction:
+            await execute(Statement("BEGIN IMMEDIATE"))
+            began = True
         answer = None
         try:
             while True:
@@ -358,7 +381,7 @@ async def run_async(conn: Any, plan: Plan[T], *, transaction: bool) -> T:
             await execute(Statement("COMMIT"))
         return result
     except BaseException:
-        if transaction and conn.in_transaction:
+        if began:
             try:
                 await execute(Statement("ROLLBACK"))
             except Exception:  # the first error is the one to report

@@ -14,6 +14,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ._base import (
+    PARKED,
     ClosedGuard,
     Clock,
     Lease,
@@ -26,9 +27,6 @@ from ._base import (
 )
 
 __all__ = ["InMemoryStore", "InMemoryTransport"]
-
-PARKED = "__parked__"
-"""The holder of a parked message: nobody's token, so no lease can act on it (R9, R10)."""
 
 
 @dataclass
