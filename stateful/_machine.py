@@ -121,7 +121,24 @@ BAD_INPUT = {
     "nack with a negative delay": (ValueError, "nack", (_SOME_LEASE, -1.0)),
     "nack with an infinite delay": (ValueError, "nack", (_SOME_LEASE, math.inf)),
     "nack with a NaN delay": (ValueError, "nack", (_SOME_LEASE, math.nan)),
+    "nack with delay '1'": (TypeError, "nack", (_SOME_LEASE, "1")),
+    "nack with something not a Lease": (TypeError, "nack", (("g1", 1), 0)),
+    "publish with event None": (TypeError, "publish", ("g1", None)),
+    "publish with a lone surrogate in the group_id": (ValueError, "publish", ("g\udc80", "e")),
+    "publish with routing_key 5": (TypeError, "publish", ("g1", "e", 0, 5)),
+    "publish with a lone surrogate in the routing_key": (ValueError, "publish", ("g1", "e", 0, "b\udc80")),
+    "claim with worker_id 5": (TypeError, "claim", (5, 1.0)),
+    "claim with a lone surrogate in the worker_id": (ValueError, "claim", ("w\udc80", 1.0)),
+    "claim with an infinite visibility": (ValueError, "claim", ("w1", math.inf)),
+    "claim with min_priority True": (TypeError, "claim", ("w1", 1.0, True)),
+    "claim with min_priority 1.5": (TypeError, "claim", ("w1", 1.0, 1.5)),
+    "claim with min_priority -1": (ValueError, "claim", ("w1", 1.0, -1)),
+    "claim with routing_keys 5": (TypeError, "claim", ("w1", 1.0, 0, 5)),
+    "claim with a non-str routing key": (TypeError, "claim", ("w1", 1.0, 0, [5])),
 }
+"""Each case: the error it must raise, the method, the arguments.  Where the arguments hold
+``_SOME_LEASE``, the machine passes a lease that is current at that step if there is one, so
+that a transport that acts on the lease before refusing the bad delay is caught too."""
 
 
 class TransportMachine(RuleBasedStateMachine):
@@ -140,14 +157,19 @@ class TransportMachine(RuleBasedStateMachine):
     - ``clock_slack``: judge each claim as if it happened anywhere within this many seconds
       of the clock, so an answer at the exact end of a lease or park is not judged (that
       boundary is the lease-expiry property's).  Only for an injectable clock.
+    - ``check_close``: at teardown, check R14 (close twice, then every call fails).
     - ``after_reopen``: when set, a divergence found after a ``reopen`` step names this
       property (e.g. ``"durability"``) instead of the one it shows; the message keeps both.
+    - ``after_bad_input``: the same, after a ``bad_input`` step was refused (a transport that
+      changed the queue before refusing is caught at a later step).
     """
 
     backend: Backend
     stale_leases: bool = True
     clock_slack: float = 0.0
     after_reopen: str | None = None
+    after_bad_input: str | None = None
+    check_close: bool = True
 
     leases = Bundle("leases")
 
@@ -159,11 +181,18 @@ class TransportMachine(RuleBasedStateMachine):
         self.namespace = f"ns_{uuid.uuid4().hex[:12]}"
         self.loop = asyncio.new_event_loop() if self.backend.is_async else None
         self.model = QueueModel(caps.fairness)
-        self.instances = [self._open()]
+        try:
+            self.instances = [self._open()]
+        except BaseException:
+            if self.loop is not None:
+                self.loop.close()
+            raise
+        self.issued: dict[str, Any] = {}  # token -> lease, for every lease handed out
         self.tokens: set[str] = set()
         self.seqs: dict[tuple[str, int], int] = {}  # (group, model seq) -> transport's seq
         self.in_step = False
         self.reopened = False
+        self.refused = False  # a bad_input step has been refused
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -189,6 +218,9 @@ class TransportMachine(RuleBasedStateMachine):
         if self.reopened and self.after_reopen is not None and prop != self.after_reopen:
             step = f"{step}  (after a reopen; the check that failed: {prop})"
             prop = self.after_reopen
+        elif self.refused and self.after_bad_input is not None and prop != self.after_bad_input:
+            step = f"{step}  (after bad input was refused; the check that failed: {prop})"
+            prop = self.after_bad_input
         return Divergence(prop, step, expected, repr(answered), self._describe())
 
     def _current(self, lease) -> bool:
@@ -326,13 +358,17 @@ class TransportMachine(RuleBasedStateMachine):
         if lease.token in self.tokens:
             raise self._diverge("fencing", step, "a token never handed out before", lease)
         self.tokens.add(lease.token)
+        self.issued[lease.token] = lease
         known = self.seqs.setdefault((claimed.group_id, claimed.seq), lease.seq)
         if known != lease.seq:
             raise self._diverge("fifo", step, f"the same seq as before ({known})", lease)
         for (group, model_seq), seq in self.seqs.items():
-            if group == claimed.group_id and model_seq < claimed.seq and seq >= lease.seq:
+            if group != claimed.group_id or model_seq == claimed.seq:
+                continue
+            if (model_seq < claimed.seq) != (seq < lease.seq):  # FIFO position, both ways
+                relation = "greater" if model_seq < claimed.seq else "smaller"
                 raise self._diverge(
-                    "fifo", step, f"a seq greater than {seq}, an earlier message of the group", lease
+                    "fifo", step, f"a seq {relation} than {seq}, the seq of another message of the group", lease
                 )
 
     # --- ack and nack (R7-R10) -----------------------------------------------------------------
@@ -430,11 +466,14 @@ class TransportMachine(RuleBasedStateMachine):
     @rule(case=st.sampled_from(sorted(BAD_INPUT)), via=st.integers(0, 1))
     def bad_input(self, case, via):
         error, method, args = BAD_INPUT[case]
+        current = [token for token, _ in self.model.holds().values() if token in self.issued]
+        if current:
+            args = tuple(self.issued[current[0]] if arg is _SOME_LEASE else arg for arg in args)
         self.in_step = True
         try:
             answer = getattr(self._instance(via), method)(*args)
         except error:
-            pass  # refused as it must be; later steps show nothing was written
+            self.refused = True  # as it must be; later steps show nothing was written
         except Exception as exc:
             raise self._diverge("bad-input", case, f"{error.__name__} raised", exc) from exc
         else:
@@ -447,7 +486,8 @@ class TransportMachine(RuleBasedStateMachine):
         try:
             if not self.in_step:  # a step that failed has already reported; just clean up
                 self._drain_and_compare()
-                self._check_close()
+                if self.check_close:
+                    self._check_close()
         finally:
             for transport in self.instances:
                 try:
@@ -482,14 +522,27 @@ class TransportMachine(RuleBasedStateMachine):
             )
 
     def _check_close(self) -> None:
-        transport = self.instances[0]
-        transport.close()
-        transport.close()  # twice is harmless (R14)
-        try:
-            transport.claim("w1", 1.0)
-        except Exception:
-            return
-        raise self._diverge("close", "claim after close()", "an error", "it answered normally")
+        """R14: close twice is harmless; then every call fails with an error saying so."""
+        calls = {
+            "publish('g1', 'e')": ("publish", ("g1", "e")),
+            "claim('w1', 1.0)": ("claim", ("w1", 1.0)),
+            "ack(lease)": ("ack", (_SOME_LEASE,)),
+            "nack(lease, 0)": ("nack", (_SOME_LEASE, 0)),
+        }
+        for number, transport in enumerate(self.instances):
+            transport.close()
+            transport.close()
+            for shown, (method, args) in calls.items():
+                step = f"{shown} after close() of instance {number}"
+                try:
+                    answer = getattr(transport, method)(*args)
+                except Exception as exc:
+                    if not _says_closed(exc):
+                        raise self._diverge(
+                            "close", step, "TransportClosedError (or an error saying it is closed)", exc
+                        ) from exc
+                else:
+                    raise self._diverge("close", step, "TransportClosedError", answer)
 
 
 def make_machine(
@@ -499,13 +552,16 @@ def make_machine(
     stale_leases: bool = True,
     clock_slack: float = 0.0,
     after_reopen: str | None = None,
+    after_bad_input: str | None = None,
+    check_close: bool = True,
     name: str | None = None,
 ) -> type[TransportMachine]:
     """A :class:`TransportMachine` subclass for ``backend``; run it with ``.TestCase`` or
     ``hypothesis.stateful.run_state_machine_as_test``.
 
     By default every rule of :data:`RULES` runs and every check is made.  ``rules`` (names
-    from :data:`RULES` and :data:`FOCUS_RULES`) runs those rules instead; ``stale_leases``, ``clock_slack`` and ``after_reopen`` set the
+    from :data:`RULES` and :data:`FOCUS_RULES`) runs those rules instead; ``stale_leases``, ``clock_slack``, ``after_reopen``, ``after_bad_input`` and
+    ``check_close`` set the
     class attributes of the same names (see :class:`TransportMachine`).  ``name`` is the
     class name Hypothesis prints in a failing example (default: from the backend's name).
     """
@@ -517,6 +573,8 @@ def make_machine(
         "stale_leases": stale_leases,
         "clock_slack": clock_slack,
         "after_reopen": after_reopen,
+        "after_bad_input": after_bad_input,
+        "check_close": check_close,
     }
     rules = set(RULES if rules is None else rules)
     if unknown := rules - set(RULES + FOCUS_RULES):
@@ -536,6 +594,14 @@ def _disabled_rule(name: str):
 
 
 # --- helpers for messages --------------------------------------------------------------------
+
+
+def _says_closed(error: Exception) -> bool:
+    """R14: our TransportClosedError, or a third party's error whose type or message says the
+    transport is closed."""
+    from harel_ref.transport import TransportClosedError
+
+    return isinstance(error, TransportClosedError) or "closed" in f"{type(error).__name__} {error}".lower()
 
 
 def _lease_ref(lease) -> str:

@@ -7,7 +7,7 @@ names the right property.  ``BROKEN[name] = (transport class, property it breaks
 from __future__ import annotations
 
 from harel_ref.transport import InMemoryStore, InMemoryTransport
-from harel_ref.transport._base import check_claim_args, check_lease
+from harel_ref.transport._base import check_claim_args, check_delay, check_lease
 from harel_ref.transport._base import PARKED
 from stateful import Backend, Capabilities
 from stateful._machine import TICK
@@ -19,6 +19,7 @@ class UnfencedAck(InMemoryTransport):
     def ack(self, lease):
         lease = check_lease(lease)
         with self.store.lock:
+            self._check_open()
             group = self.store.groups.get(lease.group_id)
             if group is None or group.messages[0].seq != lease.seq:
                 return False
@@ -92,6 +93,66 @@ class RoutingIgnored(InMemoryTransport):
         return super().claim(worker_id, visibility, min_priority, None)
 
 
+class ClosedWithoutSaying(InMemoryTransport):
+    """After close(), claim raises an error that does not say the transport is closed (R14)."""
+
+    def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
+        if self._closed:
+            raise RuntimeError("connection gone")
+        return super().claim(worker_id, visibility, min_priority, routing_keys)
+
+
+class LaterPublishSetsPriority(InMemoryTransport):
+    """A publish to an existing group overwrites its priority (R12)."""
+
+    def publish(self, group_id, event, priority=0, routing_key=None):
+        super().publish(group_id, event, priority, routing_key)
+        with self.store.lock:
+            self.store.groups[group_id].priority = priority
+
+
+class RecreatedGroupKeepsItsPlace(InMemoryTransport):
+    """The last ack leaves the emptied group in place, so a group re-created later keeps its
+    old arrival rank and ``last_claimed_at`` instead of starting afresh (R11)."""
+
+    def ack(self, lease):
+        lease = check_lease(lease)
+        with self.store.lock:
+            self._check_open()
+            group, head = self._held_by(lease)
+            if head is None:
+                return False
+            group.messages.popleft()  # and the group stays, even when empty
+            return True
+
+    def publish(self, group_id, event, priority=0, routing_key=None):
+        group = self.store.groups.get(group_id)
+        if group is not None and not group.messages:  # re-created: new attributes, old place
+            group.priority, group.routing_key = priority, routing_key
+        super().publish(group_id, event, priority, routing_key)
+
+    def _held_by(self, lease):
+        group = self.store.groups.get(lease.group_id)
+        if group is not None and not group.messages:
+            return group, None
+        return super()._held_by(lease)
+
+    def _groups_in_claim_order(self):
+        return [(g, group) for g, group in super()._groups_in_claim_order() if group.messages]
+
+
+class BadDelayFreesTheLease(InMemoryTransport):
+    """nack frees the message before it checks the delay, then refuses a bad one (R13)."""
+
+    def nack(self, lease, delay=0):
+        try:
+            check_delay(delay)
+        except (TypeError, ValueError):
+            super().nack(lease, 0)  # the damage, done before the refusal
+            raise
+        return super().nack(lease, delay)
+
+
 BROKEN = {
     "unfenced ack": (UnfencedAck, "fencing"),
     "lease live one tick too long": (LeaseOneTickTooLong, "lease-expiry"),
@@ -101,6 +162,10 @@ BROKEN = {
     "fairness ignored": (FairnessIgnored, "fairness"),
     "priority floor ignored": (PriorityFloorIgnored, "priority-floor"),
     "routing keys ignored": (RoutingIgnored, "routing"),
+    "closed without saying so": (ClosedWithoutSaying, "close"),
+    "a later publish sets the priority": (LaterPublishSetsPriority, "priority-floor"),
+    "a re-created group keeps its place": (RecreatedGroupKeepsItsPlace, "fairness"),
+    "a bad delay frees the lease": (BadDelayFreesTheLease, "bad-input"),
 }
 
 

@@ -186,6 +186,9 @@ def focus_machine(
         stale_leases=focus.stale_leases,
         clock_slack=0.0 if (focus.exact_time or wall) else TICK,
         after_reopen="durability" if "reopen" in focus.rules else None,
+        # A refused call that still changed the queue shows up at a later step.
+        after_bad_input="bad-input" if "bad_input" in focus.rules else None,
+        check_close=property == "close",  # so a close bug leaves the other verdicts standing
         name=name,
     )
 
