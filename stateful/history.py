@@ -246,7 +246,8 @@ def drain(transport: Any, *, worker: str = "drain", visibility: float = 60.0) ->
     """
     drained: list[Message] = []
     while (lease := transport.claim(worker, visibility)) is not None:
-        transport.ack(lease)
+        if transport.ack(lease) is not True:  # nobody else works now: a False ack is a bug
+            raise AssertionError(f"drain: the ack of a fresh lease returned False: {lease!r}")
         drained.append((lease.group_id, lease.event))
     return drained
 

@@ -73,7 +73,8 @@ def test_two_threads_racing_for_one_group_never_both_win(tmp_path):
     path = tmp_path / "q.db"
     publisher = LibsqlTransport(path)
     racers = [LibsqlTransport(path, busy_timeout=10) for _ in range(2)]
-    start, done = threading.Barrier(3), threading.Barrier(3)
+    # Timeouts, and abort() on the way out, so a failure cannot leave threads waiting forever.
+    start, done = threading.Barrier(3, timeout=30), threading.Barrier(3, timeout=30)
     won = [[], []]
 
     def race(i):
@@ -82,18 +83,22 @@ def test_two_threads_racing_for_one_group_never_both_win(tmp_path):
             won[i].append(racers[i].claim(f"w{i}", 60))
             done.wait()
 
-    threads = [threading.Thread(target=race, args=(i,)) for i in range(2)]
+    threads = [threading.Thread(target=race, args=(i,), daemon=True) for i in range(2)]
     for thread in threads:
         thread.start()
-    for _ in range(100):
-        publisher.publish("g", "only one of you")
-        start.wait()
-        done.wait()
-        winners = [w[-1] for w in won if w[-1] is not None]
-        assert len(winners) == 1, winners
-        assert publisher.ack(winners[0])
+    try:
+        for _ in range(100):
+            publisher.publish("g", "only one of you")
+            start.wait()
+            done.wait()
+            winners = [w[-1] for w in won if w[-1] is not None]
+            assert len(winners) == 1, winners
+            assert publisher.ack(winners[0])
+    finally:
+        start.abort()
+        done.abort()
     for thread in threads:
-        thread.join()
+        thread.join(timeout=30)
     for transport in (publisher, *racers):
         transport.close()
 

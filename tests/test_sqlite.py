@@ -366,6 +366,9 @@ def test_several_processes_never_share_a_group_nor_lose_a_message(tmp_path):
         process.start()
     for process in workers:
         process.join(timeout=120)
+        if process.is_alive():  # hung: do not leave it behind
+            process.kill()
+            process.join()
     assert [process.exitcode for process in workers] == [0, 0, 0, 0]
 
     time.sleep(VISIBILITY + 0.05)  # every lease and park has lapsed
