@@ -46,6 +46,7 @@ WALL_SCALE = 0.05
 RULES = (
     "publish", "claim", "claim_any", "ack", "nack_now", "nack_later", "advance",
     "advance_to_deadline", "claim_at_deadline", "open_second_instance", "reopen", "bad_input",
+    "bad_delay",
 )
 """The names of the machine's rules; :func:`make_machine` runs them all by default and can
 enable a subset of them, or add the focus rules below."""
@@ -118,10 +119,6 @@ BAD_INPUT = {
     "claim with routing_keys as one str": (TypeError, "claim", ("w1", 1.0, 0, "blue")),
     "claim with empty routing_keys": (ValueError, "claim", ("w1", 1.0, 0, [])),
     "ack with something not a Lease": (TypeError, "ack", (("g1", 1),)),
-    "nack with a negative delay": (ValueError, "nack", (_SOME_LEASE, -1.0)),
-    "nack with an infinite delay": (ValueError, "nack", (_SOME_LEASE, math.inf)),
-    "nack with a NaN delay": (ValueError, "nack", (_SOME_LEASE, math.nan)),
-    "nack with delay '1'": (TypeError, "nack", (_SOME_LEASE, "1")),
     "nack with something not a Lease": (TypeError, "nack", (("g1", 1), 0)),
     "publish with event None": (TypeError, "publish", ("g1", None)),
     "publish with a lone surrogate in the group_id": (ValueError, "publish", ("g\udc80", "e")),
@@ -136,9 +133,17 @@ BAD_INPUT = {
     "claim with routing_keys 5": (TypeError, "claim", ("w1", 1.0, 0, 5)),
     "claim with a non-str routing key": (TypeError, "claim", ("w1", 1.0, 0, [5])),
 }
-"""Each case: the error it must raise, the method, the arguments.  Where the arguments hold
-``_SOME_LEASE``, the machine passes a lease that is current at that step if there is one, so
-that a transport that acts on the lease before refusing the bad delay is caught too."""
+"""Each case: the error it must raise, the method, the arguments."""
+
+BAD_DELAYS = {
+    "a negative delay": (ValueError, -1.0),
+    "an infinite delay": (ValueError, math.inf),
+    "a NaN delay": (ValueError, math.nan),
+    "delay '1'": (TypeError, "1"),
+    "delay True": (TypeError, True),
+}
+"""Bad ``nack`` delays, sent with a real lease (current or stale): refused before anything is
+written, so a transport that frees or parks the message and then refuses is caught."""
 
 
 class TransportMachine(RuleBasedStateMachine):
@@ -187,7 +192,6 @@ class TransportMachine(RuleBasedStateMachine):
             if self.loop is not None:
                 self.loop.close()
             raise
-        self.issued: dict[str, Any] = {}  # token -> lease, for every lease handed out
         self.tokens: set[str] = set()
         self.seqs: dict[tuple[str, int], int] = {}  # (group, model seq) -> transport's seq
         self.in_step = False
@@ -358,7 +362,6 @@ class TransportMachine(RuleBasedStateMachine):
         if lease.token in self.tokens:
             raise self._diverge("fencing", step, "a token never handed out before", lease)
         self.tokens.add(lease.token)
-        self.issued[lease.token] = lease
         known = self.seqs.setdefault((claimed.group_id, claimed.seq), lease.seq)
         if known != lease.seq:
             raise self._diverge("fifo", step, f"the same seq as before ({known})", lease)
@@ -466,14 +469,20 @@ class TransportMachine(RuleBasedStateMachine):
     @rule(case=st.sampled_from(sorted(BAD_INPUT)), via=st.integers(0, 1))
     def bad_input(self, case, via):
         error, method, args = BAD_INPUT[case]
-        current = [token for token, _ in self.model.holds().values() if token in self.issued]
-        if current:
-            args = tuple(self.issued[current[0]] if arg is _SOME_LEASE else arg for arg in args)
+        self._refused(error, case, getattr(self._instance(via), method), *args)
+
+    @rule(lease=leases, case=st.sampled_from(sorted(BAD_DELAYS)), via=st.integers(0, 1))
+    def bad_delay(self, lease, case, via):
+        error, delay = BAD_DELAYS[case]
+        self._refused(error, f"nack({_lease_ref(lease)}) with {case}", self._instance(via).nack, lease, delay)
+
+    def _refused(self, error: type[Exception], case: str, method, *args) -> None:
+        """The call must raise ``error``; later steps show that it wrote nothing."""
         self.in_step = True
         try:
-            answer = getattr(self._instance(via), method)(*args)
+            answer = method(*args)
         except error:
-            self.refused = True  # as it must be; later steps show nothing was written
+            self.refused = True
         except Exception as exc:
             raise self._diverge("bad-input", case, f"{error.__name__} raised", exc) from exc
         else:
@@ -626,6 +635,10 @@ def _claim_property(allowed, lease, model: QueueModel, now: When, min_priority, 
         lapsed = [holds[c.group_id][0] for c in allowed if c is not None and c.group_id in holds]
         if lapsed:
             return "parking" if None in lapsed else "lease-expiry"
+        if min_priority > 0:
+            return "priority-floor"  # a group at or above the floor was passed over
+        if routing_keys is not None:
+            return "routing"  # a group with one of the keys was passed over
         return "no-loss"
     group_id = getattr(lease, "group_id", None)
     info = model.group_info(group_id)

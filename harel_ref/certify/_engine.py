@@ -135,7 +135,7 @@ PROPERTIES: dict[str, _Focus] = {
     ),
     "bad-input": _Focus(
         "bad arguments raise ValueError/TypeError and write nothing (R13)",
-        _CORE | _TIME | {"bad_input"},
+        _CORE | _TIME | {"bad_input", "bad_delay"},
     ),
     "close": _Focus(
         "after close() every call raises; close() twice is harmless (R14)",
@@ -187,7 +187,7 @@ def focus_machine(
         clock_slack=0.0 if (focus.exact_time or wall) else TICK,
         after_reopen="durability" if "reopen" in focus.rules else None,
         # A refused call that still changed the queue shows up at a later step.
-        after_bad_input="bad-input" if "bad_input" in focus.rules else None,
+        after_bad_input="bad-input" if "bad_input" in focus.rules else None,  # and bad_delay
         check_close=property == "close",  # so a close bug leaves the other verdicts standing
         name=name,
     )
