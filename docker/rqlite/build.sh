@@ -29,6 +29,8 @@ build_binary() {
         log "binary present: $BIN ($("$BIN" -version 2>&1 | head -1)); skipping go build"
         return 0
     fi
+    # The machine image installs Go under /usr/local/go; a bare environment may lack it on PATH.
+    command -v go >/dev/null || { [[ -x /usr/local/go/bin/go ]] && export PATH="/usr/local/go/bin:$PATH"; } || true
     command -v go >/dev/null || die "go is not installed (need Go >= 1.24 to build rqlited)"
     command -v gcc >/dev/null || die "gcc is not installed (rqlite's sqlite driver needs cgo)"
     [[ -e /usr/lib/x86_64-linux-gnu/libc.a || -e /usr/lib/libc.a ]] || \
