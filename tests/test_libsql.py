@@ -94,9 +94,10 @@ def test_two_threads_racing_for_one_group_never_both_win(tmp_path):
             winners = [w[-1] for w in won if w[-1] is not None]
             assert len(winners) == 1, winners
             assert publisher.ack(winners[0])
-    finally:
-        start.abort()
+    except BaseException:
+        start.abort()  # release the racers, or they would wait for the next round forever
         done.abort()
+        raise
     for thread in threads:
         thread.join(timeout=30)
     for transport in (publisher, *racers):
