@@ -12,10 +12,12 @@ Exit codes: 0 every property passed (or is not applicable), 1 some property fail
 from __future__ import annotations
 
 import argparse
+import os
 import shutil
 import sys
 import tempfile
 from collections.abc import Sequence
+from pathlib import Path
 from typing import TextIO
 
 from harel_ref.certify import EXIT_CODES, PROFILES, PROPERTIES, CertificationError, PropertyVerdict, certify
@@ -52,7 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     cert.add_argument("--only", metavar="PROPERTY", action="append", choices=list(PROPERTIES),
                       help="certify only this property (repeatable)")
     cert.add_argument("--time-budget", metavar="SECONDS", type=float,
-                      help="stop after this long; what was not searched in time is unknown")
+                      help="a budget shared by the searches: no example starts after it, a failure found in time may take one more share to shrink; what was not searched is unknown")
     cert.add_argument("--report-dir", metavar="DIR", default="reports",
                       help="where report.json and REPORT.md go (default: ./reports)")
     cert.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -92,6 +94,12 @@ def _certify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     }
     if args.target and args.bundled:
         return _usage(parser, "give either MODULE:FACTORY or --bundled NAME, not both")
+    try:  # an unwritable report directory is a usage error, found before any search runs
+        Path(args.report_dir).mkdir(parents=True, exist_ok=True)
+        if not os.access(args.report_dir, os.W_OK):
+            raise PermissionError(f"{args.report_dir} is not writable")
+    except OSError as exc:
+        return _usage(parser, f"--report-dir {args.report_dir!r}: {exc}")
     directory = None
     try:
         if args.target:

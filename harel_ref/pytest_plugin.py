@@ -40,7 +40,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--harel-only", action="append", choices=list(PROPERTIES), metavar="PROPERTY",
                     help="certify only this property (repeatable)")
     group.addoption("--harel-time-budget", type=float, metavar="SECONDS",
-                    help="stop after this long; the rest is unknown")
+                    help="a budget shared by the searches: no example starts after it, a failure found in time may take one more share to shrink; what was not searched is unknown")
     group.addoption("--harel-capabilities", metavar="LIST", default="",
                     help="override declared capabilities: e.g. durable,shared,no-routing,fairness=ack,wall-clock")
     group.addoption("--harel-report-dir", metavar="DIR",
@@ -52,6 +52,7 @@ def _active(config: pytest.Config) -> bool:
 
 
 _TARGET = pytest.StashKey()
+_REPORT = pytest.StashKey()
 _DIRECTORY = pytest.StashKey()
 
 
@@ -60,6 +61,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not _active(config):
         return
     from harel_ref.certify import CertificationError
+    from harel_ref.certify._engine import preflight
     from harel_ref.certify._target import Target, parse_capabilities
 
     try:
@@ -74,8 +76,24 @@ def pytest_configure(config: pytest.Config) -> None:
             config.stash[_TARGET] = Target.from_bundled(
                 config.getoption("harel_bundled"), config.stash[_DIRECTORY], overrides
             )
+        preflight(config.stash[_TARGET])  # a factory that cannot open a transport at all
     except CertificationError as exc:
         raise pytest.UsageError(f"harel-ref: {exc}") from exc
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """A failure found for a property that ``--harel-only`` did not select has no test item:
+    say so, and fail the session anyway."""
+    report = session.config.stash.get(_REPORT, None)
+    if report is None:
+        return
+    chosen = set(session.config.getoption("harel_only") or ())
+    hidden = [v.property for v in report.verdicts if v.verdict == "failed" and chosen and v.property not in chosen]
+    if hidden:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_line(f"harel-ref: failed outside --harel-only: {', '.join(hidden)} (see the report)")
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:
@@ -109,7 +127,7 @@ class _Certification(pytest.Collector):
 
     def certified(self):
         if self.report is None:
-            self.report = _run(self.config)
+            self.report = self.config.stash[_REPORT] = _run(self.config)
         return self.report
 
 
@@ -119,11 +137,11 @@ class _PropertyItem(pytest.Item):
         try:
             verdict = report.verdict(self.name)
         except KeyError:
-            pytest.skip(f"unknown: {self.name} was not searched")
+            pytest.skip(f"{self.name}: unknown: not searched")
         if verdict.verdict == "failed":
             raise _PropertyFailed(verdict)
         if verdict.verdict != "passed":
-            pytest.skip(f"{verdict.verdict}: {verdict.reason}")
+            pytest.skip(f"{self.name}: {verdict.verdict}: {verdict.reason}")
 
     def repr_failure(self, excinfo):
         if isinstance(excinfo.value, _PropertyFailed):

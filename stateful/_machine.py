@@ -71,10 +71,16 @@ events = st.one_of(
 
 
 class Divergence(AssertionError):
-    """The transport answered something the model does not allow."""
+    """The transport answered something the model does not allow.
 
-    def __init__(self, property: str, step: str, expected: str, answered: str, state: str) -> None:
+    ``property`` is what the failure counts against; ``check`` is the check that tripped
+    (the same, unless a focused search blames an earlier step, see ``after_reopen``)."""
+
+    def __init__(
+        self, property: str, step: str, expected: str, answered: str, state: str, check: str | None = None
+    ) -> None:
         self.property = property
+        self.check = check if check is not None else property
         self.step = step
         self.expected = expected
         self.answered = answered
@@ -219,13 +225,14 @@ class TransportMachine(RuleBasedStateMachine):
         return answer, When(before, time.time())
 
     def _diverge(self, prop: str, step: str, expected: str, answered: Any) -> Divergence:
+        check = prop
         if self.reopened and self.after_reopen is not None and prop != self.after_reopen:
             step = f"{step}  (after a reopen; the check that failed: {prop})"
             prop = self.after_reopen
         elif self.refused and self.after_bad_input is not None and prop != self.after_bad_input:
             step = f"{step}  (after bad input was refused; the check that failed: {prop})"
             prop = self.after_bad_input
-        return Divergence(prop, step, expected, repr(answered), self._describe())
+        return Divergence(prop, step, expected, repr(answered), self._describe(), check)
 
     def _current(self, lease) -> bool:
         """Whether ``lease`` still holds its message per the model (lapsed or not, R10)."""

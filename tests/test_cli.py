@@ -94,7 +94,7 @@ def test_cli_and_pytest_plugin_agree_on_the_seeds_example(tmp_path):
     pytest_verdicts = {}
     for outcome, prop in re.findall(r"^(PASSED|FAILED) harel-certify::([a-z-]+)", plugin.stdout, re.M):
         pytest_verdicts[prop] = outcome.lower()
-    for prop, verdict in re.findall(r"^SKIPPED .*?::([a-z-]+): (not applicable|unknown)", plugin.stdout, re.M):
+    for prop, verdict in re.findall(r"^SKIPPED .*?: ([a-z-]+): (not applicable|unknown)", plugin.stdout, re.M):
         pytest_verdicts[prop] = verdict
     assert pytest_verdicts == cli_verdicts
     assert cli_verdicts["fencing"] == cli_verdicts["bad-input"] == "failed"  # the seeds' design

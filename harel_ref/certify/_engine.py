@@ -22,6 +22,7 @@ import asyncio
 import dataclasses
 import math
 import time
+import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
@@ -31,7 +32,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from stateful import Backend, Capabilities, Divergence, make_machine
 from stateful._async import open_transport
-from stateful._machine import TICK, FakeClock
+from stateful._machine import FOCUS_RULES, RULES, TICK, FakeClock
 
 from ._report import Failure, PropertyVerdict, Report
 from ._target import CertificationError, Target
@@ -93,6 +94,9 @@ PROPERTIES: dict[str, _Focus] = {
     "lease-expiry": _Focus(
         "a lease (or park) is live while now <= its end, and claimable one tick after (R3, R9)",
         _CORE | {"nack_later", "advance_to_deadline", "claim_at_deadline"},
+        # The boundary rules step the clock to a lease's exact end: a wall clock cannot.
+        needs=lambda caps: "exact lease boundaries need an injectable clock (this one is the wall clock)"
+        if caps.clock == "wall" else None,
         exact_time=True,
     ),
     "parking": _Focus(
@@ -237,6 +241,14 @@ def _watched(machine: type, search: _Search) -> type:
                 search.first = divergence
             return divergence
 
+        def _call(self, method, *args):
+            try:
+                return super()._call(method, *args)
+            except Exception as exc:  # a crash: kept in case time runs out while shrinking
+                if search.first is None:
+                    search.first = exc
+                raise
+
     # Hypothesis prints steps as ``state = <class name>()``: keep the focus machine's name.
     Watched.__name__ = Watched.__qualname__ = machine.__name__
     return Watched
@@ -313,14 +325,14 @@ def certify(
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r}; choose from {list(PROFILES)}")
         profile = PROFILES[profile]
-    chosen = list(PROPERTIES) if properties is None else list(properties)
+    chosen = list(PROPERTIES) if properties is None else list(dict.fromkeys(properties))
     unknown = [p for p in chosen if p not in PROPERTIES]
     if unknown:
         raise ValueError(f"unknown properties {unknown}; choose from {list(PROPERTIES)}")
     if time_budget is not None and not (time_budget > 0 and math.isfinite(time_budget)):
         raise ValueError(f"time_budget must be a positive number of seconds, got {time_budget}")
     caps = target.capabilities
-    _preflight(target)
+    preflight(target)
 
     started = time.monotonic()
     end = math.inf if time_budget is None else started + time_budget
@@ -363,7 +375,7 @@ def certify(
     )
 
 
-def _preflight(target: Target) -> None:
+def preflight(target: Target) -> None:
     """Open and close one transport, so a factory that cannot work fails with a clear error
     instead of twelve failed searches."""
     loop = asyncio.new_event_loop() if target.is_async else None
@@ -402,6 +414,11 @@ def _judge(prop, search: _Search, target: Target, profile: Profile, run_seed: in
         if isinstance(error, HypothesisException):
             continue
         failure = _failure(prop, error, flaky, target, profile, run_seed)
+        tripped = property_of(failure.check)
+        if tripped != failure.property and any(f.found_by == tripped for f in failures.get(tripped, [])):
+            # Blamed on the reopen (or the refused bad input) before it, but the check that
+            # tripped failed in its own search too, without one: it is that property's bug.
+            failure = dataclasses.replace(failure, property=tripped)
         failures.setdefault(failure.property, []).append(failure)
         broken.append(failure.property)
     if prop in broken:
@@ -421,7 +438,7 @@ def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profi
     if isinstance(error, Divergence):
         return Failure(
             property=property_of(error.property),
-            check=error.property,
+            check=error.check,
             step=error.step,
             expected=error.expected,
             answered=error.answered,
@@ -433,12 +450,22 @@ def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profi
     return Failure(
         property=prop,
         check="exception",
-        step=steps[-2] if len(steps) >= 2 else "(unknown step)",
+        step=f"{_raising_step(error)} raised",
         expected="an answer or error the spec allows",
         answered=f"{type(error).__name__}: {error}",
         state="",
         **common,
     )
+
+
+def _raising_step(error: BaseException) -> str:
+    """The machine rule (or teardown) during which ``error`` was raised."""
+    names = set(RULES) | set(FOCUS_RULES) | {"teardown", "__init__"}
+    for frame, _ in traceback.walk_tb(error.__traceback__):
+        if frame.f_code.co_name in names and "self" in frame.f_locals:
+            name = frame.f_code.co_name
+            return "opening the transport" if name == "__init__" else f"state.{name}(...)"
+    return "a step"
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

@@ -8,8 +8,8 @@ declare its capabilities itself, so that its users need no flags:
 - ``HAREL_CAPABILITIES = Capabilities(...)`` in the factory's module, else
 - the defaults of :class:`stateful.Capabilities`.
 
-Explicit capabilities (CLI flags, ``--harel-capabilities``, the ``capabilities`` argument of
-``certify``) override the declared ones field by field.
+CLI flags and ``--harel-capabilities`` override the declared ones field by field; the
+``capabilities`` argument of ``certify`` replaces them whole.
 """
 
 from __future__ import annotations
@@ -60,8 +60,10 @@ class Target:
             sys.path.insert(0, os.getcwd())  # as `python -m` does: local packages import
         try:
             obj: Any = importlib.import_module(module_name)
-        except ImportError as exc:
-            raise CertificationError(f"cannot import {module_name!r} (from {spec!r}): {exc}") from exc
+        except Exception as exc:  # not found, or the module itself fails (SyntaxError, ...)
+            raise CertificationError(
+                f"cannot import {module_name!r} (from {spec!r}): {type(exc).__name__}: {exc}"
+            ) from exc
         for part in attribute.split("."):
             if not hasattr(obj, part):
                 raise CertificationError(f"{module_name!r} has no attribute {attribute!r} (from {spec!r})")
@@ -151,6 +153,8 @@ class Target:
         machine = steps[0].removeprefix("state = ").removesuffix("()")
         return "\n".join([
             f"# Replays the failing example of the {prop!r} search; it raises the Divergence.",
+            "# Run it from the directory you certified in (the factory's module is found there).",
+            "import os, sys; sys.path.insert(0, os.getcwd())",
             "from harel_ref.certify import focus_machine",
             "from stateful import Capabilities",
             self.setup,
