@@ -55,6 +55,36 @@ def test_exit_code_2_on_usage_errors(argv, monkeypatch, tmp_path, capsys):
     assert "error:" in capsys.readouterr().err
 
 
+def test_exit_code_2_for_a_module_that_fails_on_import_or_a_factory_that_cannot_open(
+    tmp_path, monkeypatch, capsys
+):
+    (tmp_path / "fails_on_import.py").write_text("raise RuntimeError('boom at import')\n")
+    (tmp_path / "opens_nothing.py").write_text("def factory(clock, namespace):\n    return None\n")
+    monkeypatch.chdir(tmp_path)
+    reports = str(tmp_path / "reports")
+    assert main(["certify", "fails_on_import:factory", "--report-dir", reports]) == 2
+    assert "boom at import" in capsys.readouterr().err
+    assert main(["certify", "opens_nothing:factory", "--report-dir", reports]) == 2
+    assert "could not open and close a transport" in capsys.readouterr().err
+
+
+def test_exit_code_2_for_an_unwritable_report_dir(tmp_path, capsys):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a directory")
+    assert main(["certify", "--bundled", "memory", "--report-dir", str(blocker / "reports")]) == 2
+    assert "--report-dir" in capsys.readouterr().err
+
+
+def test_plugin_refuses_a_factory_that_cannot_open_before_running_anything(tmp_path):
+    (tmp_path / "opens_nothing.py").write_text("def factory(clock, namespace):\n    return None\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "pytest", "--harel-transport", "opens_nothing:factory", "-p", "no:cacheprovider"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=120,
+    )
+    assert run.returncode == pytest.ExitCode.USAGE_ERROR, run.stdout + run.stderr
+    assert "could not open and close a transport" in run.stderr
+
+
 def test_exit_code_2_from_argparse_for_unknown_choices():
     with pytest.raises(SystemExit) as exited:
         main(["certify", "--only", "speed"])
