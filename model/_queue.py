@@ -16,9 +16,19 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["Claimed", "Fairness", "QueueModel", "When"]
+__all__ = ["RELAXABLE", "Claimed", "Fairness", "QueueModel", "When"]
 
 Fairness = Literal["claim", "ack", "unspecified"]
+
+RELAXABLE = {
+    "R2": "a claim may also take the head of a group whose head is leased (not parked)",
+    "R10": "ack and nack may also act on the lease's message whoever holds it (by seq, unfenced)",
+}
+"""The rules a model can be built without (``QueueModel(relax=...)``), and what each allows.
+
+The checkers use them to *name* what a concurrent history breaks: a history that fits the
+model only without R2 breaks single in-flight; one that fits only without R10 breaks fencing.
+Leaving a rule out only ever widens the allowed answers."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +63,7 @@ class Claimed:
     event: str
 
 
-@dataclass
+@dataclass(frozen=True, slots=True)
 class _Hold:
     """A lease (``token`` set) or a park (``token`` None) on a group's head, until ``until``."""
 
@@ -70,6 +80,19 @@ class _Group:
     stamp: When = NEVER  # last_claimed_at (R5)
     messages: list[tuple[int, str]] = field(default_factory=list)  # (seq, event), FIFO
     hold: _Hold | None = None  # only the head is ever held (R6)
+    leased_by: dict[int, frozenset[str]] = field(default_factory=dict)  # seq -> tokens, without R10
+
+    def copy(self) -> _Group:
+        return _Group(
+            self.group_id, self.priority, self.routing_key, self.arrival, self.stamp,
+            list(self.messages), self.hold, dict(self.leased_by),
+        )
+
+    def key(self) -> tuple:
+        hold = None if self.hold is None else (self.hold.token, self.hold.until.lo, self.hold.until.hi)
+        leased = tuple(sorted(self.leased_by.items())) if self.leased_by else ()
+        return (self.group_id, self.priority, self.routing_key, self.arrival, self.stamp.lo,
+                self.stamp.hi, tuple(self.messages), hold, leased)
 
 
 class QueueModel:
@@ -78,15 +101,34 @@ class QueueModel:
     ``fairness`` picks the R5 policy: ``"claim"`` stamps ``last_claimed_at`` when a group is
     claimed (SQLite, libSQL, rqlite, in-memory), ``"ack"`` when its message is acknowledged
     (the Postgres/Mongo/Redis family), ``"unspecified"`` allows any claimable group.
+
+    ``relax`` names rules of :data:`RELAXABLE` to leave out (the checkers' diagnosis of a
+    concurrent history; see there).
     """
 
-    def __init__(self, fairness: Fairness = "claim") -> None:
+    def __init__(self, fairness: Fairness = "claim", *, relax: Iterable[str] = ()) -> None:
         if fairness not in ("claim", "ack", "unspecified"):
             raise ValueError(f"fairness must be 'claim', 'ack' or 'unspecified', got {fairness!r}")
+        relax = frozenset(relax)
+        if unknown := relax - set(RELAXABLE):
+            raise ValueError(f"relax takes rules from {sorted(RELAXABLE)}, got {sorted(unknown)}")
         self.fairness = fairness
+        self.relax = relax
         self._groups: dict[str, _Group] = {}
         self._last_seq = 0
         self._arrivals = 0
+
+    def copy(self) -> QueueModel:
+        """An independent copy (the linearizability checker branches on copies)."""
+        twin = QueueModel.__new__(QueueModel)
+        twin.fairness, twin.relax = self.fairness, self.relax
+        twin._groups = {group_id: group.copy() for group_id, group in self._groups.items()}
+        twin._last_seq, twin._arrivals = self._last_seq, self._arrivals
+        return twin
+
+    def key(self) -> tuple:
+        """The whole state as a hashable value: equal keys behave the same from here on."""
+        return (self._last_seq, self._arrivals, tuple(g.key() for g in self._groups.values()))
 
     # --- R1, R11, R12: publish ---------------------------------------------------------------
 
@@ -121,7 +163,18 @@ class QueueModel:
                 allowed.add(_head(group))
         if _may_all_be_in_flight(eligible, now):
             allowed.add(None)
+        if "R2" in self.relax:  # without R2: a leased head may be taken over
+            allowed.update(_head(g) for g in eligible if g.hold is not None and g.hold.token is not None)
         return frozenset(allowed)
+
+    def may_answer_none(
+        self, now: float | When, min_priority: int = 0, routing_keys: Iterable[str] | None = None
+    ) -> bool:
+        """Whether None is among :meth:`claim_outcomes` (computed alone: the checkers ask it
+        of every claim that answered None)."""
+        keys = None if routing_keys is None else frozenset(routing_keys)
+        eligible = [g for g in self._groups.values() if _eligible(g, min_priority, keys)]
+        return _may_all_be_in_flight(eligible, When.of(now))
 
     def take(self, claimed: Claimed, token: str, now: float | When, visibility: float) -> None:
         """Follow a claim that answered ``claimed``: lease the head under ``token`` (R3) and,
@@ -130,6 +183,8 @@ class QueueModel:
         group = self._groups[claimed.group_id]
         assert _head(group) == claimed, f"{claimed} is not the head of its group"
         group.hold = _Hold(token, now + visibility)
+        if "R10" in self.relax:  # remember the message, for acks by seq
+            group.leased_by[claimed.seq] = group.leased_by.get(claimed.seq, frozenset()) | {token}
         if self.fairness == "claim":
             group.stamp = now
 
@@ -142,23 +197,28 @@ class QueueModel:
 
     # --- R7-R10: ack and nack ------------------------------------------------------------------
 
-    def ack(self, token: str, now: float | When) -> bool:
-        """R7: remove the message held under ``token``; False if no message is (R10)."""
-        group = self._held_by(token)
+    def ack(self, token: str, now: float | When, *, by_seq: bool = False) -> bool:
+        """R7: remove the message held under ``token``; False if no message is (R10).
+
+        ``by_seq`` (a model without R10 only): act on the message ever leased under
+        ``token``, whoever holds it now, as an ack by seq does."""
+        group = self._leased_under(token) if by_seq else self._held_by(token)
         if group is None:
             return False
-        group.messages.pop(0)
+        seq, _ = group.messages.pop(0)
         group.hold = None
+        group.leased_by.pop(seq, None)
         if not group.messages:
             del self._groups[group.group_id]  # R11: a group lives while it has messages
         elif self.fairness == "ack":
             group.stamp = When.of(now)
         return True
 
-    def nack(self, token: str, delay: float, now: float | When) -> bool:
+    def nack(self, token: str, delay: float, now: float | When, *, by_seq: bool = False) -> bool:
         """R8: ``delay == 0`` frees the message at once (still the head); R9: ``delay > 0``
-        parks it, its group blocked until ``now + delay``.  False if not held (R10)."""
-        group = self._held_by(token)
+        parks it, its group blocked until ``now + delay``.  False if not held (R10).
+        ``by_seq``: as for :meth:`ack`."""
+        group = self._leased_under(token) if by_seq else self._held_by(token)
         if group is None:
             return False
         group.hold = None if delay == 0 else _Hold(None, When.of(now) + delay)
@@ -168,6 +228,16 @@ class QueueModel:
         """R10: the group whose head is held under ``token`` (lapsed or not), if any."""
         for group in self._groups.values():
             if group.hold is not None and group.hold.token == token:
+                return group
+        return None
+
+    def _leased_under(self, token: str) -> _Group | None:
+        """Without R10: the group whose head was ever leased under ``token``, whoever holds
+        it now (an ack by seq acts on it)."""
+        if "R10" not in self.relax:
+            raise ValueError("an ack or nack by seq is allowed only by a model without R10 (relax=['R10'])")
+        for group in self._groups.values():
+            if group.messages and token in group.leased_by.get(group.messages[0][0], ()):
                 return group
         return None
 
