@@ -13,10 +13,15 @@ transport.  Describe the transport as a :class:`Backend` (a factory and its
 
 Hypothesis prints a failing run as runnable steps, and the :class:`Divergence` beneath them
 shows what the model allowed beside what the transport answered.
+
+For concurrent callers: :mod:`stateful.parallel` runs programs whose branches run at once,
+:mod:`stateful.soak` runs workers against the wall clock, :mod:`stateful.history` records
+calls, and :func:`check_linearizable` judges a history against the model (SPEC.md R19).
 """
 
 from ._async import BlockingTransport
 from ._backend import Backend, Capabilities, Factory
+from ._linearize import Linearizability, check_linearizable
 from ._machine import FOCUS_RULES, RULES, Divergence, FakeClock, TransportMachine, make_machine
 from .profiles import PROFILES, load_from_env
 
@@ -30,7 +35,9 @@ __all__ = [
     "Divergence",
     "Factory",
     "FakeClock",
+    "Linearizability",
     "TransportMachine",
+    "check_linearizable",
     "load_from_env",
     "make_machine",
 ]

@@ -33,7 +33,10 @@ from model import Claimed, QueueModel, When
 from ._async import open_transport
 from ._backend import Backend
 
-__all__ = ["FOCUS_RULES", "RULES", "Divergence", "FakeClock", "TransportMachine", "make_machine"]
+__all__ = [
+    "FOCUS_RULES", "RULES", "Divergence", "FakeClock", "TransportMachine", "claim_property",
+    "describe_queue", "make_machine", "property_of", "release_check", "show_outcomes",
+]
 
 START = 1000.0
 TICK = 2.0**-10
@@ -239,18 +242,7 @@ class TransportMachine(RuleBasedStateMachine):
         return any(token == lease.token for token, _ in self.model.holds().values())
 
     def _describe(self) -> str:
-        holds = self.model.holds()
-        lines = []
-        for group_id, group_events in self.model.contents().items():
-            shown = [e if len(e) <= 16 else f"{e[:8]}...({len(e)} chars)" for e in group_events]
-            line = f"    {group_id!r}: {shown}"
-            if group_id in holds:
-                token, until = holds[group_id]
-                what = "parked" if token is None else f"leased by {token!r}"
-                line += f"  head {what} until {until.lo if until.lo == until.hi else until}"
-            lines.append(line)
-        clock = "wall clock" if self.wall else f"clock at {self.clock.now}"
-        return "\n".join(lines or ["    (empty)"]) + f"\n  ({clock})"
+        return describe_queue(self.model, "wall clock" if self.wall else f"clock at {self.clock.now}")
 
     # --- publish (R1, R11, R12) ----------------------------------------------------------------
 
@@ -337,8 +329,8 @@ class TransportMachine(RuleBasedStateMachine):
             allowed = self.model.claim_outcomes(when, min_priority, routing_keys)
         claimed = self._match(lease, allowed)
         if claimed is False:
-            prop = _claim_property(allowed, lease, self.model, when, min_priority, routing_keys)
-            raise self._diverge(prop, step, _show(allowed), lease)
+            prop = claim_property(allowed, lease, self.model, when, min_priority, routing_keys)
+            raise self._diverge(prop, step, show_outcomes(allowed), lease)
         if claimed is None:
             return None
         self._check_lease_identity(step, lease, claimed)
@@ -391,7 +383,7 @@ class TransportMachine(RuleBasedStateMachine):
         answer, when = self._call(self._instance(via).ack, lease)
         expected = self.model.ack(lease.token, when)
         if answer is not expected:
-            prop = "fencing" if expected is False else "ack"
+            prop = release_check("ack", expected, 0)
             raise self._diverge(prop, f"ack({_lease_ref(lease)})", repr(expected), answer)
         self.in_step = False
 
@@ -411,7 +403,7 @@ class TransportMachine(RuleBasedStateMachine):
         answer, when = self._call(self._instance(via).nack, lease, self._seconds(delay))
         expected = self.model.nack(lease.token, self._seconds(delay), when)
         if answer is not expected:
-            prop = "fencing" if expected is False else ("parking" if delay else "nack")
+            prop = release_check("nack", expected, delay)
             raise self._diverge(prop, f"nack({_lease_ref(lease)}, delay={delay})", repr(expected), answer)
         self.in_step = False
 
@@ -620,11 +612,45 @@ def _says_closed(error: Exception) -> bool:
     return isinstance(error, TransportClosedError) or "closed" in f"{type(error).__name__} {error}".lower()
 
 
+def describe_queue(model: QueueModel, clock: str) -> str:
+    """The queue per the model, a line per group, for a failure message."""
+    holds = model.holds()
+    lines = []
+    for group_id, group_events in model.contents().items():
+        shown = [e if len(e) <= 16 else f"{e[:8]}...({len(e)} chars)" for e in group_events]
+        line = f"    {group_id!r}: {shown}"
+        if group_id in holds:
+            token, until = holds[group_id]
+            what = "parked" if token is None else f"leased by {token!r}"
+            line += f"  head {what} until {until.lo if until.lo == until.hi else until}"
+        lines.append(line)
+    return "\n".join(lines or ["    (empty)"]) + f"\n  ({clock})"
+
+
+CHECK_TO_PROPERTY = {"publish": "no-loss", "ack": "fencing", "nack": "fencing"}
+"""The machine's own check names that are not verdict lines: a publish that answers something
+else than None counts against no-loss; an ack/nack that does not answer True for the current
+lease counts against fencing (R10 says which leases act, both ways)."""
+
+
+def property_of(check: str) -> str:
+    """The verdict line (a certifier property) a check (``Divergence.check``) counts against."""
+    return CHECK_TO_PROPERTY.get(check, check)
+
+
+def release_check(op: str, expected: bool, delay: float) -> str:
+    """The check an ack or nack that did not answer ``expected`` fails: acting for a lease that
+    is not current is fencing (R10); refusing a current one is the ack/nack check itself."""
+    if expected is False:
+        return "fencing"
+    return "parking" if op == "nack" and delay else op
+
+
 def _lease_ref(lease) -> str:
     return f"lease of {lease.group_id!r} seq {lease.seq} token {lease.token!r}"
 
 
-def _show(allowed) -> str:
+def show_outcomes(allowed) -> str:
     shown = []
     for outcome in sorted(allowed, key=lambda c: (c is not None, c and c.group_id)):
         if outcome is None:
@@ -635,7 +661,7 @@ def _show(allowed) -> str:
     return " or ".join(shown)
 
 
-def _claim_property(allowed, lease, model: QueueModel, now: When, min_priority, routing_keys) -> str:
+def claim_property(allowed, lease, model: QueueModel, now: When, min_priority, routing_keys) -> str:
     """Name the property a wrong claim answer breaks, for the certifier's verdict."""
     holds = model.holds()
     if lease is None:  # something was claimable: why did the transport not see it?

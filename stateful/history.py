@@ -33,6 +33,12 @@ What ``check`` reports (each a list of :class:`Violation` in the :class:`History
 - ``unexpected``: a delivered or drained message that nobody published.
 - ``redelivered``: a message delivered by a claim invoked after a successful ack of it had
   completed, or left at the drain after a successful ack.
+- ``model``: the history is not linearizable against the model (SPEC.md R19,
+  :func:`stateful.check_linearizable`, partitioned by group, each call placed at some moment
+  between its invocation and its answer): this is what catches a claim during a park, a claim
+  that answered None while a group was claimable, an ack that acted for a superseded lease,
+  and the rest of what the model knows.  ``report.linearizability`` has the checker's answer.
+  Records of the worker ``"drain"`` (a recorded final drain) are judged by the model only.
 
 Messages are identified by ``(group_id, event)``: publish unique events.  Histories from several
 processes are merged by :func:`load` (one JSON-lines file per process; a call whose answer never
@@ -88,6 +94,7 @@ class Record:
     result: Any = None
     error: str | None = None
     id: str = ""
+    at: float | None = None  # the transport's clock when it was frozen; None: [invoke, complete]
 
     @property
     def ok(self) -> bool:
@@ -124,12 +131,16 @@ class History:
         self._prefix = uuid.uuid4().hex[:12]
         self._file = open(path, "a", encoding="utf-8") if path is not None else None
 
-    def invoke(self, worker: str, op: str, **args: Any) -> Call:
-        """Record that ``worker`` starts ``op(**args)`` now."""
-        record = Record(worker, op, self._clock(), _jsonable(args), id=f"{self._prefix}-{next(self._ids)}")
+    def invoke(self, worker: str, op: str, *, at: float | None = None, **args: Any) -> Call:
+        """Record that ``worker`` starts ``op(**args)`` now; ``at`` is the transport's clock
+        if it is frozen (else the call happened at some moment between invoke and complete)."""
+        record = Record(worker, op, self._clock(), _jsonable(args), id=f"{self._prefix}-{next(self._ids)}", at=at)
         with self._lock:
             self.records.append(record)
-            self._write({"id": record.id, "worker": worker, "op": op, "invoke": record.invoke, "args": record.args})
+            line = {"id": record.id, "worker": worker, "op": op, "invoke": record.invoke, "args": record.args}
+            if at is not None:
+                line["at"] = at
+            self._write(line)
         return Call(self, record)
 
     @contextmanager
@@ -187,16 +198,23 @@ def _read_jsonl(path: Path) -> list[Record]:
             continue
         entry = json.loads(line)
         if "invoke" in entry:
-            calls[entry["id"]] = Record(entry["worker"], entry["op"], entry["invoke"], entry["args"], id=entry["id"])
+            calls[entry["id"]] = Record(
+                entry["worker"], entry["op"], entry["invoke"], entry["args"], id=entry["id"], at=entry.get("at")
+            )
         elif entry["id"] in calls:  # a completion line
             record = calls[entry["id"]]
             record.complete, record.result, record.error = entry["complete"], entry["result"], entry.get("error")
     return list(calls.values())
 
 
+_LEASE_FIELDS = ("group_id", "event", "seq", "token")
+
+
 def _jsonable(value: Any) -> Any:
     if isinstance(value, Lease):
         return asdict(value)
+    if all(hasattr(value, name) for name in _LEASE_FIELDS):  # a third party's lease
+        return {name: _jsonable(getattr(value, name)) for name in _LEASE_FIELDS}
     if isinstance(value, dict):
         return {key: _jsonable(item) for key, item in value.items()}
     if isinstance(value, (list, tuple)):
@@ -278,21 +296,27 @@ class HistoryReport:
     duplicates: list[Violation] = field(default_factory=list)
     unexpected: list[Violation] = field(default_factory=list)
     redelivered: list[Violation] = field(default_factory=list)
+    model: list[Violation] = field(default_factory=list)
     calls: int = 0
+    linearizability: Any = None  # the model checker's answer (a stateful.Linearizability)
 
     @property
     def violations(self) -> list[Violation]:
-        return [*self.overlaps, *self.fifo_breaks, *self.lost, *self.duplicates, *self.unexpected, *self.redelivered]
+        return [*self.overlaps, *self.fifo_breaks, *self.lost, *self.duplicates, *self.unexpected,
+                *self.redelivered, *self.model]
 
     @property
     def ok(self) -> bool:
         return not self.violations
 
-    def __str__(self) -> str:
+    def __str__(self, most: int = 20) -> str:
         if self.ok:
             return f"history of {self.calls} calls: no violations"
-        lines = [f"history of {self.calls} calls: {len(self.violations)} violation(s)"]
-        lines += [f"  {violation}" for violation in self.violations]
+        found = self.violations
+        lines = [f"history of {self.calls} calls: {len(found)} violation(s)"]
+        lines += [f"  {violation}" for violation in found[:most]]
+        if len(found) > most:
+            lines.append(f"  ... and {len(found) - most} more")
         return "\n".join(lines)
 
 
@@ -316,9 +340,19 @@ class _Lease:
 
 def check(records: Iterable[Record], drained: Iterable[Message] = ()) -> HistoryReport:
     """Judge a history (see the module docstring) given what a final :func:`drain` returned."""
-    records = list(records)
+    from ._linearize import DRAIN_WORKER, check_linearizable
+
+    everything = list(records)
+    records = [record for record in everything if record.worker != DRAIN_WORKER]
     drained = [tuple(message) for message in drained]
-    report = HistoryReport(calls=len(records))
+    report = HistoryReport(calls=len(everything))
+    report.linearizability = check_linearizable(everything, partition=True)
+    if report.linearizability.ok is False:
+        culprits = report.linearizability.culprits
+        group = _group_of(culprits[0]) if culprits else ""
+        report.model.append(Violation("model", group, str(report.linearizability), culprits))
+    elif report.linearizability.ok is None:  # the search gave up: not a pass
+        report.model.append(Violation("undecided", "", str(report.linearizability)))
 
     publishes: dict[Message, Record] = {}
     for record in (r for r in records if r.op == "publish"):
@@ -379,6 +413,13 @@ def check(records: Iterable[Record], drained: Iterable[Message] = ()) -> History
     return report
 
 
+def _group_of(record: Record) -> str:
+    lease = record.args.get("lease") if record.op in ("ack", "nack") else record.result
+    if record.op == "publish":
+        return record.args.get("group_id", "")
+    return (lease.get("group_id") if isinstance(lease, dict) else getattr(lease, "group_id", "")) or ""
+
+
 def _check_overlaps(report: HistoryReport, leases: Iterable[_Lease]) -> None:
     by_group: dict[str, list[_Lease]] = defaultdict(list)
     for lease in leases:
@@ -399,6 +440,9 @@ def _check_overlaps(report: HistoryReport, leases: Iterable[_Lease]) -> None:
 
 
 def _check_fifo(report, publishes, leases, acked, drained) -> None:
+    """For each message ``b``, the messages ``a`` of its group surely published before it
+    (a's publish completed before b's was invoked) must not come out after it.  One pass per
+    group in order of publication, keeping the worst earlier ``a`` seen so far: O(n log n)."""
     # For each acked message, the claim that delivered it (the one whose token its ack named).
     acked_delivery: dict[Message, tuple[Record, Record]] = {}
     for message, acks in acked.items():
@@ -411,17 +455,32 @@ def _check_fifo(report, publishes, leases, acked, drained) -> None:
         if record.ok:
             by_group[message[0]].append(message)
     for group_id, messages in by_group.items():
-        for a, b in itertools.permutations(messages, 2):
-            if not publishes[a].complete < publishes[b].invoke:
-                continue  # a is not surely before b
-            why = None
-            if a in acked_delivery and b in acked_delivery:
-                claim_b, ack_a = acked_delivery[b][0], acked_delivery[a][1]
-                if claim_b.complete < ack_a.invoke:
+        by_completion = sorted(messages, key=lambda m: publishes[m].complete)
+        latest_ack: Message | None = None  # of the a's so far: the acked one acked last
+        queued: Message | None = None  # an a left at the drain and never acked
+        last_drained: Message | None = None  # the a drained last
+        seen = 0
+        for b in sorted(messages, key=lambda m: publishes[m].invoke):
+            while seen < len(by_completion) and publishes[by_completion[seen]].complete < publishes[b].invoke:
+                a = by_completion[seen]
+                seen += 1
+                if a in acked_delivery and (latest_ack is None or acked_delivery[a][1].invoke > acked_delivery[latest_ack][1].invoke):
+                    latest_ack = a
+                if a in drain_position and a not in acked_delivery and queued is None:
+                    queued = a
+                if a in drain_position and (last_drained is None or drain_position[a] > drain_position[last_drained]):
+                    last_drained = a
+            why, a = None, None
+            if b in acked_delivery:
+                claim_b = acked_delivery[b][0]
+                if latest_ack is not None and claim_b.complete < acked_delivery[latest_ack][1].invoke:
+                    a = latest_ack
                     why = f"{b[1]!r} was delivered (and acked) before {a[1]!r}, published earlier, was acked"
-            elif a in drain_position and b in acked_delivery:
-                why = f"{b[1]!r} was acked while {a[1]!r}, published earlier, was still queued"
-            elif a in drain_position and b in drain_position and drain_position[b] < drain_position[a]:
+                elif queued is not None:
+                    a = queued
+                    why = f"{b[1]!r} was acked while {a[1]!r}, published earlier, was still queued"
+            elif b in drain_position and last_drained is not None and drain_position[last_drained] > drain_position[b]:
+                a = last_drained
                 why = f"the drain gave {b[1]!r} before {a[1]!r}, published earlier"
             if why:
                 report.fifo_breaks.append(Violation("fifo", group_id, why, (publishes[a], publishes[b])))

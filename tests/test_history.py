@@ -58,8 +58,9 @@ def test_overlap_two_leases_on_one_group():
     records = [publish(0, "g", "a"), claim(1, 2, first), claim(3, 4, second, worker="w2"),
                ack(5, 6, second, worker="w2"), ack(5, 6, first, result=False)]
     report = check(records)
-    assert kinds(report) == ["overlap"]
+    assert kinds(report) == ["model", "overlap"]  # the model names it too
     assert "w1" in str(report.overlaps[0]) and "w2" in str(report.overlaps[0])
+    assert report.linearizability.property == "single-in-flight"
 
 
 def test_no_overlap_once_the_lease_lapsed_or_was_given_up():
@@ -79,13 +80,13 @@ def test_fifo_break_a_later_message_acked_first():
     a, b = lease("g", "a", "t1"), lease("g", "b", "t2", 2)
     records = [publish(0, "g", "a"), publish(1, "g", "b"),
                claim(2, 3, b), ack(4, 5, b), claim(6, 7, a), ack(8, 9, a)]
-    assert kinds(check(records)) == ["fifo"]
+    assert kinds(check(records)) == ["fifo", "model"]
 
 
 def test_fifo_break_a_later_message_acked_while_the_earlier_is_still_queued():
     b = lease("g", "b", "t2", 2)
     records = [publish(0, "g", "a"), publish(1, "g", "b"), claim(2, 3, b), ack(4, 5, b)]
-    assert kinds(check(records, drained=[("g", "a")])) == ["fifo"]
+    assert kinds(check(records, drained=[("g", "a")])) == ["fifo", "model"]
 
 
 def test_concurrent_publishes_have_no_order():
@@ -118,7 +119,7 @@ def test_duplicate_a_message_acked_twice():
 def test_unexpected_a_message_nobody_published():
     ghost = lease("g", "ghost", "t1")
     report = check([claim(1, 2, ghost), ack(3, 4, ghost)])
-    assert kinds(report) == ["unexpected"]
+    assert kinds(report) == ["model", "unexpected"]
     assert kinds(check([], drained=[("g", "ghost")])) == ["unexpected"]
 
 
@@ -126,7 +127,7 @@ def test_redelivered_after_ack():
     first, second = lease("g", "a", "t1"), lease("g", "a", "t2")
     records = [publish(0, "g", "a"), claim(1, 2, first), ack(3, 4, first),
                claim(5, 6, second, worker="w2")]
-    assert kinds(check(records)) == ["redelivered"]
+    assert kinds(check(records)) == ["model", "redelivered"]
     assert kinds(check(records[:3], drained=[("g", "a")])) == ["redelivered"]
 
 
@@ -160,3 +161,41 @@ def test_an_exception_is_recorded_as_an_error():
         RecordingTransport(InMemoryTransport(), history, "w1").claim("w1", -1)
     (record,) = history.records
     assert record.error and "ValueError" in record.error and not record.ok
+
+
+# --- What only the model sees: the history checker consults it (SPEC.md R19) ----------------
+
+
+def test_model_a_claim_during_a_park():
+    first, second = lease("g", "a", "t1"), lease("g", "a", "t2")
+    records = [publish(0, "g", "a"), claim(1, 2, first), nack(3, 4, first, delay=100),
+               claim(10, 11, second, worker="w2")]  # parked until 103 at the earliest
+    report = check(records, drained=[("g", "a")])
+    assert kinds(report) == ["model"]
+    assert report.linearizability.property == "parking"
+
+
+def test_model_a_claim_that_answers_none_while_a_group_is_claimable():
+    records = [publish(0, "g", "a"), claim(1, 2, None)]
+    report = check(records, drained=[("g", "a")])
+    assert kinds(report) == ["model"]
+    assert report.linearizability.property == "no-loss"
+
+
+def test_model_an_ack_of_a_superseded_lease_that_answers_true():
+    first, second = lease("g", "a", "t1"), lease("g", "a", "t2")
+    records = [publish(0, "g", "a"), claim(1, 2, first, visibility=1),   # lapses by 3.5
+               claim(5, 6, second, worker="w2"), ack(7, 8, first)]        # t1 was superseded
+    report = check(records, drained=[("g", "a")])
+    assert "model" in kinds(report)
+    assert report.linearizability.property == "fencing"
+
+
+def test_model_allows_what_a_wall_clock_window_allows():
+    """A lease ending inside a claim's window may count as lapsed (SPEC.md R18)."""
+    first, second = lease("g", "a", "t1"), lease("g", "a", "t2")
+    records = [publish(0, "g", "a"), claim(1, 2, first, visibility=3),   # ends in [4, 5]
+               claim(4.5, 6, second, worker="w2")]                        # may be at 5.5 > 5
+    assert check(records, drained=[("g", "a")]).ok
+    early = [publish(0, "g", "a"), claim(1, 2, first, visibility=3), claim(2.5, 3.5, second, worker="w2")]
+    assert kinds(check(early, drained=[("g", "a")])) == ["model", "overlap"]

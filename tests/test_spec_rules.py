@@ -318,3 +318,19 @@ def test_r10_a_forged_lease_with_the_park_marker_cannot_free_a_parked_message(ki
         transport.nack(forged, 0)
     assert transport.claim("w", 10.0) is None  # still parked until 6.0
     transport.close()
+
+
+def test_r19_overlapping_calls_need_one_order_that_fits_the_model():
+    from stateful import check_linearizable
+    from stateful.history import Record
+
+    def lease(token):
+        return {"group_id": "g", "event": "a", "seq": 1, "token": token}
+
+    publish = Record("p", "publish", 0, {"group_id": "g", "event": "a"}, complete=1, at=1.0)
+    first = Record("w1", "claim", 2, {"worker_id": "w1", "visibility": 5.0}, complete=5, result=lease("t1"), at=1.0)
+    nothing = Record("w2", "claim", 3, {"worker_id": "w2", "visibility": 5.0}, complete=6, result=None, at=1.0)
+    assert check_linearizable([publish, first, nothing])  # w1 first, then w2 finds "a" leased
+    both = Record("w2", "claim", 3, {"worker_id": "w2", "visibility": 5.0}, complete=6, result=lease("t2"), at=1.0)
+    refused = check_linearizable([publish, first, both])  # two leases on one head: no order fits
+    assert refused.ok is False and refused.property == "single-in-flight"

@@ -1,0 +1,597 @@
+"""Is a concurrent history linearizable against the model?  (SPEC.md R19)
+
+A history is a list of :class:`~stateful.history.Record`: who called what, with which
+arguments, when the call was invoked and when its answer came back, and the answer.  It is
+*linearizable* if the calls can be put in one order that respects real time (a call that
+returned before another was invoked comes first) and in which every answer is one that
+:class:`model.QueueModel`, applying the calls one by one, allows.
+
+The search is Wing and Gong's, with Lowe's memoization, as Porcupine and Knossos do it: keep the
+calls not yet placed in a list of invoke and return events sorted by time; a call may be placed
+next if its invocation comes before every unplaced call's return; try it on a copy of the model;
+if its answer fits, place it and start again from the front, else try the next; when a return
+event comes up whose call is still unplaced, undo the last placement and try what comes after
+it.  A (placed calls, model state) pair once explored is never explored again.
+
+Calls without an answer (SPEC.md R17):
+
+- a call that raised :class:`~harel_ref.transport.StorageError` did nothing and is left out;
+- a call that raised anything else, or never returned, *may* have happened: it can be placed
+  anywhere after its invocation, with any answer the model allows there, or left out.
+
+**Time.**  A record's ``at`` is the transport's clock when the checker froze it (the parallel
+search); without it, the call happened at some moment between ``invoke`` and ``complete``, both
+read from the transport's clock (a wall-clock soak, SPEC.md R18).
+
+**Partitioning.**  ``partition=True`` checks each group on its own, which makes long histories
+fast.  It is sound only with fairness left out (``"unspecified"``: any claimable group may be
+taken, R5), because then a claim that answered a message of group ``g`` depends on ``g`` alone.
+A claim that answered None depends on every group: it is checked in the partition of every
+group active while it ran (from the group's first invocation to its last answer), and the last
+such claim of the history (a final drain) in every partition.  Each partition then finds its own
+moment for it, so a None that is wrong only because two groups were free at *different*
+moments of one claim is not caught; everything else is exact.
+
+**Diagnosis.**  A history that does not fit is checked again without R2, then without R10
+(:data:`model.RELAXABLE`; leaving a rule out only ever allows more).  If it fits without R2,
+some claim took a leased head: it breaks ``single-in-flight``.  If it fits without R10, some ack
+or nack acted for a lease that was not current: it breaks ``fencing``.  Otherwise the call at the deepest point the search reached is
+explained against the model there, as the lockstep machine explains a step.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import gc
+import math
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from model import Claimed, QueueModel, When
+
+from ._machine import claim_property, describe_queue, property_of, release_check, show_outcomes
+from .history import Record
+
+__all__ = ["Linearizability", "check_linearizable"]
+
+DIAGNOSES = (("R2", "single-in-flight"), ("R10", "fencing"))
+"""The rules tried, in order, to name what a history that does not fit breaks."""
+
+DEFAULT_MAX_STEPS = 2_000_000
+"""Calls tried before the search gives up and answers "undecided" (never on a correct history
+of the sizes the certifier records; the benchmark shows how far a correct history goes)."""
+
+DRAIN_WORKER = "drain"
+"""Records of this worker are the final drain: a divergence there means a message was lost or
+duplicated (no-loss), whatever the claim's answer looks like."""
+
+
+@dataclass(frozen=True)
+class Linearizability:
+    """The checker's answer.
+
+    ``ok`` is True (a linearization exists: ``order``), False (none does), or None (the search
+    gave up after ``max_steps``).  When False, ``property`` names what breaks, ``step``,
+    ``expected``, ``answered`` and ``state`` explain the call that cannot be placed, as the
+    lockstep machine's Divergence does, and ``culprits`` are the records to mark on a
+    timeline (that call, and the claim whose lease it collides with, if any).
+    """
+
+    ok: bool | None
+    calls: int
+    steps: int
+    order: tuple[Record, ...] = ()
+    property: str | None = None
+    relaxed: str | None = None  # the rule without which the history fits
+    step: str = ""
+    expected: str = ""
+    answered: str = ""
+    state: str = ""
+    culprits: tuple[Record, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.ok)
+
+    def __str__(self) -> str:
+        if self.ok:
+            return f"linearizable: {self.calls} calls placed in {self.steps} steps"
+        if self.ok is None:
+            return f"undecided: the search gave up after {self.steps} steps on {self.calls} calls"
+        return (
+            f"not linearizable [{self.property}]: {self.step}\n"
+            f"  the model allows:       {self.expected}\n"
+            f"  the transport answered: {self.answered}\n"
+            f"  queue per the model:\n{self.state}"
+        )
+
+
+def check_linearizable(
+    records: Iterable[Record],
+    *,
+    fairness: str = "unspecified",
+    partition: bool = False,
+    relax: Iterable[str] = (),
+    max_steps: int = DEFAULT_MAX_STEPS,
+) -> Linearizability:
+    """Judge ``records`` against :class:`model.QueueModel` (see the module docstring).
+
+    ``relax`` leaves rules of :data:`model.RELAXABLE` out of the model: a property already
+    known broken (say single-in-flight, R2) then does not hide what else a history breaks."""
+    if partition and fairness != "unspecified":
+        raise ValueError("partition=True judges groups apart, which needs fairness='unspecified' (R5)")
+    relax = frozenset(relax)
+    with _no_cyclic_gc():
+        calls = [_Call.of(index, record) for index, record in enumerate(records)]
+        calls = [call for call in calls if not call.did_nothing]
+        parts = _partitions(calls) if partition else [calls]
+        total = 0
+        for part in parts:
+            result = _judge(part, fairness, relax, max_steps)
+            total += result.steps
+            if not result.ok:
+                return _with(result, calls=len(calls), steps=total)
+        return Linearizability(True, len(calls), total, order=() if partition else result.order)
+
+
+@contextlib.contextmanager
+def _no_cyclic_gc():
+    """The search makes millions of small objects and no cycles; Python's cycle collector
+    would scan them again and again (a third of the time on 100k calls).  Reference counting
+    still frees them; the collector is back on when the check ends."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
+
+
+def _with(result: Linearizability, **changes: Any) -> Linearizability:
+    return Linearizability(**{**result.__dict__, **changes})
+
+
+# --- calls ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Call:
+    index: int
+    record: Record
+    op: str
+    invoke: float
+    complete: float  # math.inf when the answer is not known
+    known: bool  # the answer is known
+    at: When
+    did_nothing: bool  # StorageError: left out (R17)
+
+    @classmethod
+    def of(cls, index: int, record: Record) -> _Call:
+        known = record.ok
+        complete = record.complete if known else math.inf
+        did_nothing = record.error is not None and record.error.startswith("StorageError")
+        if record.at is not None:
+            at = When.at(float(record.at))
+        else:  # a call without an answer may take effect after it gave up (a late request)
+            at = When(record.invoke, complete)
+        return cls(index, record, record.op, record.invoke, complete, known, at, did_nothing)
+
+    def arg(self, name: str, default: Any = None) -> Any:
+        return self.record.args.get(name, default)
+
+    @property
+    def group(self) -> str | None:
+        """The group the call surely concerns, or None (a claim that got nothing, or whose
+        answer is unknown, may concern any group)."""
+        if self.op == "publish":
+            return self.arg("group_id")
+        if self.op in ("ack", "nack"):
+            return _field(self.arg("lease"), "group_id")
+        answer = self.record.result
+        return _field(answer, "group_id") if self.known and answer is not None else None
+
+
+def _field(lease: Any, name: str) -> Any:
+    """A field of a lease, recorded as a Lease or as its JSON dict."""
+    return lease.get(name) if isinstance(lease, dict) else getattr(lease, name, None)
+
+
+def _successors(model: QueueModel, call: _Call) -> list[tuple[QueueModel, Any]]:
+    """The model states after ``call`` that agree with its answer: none if the answer is not
+    allowed, one usually, one per allowed message for a claim whose answer is unknown.
+    Each comes with what the model made of the call (the Claimed message of a claim).  A call
+    that changes nothing gives ``model`` itself back (not a copy): states are never changed
+    once made."""
+    args, answer, now = call.record.args, call.record.result, call.at
+    if call.op == "publish":
+        if call.known and answer is not None:
+            return []
+        after = model.copy()
+        after.publish(args["group_id"], args["event"], args.get("priority", 0), args.get("routing_key"))
+        return [(after, None)]
+    if call.op == "claim":
+        if call.known and answer is None:
+            allowed_none = model.may_answer_none(now, args.get("min_priority", 0), args.get("routing_keys"))
+            return [(model, None)] if allowed_none else []
+        allowed = model.claim_outcomes(now, args.get("min_priority", 0), args.get("routing_keys"))
+        visibility = float(args["visibility"])
+        if not call.known:  # it may have leased any allowed head (None: as if left out)
+            states = []
+            for claimed in sorted((c for c in allowed if c is not None), key=lambda c: c.seq):
+                branch = model.copy()
+                branch.take(claimed, f"?{call.index}", now, visibility)
+                states.append((branch, claimed))
+            return states
+        claimed = _match(answer, allowed)
+        if claimed is False:
+            return []
+        if claimed is None:
+            return [(model, None)]
+        after = model.copy()
+        after.take(claimed, _field(answer, "token"), now, visibility)
+        return [(after, claimed)]
+    token = _field(args["lease"], "token")
+    delay = float(args.get("delay", 0))
+
+    def release(by_seq: bool) -> tuple[QueueModel, bool]:
+        after = model.copy()
+        acted = after.ack(token, now, by_seq=by_seq) if call.op == "ack" else after.nack(token, delay, now, by_seq=by_seq)
+        return after, acted
+
+    after, acted = release(by_seq=False)
+    if acted:  # the lease is current: it acts, whatever rule is left out
+        return [(after, None)] if not call.known or answer is True else []
+    states = [] if call.known and answer is not False else [(model, None)]
+    if "R10" in model.relax and (not call.known or answer is True):  # it may also act by seq
+        by_seq, acted_by_seq = release(by_seq=True)
+        if acted_by_seq:
+            states.append((by_seq, None))
+    return states
+
+
+def _match(lease: Any, allowed: frozenset[Claimed | None]) -> Claimed | None | bool:
+    """The allowed outcome a claim's answer is, or False if it is none of them."""
+    if lease is None:
+        return None if None in allowed else False
+    for claimed in allowed:
+        if claimed is not None and (claimed.group_id, claimed.event) == (_field(lease, "group_id"), _field(lease, "event")):
+            return claimed
+    return False
+
+
+# --- partitions -----------------------------------------------------------------------------
+
+
+def _partitions(calls: list[_Call]) -> list[list[_Call]]:
+    """One list of calls per group, plus the claims that may concern it (module docstring)."""
+    by_group: dict[str, list[_Call]] = defaultdict(list)
+    floating: list[_Call] = []  # claims that answered None, or whose answer is unknown
+    for call in calls:
+        group = call.group
+        if group is None:
+            floating.append(call)
+        else:
+            by_group[group].append(call)
+    last_none = max((c for c in floating if c.known), key=lambda c: c.invoke, default=None)
+    answered = sorted((c for c in floating if c.known), key=lambda c: c.invoke)
+    invokes = [c.invoke for c in answered]
+    longest = max((c.complete - c.invoke for c in answered), default=0.0)
+    unanswered = [c for c in floating if not c.known]
+    parts = []
+    for own in by_group.values():
+        start = min(c.invoke for c in own)
+        end = max(c.complete for c in own)
+        blocked = _Blocked(own)
+        # The answered ones that overlap [start, end]: invoked after start - longest, by end.
+        nearby = answered[bisect.bisect_left(invokes, start - longest):bisect.bisect_right(invokes, end)]
+        extra = blocked.not_throughout([c for c in nearby if c.complete >= start])
+        extra += [c for c in unanswered if c.complete >= start]
+        if last_none is not None and last_none not in extra and last_none.invoke > end:
+            extra.append(last_none)
+        parts.append(sorted(own + extra, key=lambda c: c.index))
+    if not parts and floating:  # claims only, never a publish: each must have answered None
+        parts.append(floating)
+    return parts
+
+
+class _Blocked:
+    """When a group's head is *surely* held, whatever order the calls are placed in: from a
+    claim's answer to the first ack or nack naming its lease, while the lease is live by the
+    transport's clock (and the same for a park).  A claim that answered None within such a
+    window is right about this group in every order, so the group's partition need not place
+    it (the model would always allow it there: the speed of long histories rests on this)."""
+
+    def __init__(self, own: list[_Call]) -> None:
+        released: dict[Any, float] = {}
+        for call in own:
+            if call.op in ("ack", "nack"):
+                token = _field(call.arg("lease"), "token")
+                released[token] = min(released.get(token, math.inf), call.invoke)
+        windows = []
+        for call in own:
+            if not call.known:
+                continue
+            if call.op == "claim" and call.record.result is not None:
+                token = _field(call.record.result, "token")
+                windows.append((call.complete, released.get(token, math.inf), call.at.lo + float(call.arg("visibility"))))
+            elif call.op == "nack" and call.record.result is True and float(call.arg("delay", 0)) > 0:
+                windows.append((call.complete, math.inf, call.at.lo + float(call.arg("delay"))))
+        windows.sort()
+        self._windows = windows
+
+    def not_throughout(self, claims: list[_Call]) -> list[_Call]:
+        """Those of ``claims`` (sorted by invocation) for which the group is not surely held
+        the whole time: one sweep over the claims and the windows together."""
+        kept, windows, n, last = [], self._windows, len(self._windows), 0
+        for claim in claims:
+            while last < n and windows[last][0] < claim.invoke:
+                last += 1  # windows[:last] began before the claim did
+            if not any(claim.complete < end and claim.at.hi <= until
+                       for _, end, until in windows[max(0, last - 2):last]):
+                kept.append(claim)
+        return kept
+
+
+# --- the search -----------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Placed:
+    """A call placed in the order being built (a persistent stack: ``below`` is the rest)."""
+
+    call: int  # position in the partition's call list
+    choice: int  # which of the call's successor states was taken
+    outcome: Any  # what the model made of the call there (the Claimed message of a claim)
+    before: QueueModel
+    placed_before: tuple  # the set of placed calls before this one (see _search)
+    below: _Placed | None
+    depth: int
+
+
+@dataclass
+class _Search:
+    ok: bool | None
+    steps: int
+    top: _Placed | None  # the order found (ok), or the deepest one reached before failing
+    stuck: int | None  # the call whose return came up unplaced at the deepest point
+
+
+def _search(calls: Sequence[_Call], model: QueueModel, max_steps: int) -> _Search:
+    n = len(calls)
+    # Events 1..2n sorted by time (an invocation before a return at the same instant, so that
+    # calls touching at one instant count as overlapping); 0 is the head of a linked list.
+    events = sorted(
+        [(c.invoke, 0, i) for i, c in enumerate(calls)] + [(c.complete, 1, i) for i, c in enumerate(calls)]
+    )
+    invoke_at = [0] * n
+    return_at = [0] * n
+    call_of = [0] * (2 * n + 1)
+    is_return = [False] * (2 * n + 1)
+    for position, (_, kind, i) in enumerate(events, start=1):
+        call_of[position] = i
+        if kind:
+            return_at[i], is_return[position] = position, True
+        else:
+            invoke_at[i] = position
+    end = 2 * n + 1
+    nxt = list(range(1, 2 * n + 2))
+    prv = list(range(-1, 2 * n))
+
+    def lift(i: int) -> None:
+        for position in (invoke_at[i], return_at[i]):
+            nxt[prv[position]] = nxt[position]
+            if nxt[position] != end:
+                prv[nxt[position]] = prv[position]
+
+    def unlift(i: int) -> None:
+        for position in (return_at[i], invoke_at[i]):
+            nxt[prv[position]] = position
+            if nxt[position] != end:
+                prv[nxt[position]] = position
+
+    # The set of placed calls, as Lowe's memo key: (base, beyond, maybe) where every call
+    # answered whose rank (order of invocation) is below ``base`` is placed, ``beyond`` holds
+    # the ranks placed above it, and ``maybe`` the calls without answer placed.  Calls are
+    # placed nearly in order, so ``beyond`` stays small: the key is cheap to build and hash
+    # however long the history (a bitset would cost the history's length at every step).
+    answered = sorted((i for i in range(n) if calls[i].known), key=lambda i: (calls[i].invoke, i))
+    rank = {i: r for r, i in enumerate(answered)}
+
+    def with_call(placed: tuple[int, frozenset[int], frozenset[int]], i: int):
+        base, beyond, maybe = placed
+        r = rank.get(i)
+        if r is None:
+            return base, beyond, maybe | {i}
+        if r != base:
+            return base, beyond | {r}, maybe
+        base += 1
+        if beyond:
+            left = set(beyond)
+            while base in left:
+                left.remove(base)
+                base += 1
+            beyond = frozenset(left)
+        return base, beyond, maybe
+
+    seen: set[tuple] = set()
+    keys: dict[int, tuple] = {}  # id(state) -> state.key(), computed once per state
+
+    def key_of(state: QueueModel) -> tuple:
+        found = keys.get(id(state))
+        if found is None or found[0] is not state:
+            found = keys[id(state)] = (state, state.key())
+        return found[1]
+
+    state, placed, top = model, (0, frozenset(), frozenset()), None
+    deepest: tuple[_Placed | None, int | None] = (None, None)
+    deepest_depth = -2
+    steps = 0
+
+    def place(i: int, first_choice: int) -> bool:
+        nonlocal state, placed, top, steps
+        steps += 1
+        successors = _successors(state, calls[i])
+        with_i = with_call(placed, i)
+        for choice in range(first_choice, len(successors)):
+            after, outcome = successors[choice]
+            key = (with_i, key_of(after))
+            if key in seen:
+                continue
+            seen.add(key)
+            top = _Placed(i, choice, outcome, state, placed, top, 0 if top is None else top.depth + 1)
+            state, placed = after, with_i
+            lift(i)
+            return True
+        return False
+
+    position = nxt[0]
+    while nxt[0] != end:
+        if steps > max_steps:
+            return _Search(None, steps, top, None)
+        i = call_of[position]
+        if not is_return[position]:
+            position = nxt[0] if place(i, 0) else nxt[position]
+            continue
+        if not calls[i].known:  # only calls that may be left out remain
+            break
+        depth = -1 if top is None else top.depth
+        if depth > deepest_depth:
+            deepest, deepest_depth = (top, i), depth
+        while True:  # undo the last placement and try what comes after it
+            if top is None:
+                return _Search(False, steps, *deepest)
+            undone, top = top, top.below
+            state, placed = undone.before, undone.placed_before
+            unlift(undone.call)
+            if place(undone.call, undone.choice + 1):
+                position = nxt[0]
+            else:
+                position = nxt[invoke_at[undone.call]]
+            break
+    return _Search(True, steps, top, None)
+
+
+def _order(top: _Placed | None) -> list[_Placed]:
+    order = []
+    while top is not None:
+        order.append(top)
+        top = top.below
+    return order[::-1]
+
+
+# --- judging and explaining -----------------------------------------------------------------
+
+
+def _judge(calls: list[_Call], fairness: str, relax: frozenset[str], max_steps: int) -> Linearizability:
+    found = _search(calls, QueueModel(fairness, relax=relax), max_steps)
+    if found.ok is not False:
+        order = tuple(calls[p.call].record for p in _order(found.top)) if found.ok else ()
+        return Linearizability(found.ok, len(calls), found.steps, order=order)
+    steps = found.steps
+    for rule, prop in DIAGNOSES:
+        if rule in relax:
+            continue
+        relaxed = _search(calls, QueueModel(fairness, relax=relax | {rule}), max_steps)
+        steps += relaxed.steps
+        if relaxed.ok:
+            explained = _first_misfit(calls, _order(relaxed.top), QueueModel(fairness, relax=relax))
+            if explained is not None:
+                return _with(explained, property=prop, relaxed=rule, calls=len(calls), steps=steps)
+    explained = _explain_stuck(calls, found, QueueModel(fairness, relax=relax))
+    return _with(explained, calls=len(calls), steps=steps)
+
+
+def _first_misfit(calls: list[_Call], order: list[_Placed], model: QueueModel) -> Linearizability | None:
+    """Replay an order the relaxed model accepts on the stricter ``model``; explain the first
+    call it refuses.  A call without a known answer is replayed with the same outcome, or left
+    out where that outcome needed the relaxed rule (such a call may not have happened): the
+    blame goes to a call whose answer the transport did give."""
+    left_out = []
+    for placed in order:
+        call = calls[placed.call]
+        states = _successors(model, call)
+        if not call.known:
+            same = [state for state, outcome in states if outcome == placed.outcome]
+            if same:
+                model = same[0]
+            else:
+                left_out.append((call, model))
+            continue
+        if not states:
+            return _explain(calls, call, model)
+        model = states[0][0]  # a call with a known answer has one way to happen
+    if left_out:
+        return _explain(calls, *left_out[0])
+    return None
+
+
+def _explain_stuck(calls: list[_Call], found: _Search, model: QueueModel) -> Linearizability:
+    """The deepest point of the search: replay the order that got there and explain the call
+    whose answer came back while no order could place it."""
+    for placed in _order(found.top):
+        model = _successors(model, calls[placed.call])[placed.choice][0]
+    return _explain(calls, calls[found.stuck], model)
+
+
+def _explain(calls: list[_Call], call: _Call, model: QueueModel) -> Linearizability:
+    """Why ``model`` refuses ``call``'s answer, in the lockstep machine's words."""
+    args, answer, now = call.record.args, call.record.result, call.at
+    clock = f"clock at {now.lo}" if now.lo == now.hi else f"clock in [{now.lo}, {now.hi}]"
+    who = f"{call.record.worker}: "
+    holder = None
+    if call.op == "claim":
+        min_priority, keys = args.get("min_priority", 0), args.get("routing_keys")
+        allowed = model.claim_outcomes(now, min_priority, keys)
+        prop = claim_property(allowed, _as_lease(answer), model, now, min_priority, keys)
+        step = f"{who}claim({args.get('worker_id')!r}, visibility={args.get('visibility')})"
+        expected, answered = show_outcomes(allowed), _show_lease(answer)
+        group = _field(answer, "group_id")
+        if group is not None and group in model.holds():
+            holder = model.holds()[group][0]
+    elif call.op == "publish":
+        prop, expected, answered = "publish", "None", repr(answer)
+        step = f"{who}publish({args.get('group_id')!r}, {args.get('event')!r})"
+    else:
+        lease = args["lease"]
+        delay = float(args.get("delay", 0))
+        expected_answer = model.copy().ack(_field(lease, "token"), now) if call.op == "ack" else \
+            model.copy().nack(_field(lease, "token"), delay, now)
+        prop = release_check(call.op, expected_answer, delay)
+        ref = f"lease of {_field(lease, 'group_id')!r} seq {_field(lease, 'seq')} token {_field(lease, 'token')!r}"
+        step = f"{who}{call.op}({ref}" + (f", delay={delay:g})" if call.op == "nack" else ")")
+        expected, answered = repr(expected_answer), repr(answer)
+        group = _field(lease, "group_id")
+        if group in model.holds():
+            holder = model.holds()[group][0]
+    if call.record.worker == DRAIN_WORKER:
+        prop = "no-loss"  # the final drain gave something else than what was left
+    prop = property_of(prop)
+    culprits = [call.record]
+    culprits += [c.record for c in calls if c.op == "claim" and holder is not None and c.known
+                 and c.record.result is not None and _field(c.record.result, "token") == holder
+                 and c.record is not call.record]
+    return Linearizability(
+        False, len(calls), 0, property=prop, step=step, expected=expected, answered=answered,
+        state=describe_queue(model, clock), culprits=tuple(culprits),
+    )
+
+
+class _LeaseView:
+    """A recorded lease (a dict) seen as a Lease, for the machine's claim_property."""
+
+    def __init__(self, lease: Any) -> None:
+        self.group_id, self.event = _field(lease, "group_id"), _field(lease, "event")
+        self.seq, self.token = _field(lease, "seq"), _field(lease, "token")
+
+
+def _as_lease(answer: Any) -> Any:
+    return None if answer is None else _LeaseView(answer)
+
+
+def _show_lease(answer: Any) -> str:
+    if answer is None:
+        return "None"
+    return f"the head of {_field(answer, 'group_id')!r} (event {_field(answer, 'event')!r}, token {_field(answer, 'token')!r})"

@@ -1,0 +1,330 @@
+"""The linearizability checker (SPEC.md R19): exact against a brute-force oracle on small
+histories, its diagnoses, calls without answers, and partitioning by group.
+
+Records are written by hand (times are small numbers); ``at`` freezes the transport's clock.
+"""
+
+import math
+import random
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from harel_ref.transport import InMemoryTransport
+from model import QueueModel, When
+from stateful import check_linearizable
+from stateful.history import Record
+
+
+def lease(group, event, token, seq=1):
+    return {"group_id": group, "event": event, "seq": seq, "token": token}
+
+
+def publish(at, done, group, event, worker="p", clock=0.0):
+    return Record(worker, "publish", at, {"group_id": group, "event": event}, complete=done, at=clock)
+
+
+def claim(at, done, answer, worker="w", visibility=5.0, clock=0.0, error=None):
+    return Record(worker, "claim", at, {"worker_id": worker, "visibility": visibility}, complete=done,
+                  result=answer, at=clock, error=error)
+
+
+def ack(at, done, held, answer=True, worker="w", clock=0.0, error=None):
+    return Record(worker, "ack", at, {"lease": held}, complete=done, result=answer, at=clock, error=error)
+
+
+def nack(at, done, held, delay=0.0, answer=True, worker="w", clock=0.0):
+    return Record(worker, "nack", at, {"lease": held, "delay": delay}, complete=done, result=answer, at=clock)
+
+
+# --- diagnoses --------------------------------------------------------------------------------
+
+
+def test_two_claims_of_one_head_at_once_break_single_in_flight():
+    records = [publish(0, 1, "g", "a"), claim(2, 5, lease("g", "a", "t1"), worker="w1"),
+               claim(3, 6, lease("g", "a", "t2"), worker="w2")]
+    result = check_linearizable(records)
+    assert result.ok is False and result.property == "single-in-flight" and result.relaxed == "R2"
+    assert {r.worker for r in result.culprits} == {"w1", "w2"}  # both claims are marked
+    assert "leased by" in result.state
+
+
+def test_a_stale_ack_racing_a_claim_that_takes_over_breaks_fencing():
+    stale = lease("g", "a", "t1")
+    records = [publish(0, 1, "g", "a"), claim(2, 3, stale, visibility=1.0),
+               claim(4, 6, lease("g", "a", "t2"), worker="w2", clock=10.0),  # t1 lapsed at 5
+               ack(4.5, 7, stale, clock=10.0)]  # answered True: it deleted w2's message
+    result = check_linearizable(records)
+    assert result.ok is False and result.property == "fencing" and result.relaxed == "R10"
+    assert result.expected == "False" and result.answered == "True"
+
+
+def test_one_lease_acked_twice_breaks_fencing():
+    held = lease("g", "a", "t1")
+    records = [publish(0, 1, "g", "a"), claim(2, 3, held), ack(4, 6, held, worker="w1"), ack(5, 7, held, worker="w2")]
+    result = check_linearizable(records)
+    assert result.ok is False and result.property == "fencing" and result.relaxed is None
+
+
+def test_a_claim_during_a_park_breaks_parking():
+    held = lease("g", "a", "t1")
+    records = [publish(0, 1, "g", "a"), claim(2, 3, held), nack(4, 5, held, delay=3.0),
+               claim(6, 7, lease("g", "a", "t2"), clock=1.0)]
+    assert check_linearizable(records).property == "parking"
+    later = records[:3] + [claim(6, 7, lease("g", "a", "t2"), clock=3.0 + 2.0**-10)]
+    assert check_linearizable(later).ok
+
+
+def test_none_while_something_is_claimable_breaks_no_loss():
+    result = check_linearizable([publish(0, 1, "g", "a"), claim(2, 3, None)])
+    assert result.property == "no-loss" and "the head of 'g'" in result.expected
+
+
+def test_a_drain_that_finds_an_acked_message_breaks_no_loss():
+    held = lease("g", "a", "t1")
+    records = [publish(0, 1, "g", "a"), claim(2, 3, held), ack(4, 5, held),
+               claim(6, 7, lease("g", "a", "t2"), worker="drain")]
+    assert check_linearizable(records).property == "no-loss"
+
+
+def test_overlapping_calls_may_take_either_order():
+    held = lease("g", "a", "t1")
+    # The ack overlaps the claim after it: the claim may come first (None: "a" is leased)
+    # or after (None: "a" is gone).  Both fit.
+    records = [publish(0, 1, "g", "a"), claim(2, 3, held), ack(4, 8, held), claim(5, 6, None, worker="w2")]
+    assert check_linearizable(records).ok
+    # Concurrent publishes to one group come out in either order.
+    both = [publish(0, 3, "g", "a", worker="p1"), publish(1, 4, "g", "b", worker="p2"),
+            claim(5, 6, lease("g", "b", "t1")), ack(7, 8, lease("g", "b", "t1")), claim(9, 10, lease("g", "a", "t2"))]
+    assert check_linearizable(both).ok
+    # ...but not when one surely came first.
+    ordered = [publish(0, 1, "g", "a"), publish(2, 3, "g", "b"), claim(5, 6, lease("g", "b", "t1"))]
+    assert check_linearizable(ordered).property == "fifo"
+
+
+# --- calls without an answer (SPEC.md R17) ------------------------------------------------------
+
+
+def test_a_claim_whose_answer_was_lost_may_have_leased_the_head():
+    records = [publish(0, 1, "g", "a"), claim(2, 3, None, error="OutcomeUnknownError('timeout')"),
+               claim(4, 5, None, worker="w2")]  # "a" may be held by the lost claim
+    assert check_linearizable(records).ok
+
+
+def test_a_claim_refused_with_storage_error_did_nothing():
+    records = [publish(0, 1, "g", "a"), claim(2, 3, None, error="StorageError('node down')"),
+               claim(4, 5, None, worker="w2")]
+    assert check_linearizable(records).property == "no-loss"
+
+
+def test_an_ack_without_answer_may_or_may_not_have_acted():
+    held = lease("g", "a", "t1")
+    unanswered = Record("w", "ack", 4, {"lease": held}, at=0.0)  # the process died
+    gone = [publish(0, 1, "g", "a"), claim(2, 3, held), unanswered, claim(6, 7, None, worker="w2", clock=100)]
+    kept = [publish(0, 1, "g", "a"), claim(2, 3, held), unanswered,
+            claim(6, 7, lease("g", "a", "t2"), worker="w2", clock=100)]
+    assert check_linearizable(gone).ok and check_linearizable(kept).ok
+
+
+# --- exact: against a brute-force oracle on small histories -------------------------------------
+
+
+def oracle(records) -> bool:
+    """Try every order consistent with real time, with a fresh model each time: slow, simple."""
+    calls = [r for r in records if not (r.error or "").startswith("StorageError")]
+
+    def known(r):
+        return r.error is None and r.complete is not None
+
+    def ends(r):
+        return r.complete if known(r) else math.inf
+
+    def after(model, r):
+        now = When.at(r.at) if r.at is not None else When(r.invoke, ends(r))
+        args = r.args
+        if r.op == "publish":
+            nxt = model.copy()
+            nxt.publish(args["group_id"], args["event"])
+            return [nxt] if not known(r) or r.result is None else []
+        if r.op == "claim":
+            outcomes = model.claim_outcomes(now)
+            found = []
+            for outcome in outcomes:
+                if known(r) and (outcome is None) != (r.result is None):
+                    continue
+                if known(r) and outcome is not None and (outcome.group_id, outcome.event) != (
+                        r.result["group_id"], r.result["event"]):
+                    continue
+                nxt = model.copy()
+                if outcome is not None:
+                    nxt.take(outcome, r.result["token"] if known(r) else "?", now, args["visibility"])
+                found.append(nxt)
+            return found
+        nxt = model.copy()
+        acted = nxt.ack(args["lease"]["token"], now) if r.op == "ack" else \
+            nxt.nack(args["lease"]["token"], args["delay"], now)
+        return [nxt] if not known(r) or acted == r.result else []
+
+    def fits(model, left) -> bool:
+        if all(not known(r) for r in left):
+            return True
+        for r in left:
+            if any(ends(o) < r.invoke for o in left if o is not r):
+                continue  # another call returned before this one began: it goes first
+            rest = [o for o in left if o is not r]
+            if any(fits(nxt, rest) for nxt in after(model, r)):
+                return True
+        return False
+
+    return fits(QueueModel("unspecified"), calls)
+
+
+@st.composite
+def histories(draw):
+    """A run of InMemoryTransport, one call at a time, given overlapping intervals afterwards;
+    sometimes an answer is changed, sometimes an answer is lost.  The transport's clock is
+    frozen per call (``at``), or read from the intervals themselves (a wall clock: ``at`` is
+    None and the call happened somewhere in [invoke, complete], SPEC.md R18)."""
+    wall = draw(st.booleans())
+    clock = [0.0]
+    queue = InMemoryTransport(clock=lambda: clock[0])
+    records, leases, events = [], [], iter("abcdefgh")
+    for number in range(draw(st.integers(2, 6))):
+        clock[0] += draw(st.sampled_from([0.0, 0.0, 3.0]))  # visibility 2: leases may lapse
+        kind = draw(st.sampled_from(["publish", "claim", "claim", "ack", "nack"] if leases else ["publish", "claim"]))
+        invoke = number * 2 + draw(st.sampled_from([0.0, 0.5]))
+        done = invoke + draw(st.sampled_from([0.5, 1.5, 2.5, 4.5]))
+        if wall:
+            clock[0] = invoke + 0.25
+        if kind == "publish":
+            args, answer = {"group_id": draw(st.sampled_from(["g", "h"])), "event": next(events)}, None
+            queue.publish(args["group_id"], args["event"])
+        elif kind == "claim":
+            args = {"worker_id": "w", "visibility": 2.0}
+            held = queue.claim("w", 2.0)
+            answer = None if held is None else lease(held.group_id, held.event, held.token, held.seq)
+            if held is not None:
+                leases.append(held)
+        else:
+            held = draw(st.sampled_from(leases))
+            args = {"lease": lease(held.group_id, held.event, held.token, held.seq)}
+            if kind == "nack":
+                args["delay"] = draw(st.sampled_from([0.0, 1.0]))
+                answer = queue.nack(held, args["delay"])
+            else:
+                answer = queue.ack(held)
+        records.append(Record(f"w{number % 3}", kind, invoke, args, complete=done, result=answer,
+                              at=None if wall else clock[0]))
+    tamper = draw(st.sampled_from(["none", "none", "answer", "lost", "raised"]))
+    victim = records[draw(st.integers(0, len(records) - 1))]
+    if tamper == "answer":
+        if victim.op in ("ack", "nack"):
+            victim.result = not victim.result
+        elif victim.op == "claim":
+            victim.result = None if victim.result is not None else lease("g", "a", "forged")
+    elif tamper == "lost":
+        victim.complete, victim.result, victim.error = None, None, None
+    elif tamper == "raised":  # it may have happened, even after the error came back (R17)
+        victim.result, victim.error = None, "OutcomeUnknownError('timeout')"
+    return records
+
+
+@settings(max_examples=400, deadline=None)
+@given(histories())
+def test_the_checker_agrees_with_the_brute_force_oracle(records):
+    assert check_linearizable(records).ok is oracle(records)
+
+
+@settings(max_examples=150, deadline=None)
+@given(histories(), st.randoms())
+def test_the_order_of_the_records_does_not_matter(records, rng):
+    shuffled = list(records)
+    rng.shuffle(shuffled)
+    assert check_linearizable(shuffled).ok is check_linearizable(records).ok
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories())
+def test_partitioning_by_group_agrees_where_it_is_exact(records):
+    """Partitioned is never stricter; without claims that answered None or whose answer was
+    lost, it is exactly as strict (module docstring of stateful._linearize)."""
+    whole, parts = check_linearizable(records).ok, check_linearizable(records, partition=True).ok
+    if whole:
+        assert parts
+    floating = [r for r in records if r.op == "claim" and (r.result is None or not r.ok)]
+    if not floating:
+        assert parts is whole
+
+
+def test_partitioning_needs_fairness_left_out():
+    import pytest
+
+    with pytest.raises(ValueError, match="fairness"):
+        check_linearizable([], fairness="claim", partition=True)
+
+
+def test_a_long_correct_history_is_linearizable_partitioned():
+    """Thousands of calls from threads on a real transport, with wall-clock windows."""
+    import threading
+    import time
+
+    from stateful.history import History, RecordingTransport
+
+    queue = InMemoryTransport()
+    history = History()
+
+    def work(name):
+        rng = random.Random(name)
+        worker = RecordingTransport(queue, history, name)
+        for n in range(500):
+            if rng.random() < 0.4:
+                worker.publish(f"g{rng.randrange(6)}", f"{name}-{n}")
+            elif (held := worker.claim(name, 0.01)) is not None:
+                time.sleep(rng.choice([0, 0, 0.012]))  # sometimes past the lease's end
+                worker.ack(held) if rng.random() < 0.7 else worker.nack(held, rng.choice([0, 0.005]))
+
+    threads = [threading.Thread(target=work, args=(f"w{n}",)) for n in range(4)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    time.sleep(0.05)
+    drain = RecordingTransport(queue, history, "drain")
+    while (held := drain.claim("drain", 60.0)) is not None:
+        drain.ack(held)
+    result = check_linearizable(history.records, partition=True)
+    assert result.ok, result
+    assert result.calls == len(history.records) >= 2000
+
+
+def test_leaving_out_a_rule_known_broken_still_finds_what_else_breaks():
+    """Two claims take one head (R2) and a superseded lease acks (R10): once single-in-flight
+    is known broken, the checker without R2 still names fencing."""
+    stale = lease("g", "a", "t1")
+    records = [publish(0, 1, "g", "a"), claim(2, 3, stale, visibility=1.0),
+               claim(4, 6, lease("g", "a", "t2"), worker="w2", clock=10.0),
+               claim(4, 6, lease("g", "a", "t3"), worker="w3", clock=10.0),
+               ack(7, 8, stale, clock=10.0)]
+    assert check_linearizable(records).property == "single-in-flight"
+    without_r2 = check_linearizable(records, relax=["R2"])
+    assert without_r2.property == "fencing" and without_r2.relaxed == "R10"
+    assert check_linearizable(records, relax=["R2", "R10"]).ok
+
+
+def test_a_claim_without_answer_is_not_blamed_when_one_with_an_answer_broke_the_rule():
+    held = lease("g", "a", "t1")
+    records = [publish(0, 1, "g", "a"), claim(2, 3, held),
+               claim(4, 9, None, worker="wx", error="OutcomeUnknownError('timeout')"),
+               claim(5, 6, lease("g", "a", "t2"), worker="w2")]  # took the head t1 holds
+    result = check_linearizable(records)
+    assert result.property == "single-in-flight"
+    assert [r.worker for r in result.culprits][0] == "w2", result
+
+
+@settings(max_examples=300, deadline=None)
+@given(histories())
+def test_leaving_rules_out_only_ever_allows_more(records):
+    """What fits the model fits it without R2, without R10, and without both (model.RELAXABLE)."""
+    if check_linearizable(records).ok:
+        for relax in (["R2"], ["R10"], ["R2", "R10"]):
+            assert check_linearizable(records, relax=relax).ok, relax
