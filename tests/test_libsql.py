@@ -69,6 +69,34 @@ def test_begin_immediate_excludes_another_libsql_connection(tmp_path):
     queue.close()
 
 
+def test_a_lock_held_by_another_thread_is_waited_for_without_stalling_that_thread(tmp_path):
+    """libsql's own busy handler holds the GIL while it waits, so the thread holding the lock
+    could not reach its COMMIT and both stalled for the whole busy_timeout (found by the
+    contention search).  The transport waits in Python instead: the holder finishes at once."""
+    import time
+
+    queue = LibsqlTransport(tmp_path / "q.db", busy_timeout=5.0)
+    holder = libsql.connect(str(tmp_path / "q.db"), isolation_level=None, _check_same_thread=False)
+    holder.execute("BEGIN IMMEDIATE")
+    started = time.monotonic()
+    committed = []
+
+    def hold_then_commit():
+        time.sleep(0.3)  # needs the GIL back to wake up and commit
+        holder.execute("COMMIT")
+        committed.append(time.monotonic() - started)
+
+    thread = threading.Thread(target=hold_then_commit)
+    thread.start()
+    queue.publish("g", "e")  # waits for the holder's lock
+    waited = time.monotonic() - started
+    thread.join()
+    holder.close()
+    assert committed[0] < 2.0 and waited < 2.0, (committed, waited)  # not the 5 s busy_timeout
+    assert queue.claim("w", 1).event == "e"
+    queue.close()
+
+
 def test_two_threads_racing_for_one_group_never_both_win(tmp_path):
     path = tmp_path / "q.db"
     publisher = LibsqlTransport(path)

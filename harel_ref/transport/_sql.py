@@ -50,6 +50,7 @@ import asyncio
 import re
 import sqlite3
 import threading
+import time
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -305,12 +306,17 @@ def _text(value: bytes | str) -> str:
 # --- Runners --------------------------------------------------------------------------------
 
 
-def run(conn: Any, plan: Plan[T], *, transaction: bool) -> T:
+def run(conn: Any, plan: Plan[T], *, transaction: bool, lock_wait: float = 0.0) -> T:
     """Execute ``plan`` on a DB-API connection opened with ``isolation_level=None``.
 
     With ``transaction``, inside ``BEGIN IMMEDIATE ... COMMIT``, rolled back on any error.
     Every cursor is emptied and closed at once: libsql refuses to COMMIT while a statement is
     still open ("SQL statements in progress").
+
+    ``lock_wait``: for a driver whose own busy handler must be off (libsql, see there), how
+    many seconds to keep retrying the *first* statement (``BEGIN IMMEDIATE``, or a plan's only
+    statement) while the database is locked, sleeping in Python between tries.  Nothing has
+    happened before that statement succeeds, so a retry cannot act twice.
     """
 
     def execute(statement: Statement) -> Any:
@@ -320,11 +326,23 @@ def run(conn: Any, plan: Plan[T], *, transaction: bool) -> T:
         finally:
             cursor.close()
 
+    def first(statement: Statement) -> Any:
+        deadline, pause = time.monotonic() + lock_wait, 0.001
+        while True:
+            try:
+                return execute(statement)
+            except Exception as exc:
+                if not _says_locked(exc) or time.monotonic() + pause > deadline:
+                    raise
+            time.sleep(pause)  # releases the GIL: the holder of the lock can finish
+            pause = min(pause * 2, 0.05)
+
     try:
         if transaction:
-            execute(Statement("BEGIN IMMEDIATE"))
-        answer = None
+            first(Statement("BEGIN IMMEDIATE"))
         try:
+            statement = plan.send(None)
+            answer = execute(statement) if transaction else first(statement)
             while True:
                 answer = execute(plan.send(answer))
         except StopIteration as done:
@@ -389,6 +407,12 @@ async def _run_plan_async(conn: Any, plan: Plan[T], transaction: bool) -> T:
         raise
 
 
+def _says_locked(error: BaseException) -> bool:
+    """SQLite's "database is locked" (SQLITE_BUSY), as any driver words it."""
+    text = str(error).lower()
+    return "database is locked" in text or "database is busy" in text
+
+
 def _rollback_quietly(rollback) -> None:
     try:
         rollback()
@@ -444,6 +468,7 @@ class SyncSqlTransport(ClosedGuard):
 
     _driver_errors: tuple[type[BaseException], ...] = (sqlite3.Error,)
     _wal = True
+    _lock_wait_in_python = False  # the driver's busy handler off; run() waits instead
 
     def __init__(self, path: str, *, clock: Clock, prefix: str | None, busy_timeout: float) -> None:
         self._tables = Tables.named(prefix)
@@ -451,12 +476,14 @@ class SyncSqlTransport(ClosedGuard):
         self._clock = clock
         self.path = path
         self._lock = threading.Lock()
+        self._lock_wait = self._busy_timeout if self._lock_wait_in_python else 0.0
         with self._errors("open"):
             self._conn = self._connect()
             try:
-                for pragma in connection_pragmas(self._busy_timeout, wal=self._wal):
-                    run(self._conn, one_statement(pragma), transaction=False)
-                run(self._conn, open_plan(self._tables), transaction=True)
+                driver_wait = 0.0 if self._lock_wait_in_python else self._busy_timeout
+                for pragma in connection_pragmas(driver_wait, wal=self._wal):
+                    run(self._conn, one_statement(pragma), transaction=False, lock_wait=self._lock_wait)
+                run(self._conn, open_plan(self._tables), transaction=True, lock_wait=self._lock_wait)
             except BaseException:
                 self._conn.close()
                 raise
@@ -470,7 +497,7 @@ class SyncSqlTransport(ClosedGuard):
     def _run(self, operation: str, plan: Plan[T], *, transaction: bool) -> T:
         # The caller holds self._lock and has checked that the transport is open.
         with self._errors(operation):
-            return run(self._conn, plan, transaction=transaction)
+            return run(self._conn, plan, transaction=transaction, lock_wait=self._lock_wait)
 
     def publish(self, group_id: str, event: str, priority: int = 0, routing_key: str | None = None) -> None:
         group_id, event, priority, routing_key = check_publish_args(group_id, event, priority, routing_key)

@@ -7,7 +7,17 @@ behaves like SQLite.  What was checked against libsql 0.1.11 (bundling SQLite 3.
 - ``isolation_level=None`` is honoured (autocommit; each statement commits on its own), and
   ``BEGIN IMMEDIATE`` takes the write lock: a second libsql connection, in this process or
   another, waits ``busy_timeout`` and then fails with "database is locked".
-- ``PRAGMA busy_timeout`` and ``PRAGMA journal_mode = WAL`` are honoured.
+- **libsql holds the GIL while it waits for a lock.**  Its busy handler sleeps inside the call
+  without letting other Python threads run, so when the connection holding the lock belongs to
+  another thread of the same process, that thread cannot reach its COMMIT: both stall for the
+  whole ``busy_timeout`` and the waiter fails with "database is locked".  (Found by the
+  certifier's contention search: two instances, each claiming in its own thread.)  This
+  transport therefore turns libsql's busy handler off (``timeout=0``, ``PRAGMA busy_timeout =
+  0``) and waits in Python instead: the first statement of an operation (``BEGIN IMMEDIATE``)
+  is retried, with sleeps that release the GIL, until ``busy_timeout`` has passed
+  (:func:`~harel_ref.transport._sql.run`).  Nothing has happened before that statement
+  succeeds, so a retry never acts twice.  stdlib ``sqlite3`` releases the GIL while it waits.
+- ``PRAGMA journal_mode = WAL`` is honoured.
 - Floats round-trip exactly (``-0.0`` comes back as ``0.0``, as in SQLite); empty and large
   Unicode strings round-trip.
 - **A TEXT value is cut at its first NUL character when read** (it is written whole).  The
@@ -74,6 +84,7 @@ class LibsqlTransport(SyncSqlTransport):
         self._auth_token = auth_token
         self._sync_interval = sync_interval
         self._wal = sync_url is None
+        self._lock_wait_in_python = True  # libsql would hold the GIL while it waits (above)
         super().__init__(os.fspath(path), clock=clock, prefix=prefix, busy_timeout=busy_timeout)
 
     def _connect(self) -> Any:
@@ -88,7 +99,7 @@ class LibsqlTransport(SyncSqlTransport):
             self.path,
             isolation_level=None,
             _check_same_thread=False,  # used from several threads, always under self._lock
-            timeout=self._busy_timeout,
+            timeout=0,  # no busy handler: run() waits for locks, without holding the GIL
             **options,
         )
         if self._sync_url is not None:
