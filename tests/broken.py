@@ -178,3 +178,113 @@ def broken_backend(name: str) -> Backend:
         return cls(clock=clock, store=stores.setdefault(namespace, InMemoryStore()))
 
     return Backend(f"broken-{cls.__name__}", factory, Capabilities(durable=True, shared=True))
+
+
+# --- Broken under concurrency only: SQLite transports whose claim or ack is not atomic ----------
+# Each passes every sequential search; two callers at once break it.  Each branch of the
+# parallel search opens its own instance (its own connection), as separate workers would.
+
+from harel_ref.transport import SqliteTransport  # noqa: E402
+from harel_ref.transport._sql import claim_now_plan, drop_group_if_empty_plan, run  # noqa: E402
+from harel_ref.transport._base import new_token  # noqa: E402
+
+
+class _SqliteClaimVariant(SqliteTransport):
+    """A claim that runs the reference claim's plan its own way (``_run_claim``)."""
+
+    def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
+        worker_id, visibility, min_priority, routing_keys = check_claim_args(
+            worker_id, visibility, min_priority, routing_keys
+        )
+        with self._lock:
+            self._check_open()
+            return self._run_claim(
+                claim_now_plan(self._tables, self._clock, new_token(worker_id), visibility, min_priority, routing_keys)
+            )
+
+
+class ClaimWithoutTransaction(_SqliteClaimVariant):
+    """The claim's SELECT and UPDATEs run as separate autocommit statements: two callers can
+    both select the same head before either leases it (R2)."""
+
+    def _run_claim(self, plan):
+        return self._run("claim", plan, transaction=False)
+
+
+class ClaimInDeferredTransaction(_SqliteClaimVariant):
+    """The claim opens a plain (deferred) ``BEGIN``: it reads first and asks for the write lock
+    only at its UPDATE, when another claim may already have written, and SQLite then fails it
+    at once with "database is locked", whatever the busy timeout (contention)."""
+
+    def _run_claim(self, plan):
+        with self._errors("claim"):
+            self._conn.execute("BEGIN")
+            try:
+                lease = run(self._conn, plan, transaction=False)
+                self._conn.execute("COMMIT")
+            except BaseException:
+                if self._conn.in_transaction:
+                    self._conn.execute("ROLLBACK")
+                raise
+            return lease
+
+
+class AckCheckThenDelete(SqliteTransport):
+    """ack checks the token in one statement and deletes by seq in another: between the two, a
+    claim can take the lapsed message over, or another ack can check the same token, and the
+    delete then acts for a lease that is no longer current (R10)."""
+
+    def ack(self, lease):
+        lease = check_lease(lease)
+        t = self._tables
+        with self._lock:
+            self._check_open()
+            with self._errors("ack"):
+                rows = self._conn.execute(f"SELECT locked_by FROM {t.messages} WHERE seq = ?", (lease.seq,)).fetchall()
+                if not rows or rows[0][0] != lease.token:
+                    return False
+                self._conn.execute(f"DELETE FROM {t.messages} WHERE seq = ?", (lease.seq,))
+                run(self._conn, drop_group_if_empty_plan(t, lease.group_id), transaction=False)
+                return True
+
+
+CONCURRENCY_BROKEN = {
+    "claim without a transaction": (ClaimWithoutTransaction, "single-in-flight"),
+    "claim in a deferred transaction": (ClaimInDeferredTransaction, "contention"),
+    "ack checks the token, then deletes by seq": (AckCheckThenDelete, "fencing"),
+}
+
+
+def broken_sqlite_backend(name: str, directory) -> Backend:
+    """A :class:`Backend` for the SQLite variant ``name``: a file per namespace in ``directory``."""
+    from stateful.backends.sql import database_path
+
+    cls, _ = CONCURRENCY_BROKEN[name]
+
+    def factory(clock, namespace):
+        return cls(database_path(directory, namespace, "sqlite"), clock=clock)
+
+    return Backend(f"broken-{cls.__name__}", factory, Capabilities(durable=True, shared=True))
+
+
+class ExitsInABranchProcess(SqliteTransport):
+    """Claims kill the process they run in when it is not the one that started the test (as a
+    crash in a C extension would): the parallel search must say so, not hang or mumble."""
+
+    def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
+        import multiprocessing
+        import os
+
+        if multiprocessing.parent_process() is not None:
+            os._exit(3)
+        return super().claim(worker_id, visibility, min_priority, routing_keys)
+
+
+def exits_in_a_branch_process(clock, namespace):
+    """Factory of :class:`ExitsInABranchProcess`, importable by branch processes (files in the
+    directory named by ``$HAREL_BROKEN_DIR``)."""
+    import os
+
+    from stateful.backends.sql import database_path
+
+    return ExitsInABranchProcess(database_path(os.environ["HAREL_BROKEN_DIR"], namespace, "sqlite"), clock=clock)

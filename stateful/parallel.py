@@ -1,0 +1,612 @@
+"""The parallel search: a sequential prefix, then a few branches at once, judged by the checker.
+
+The lockstep machine makes one call at a time.  The promise a transport exists for is about
+*concurrent* callers, so this checker runs programs like::
+
+    Program(
+        prefix=(Publish("g1", "e1"), Claim(), Lapse()),   # one caller, one call at a time
+        branches=(
+            (Claim(), Ack("b0.0")),                        # these run at the same time:
+            (Ack("p0"),),                                  # threads, tasks, or processes
+        ),
+    )
+
+and checks each run's history with :func:`check_linearizable` against the model (SPEC.md R19).
+A lease is named by where its claim was: ``"p0"`` is the prefix's first claim, ``"b1.0"`` the
+first claim of branch 1.  An ack or nack of a lease whose claim got nothing is not made.
+
+How one run goes (:func:`run_program`):
+
+1. a fresh namespace; the prefix runs on one instance, the clock moved only by ``Lapse``;
+2. the clock is frozen, and the branches run at once: each on its own instance opened on the
+   same namespace when the transport is ``shared``, all on the first one otherwise; threads
+   wait at a barrier so that they start together (tasks on one event loop for an asyncio
+   transport; processes with ``processes=``);
+3. the clock jumps past every lease and park, and the first instance drains the queue (claim
+   and ack until None), so that a lost or duplicated message shows;
+4. every call is recorded with the moment it was invoked and answered (``time.perf_counter``).
+
+Races are rare events, so :func:`check_program` runs a program ``repeats`` times and stops at
+the first run the checker refuses.  It raises :class:`ConcurrencyFailure`, a
+:class:`~stateful.Divergence` naming the property broken, with the program, the history and a
+timeline picture.
+
+Two judgements, two searches in the certifier:
+
+- ``contention=False``: the history must be linearizable.  A call that raised is taken as one
+  that may or may not have happened (SPEC.md R17), so a transport that refuses concurrent
+  callers is not blamed here for anything else.
+- ``contention=True``: no branch call may raise.  A run where one did is run again with the
+  branches one after another; if the same error comes again, it is not contention (the
+  lockstep searches own it) and the run counts as passed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import re
+import threading
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from hypothesis import strategies as st
+
+from ._async import open_transport
+from ._backend import Capabilities
+from ._linearize import DIAGNOSES, DRAIN_WORKER, check_linearizable
+from ._machine import START, Divergence, FakeClock
+from ._timeline import timeline_svg, timeline_text
+from .history import Record
+
+__all__ = [
+    "Ack",
+    "Claim",
+    "ConcurrencyFailure",
+    "Lapse",
+    "Nack",
+    "Program",
+    "Publish",
+    "check_program",
+    "programs",
+    "run_program",
+]
+
+GROUPS = ("g1", "g2")
+VISIBILITY = 5.0
+DELAY = 1.0
+LAPSE = 100.0
+"""Seconds ``Lapse`` (and the drain) move the clock: past every lease and park of a program."""
+
+WALL_VISIBILITY = 0.02
+"""With a wall clock (the transport keeps time) every lease and park lasts this long, and
+``Lapse`` and the drain sleep a little longer: leases may then lapse mid-run, which the
+checker allows for (R18)."""
+
+
+# --- programs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Publish:
+    group: str
+    event: str
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A plain claim (no priority floor, no routing filter) for the visibility of the run."""
+
+
+@dataclass(frozen=True)
+class Ack:
+    lease: str
+
+
+@dataclass(frozen=True)
+class Nack:
+    lease: str
+    delay: float = 0.0
+
+
+@dataclass(frozen=True)
+class Lapse:
+    """Prefix only: the clock moves past every lease and park taken so far."""
+
+
+Op = Publish | Claim | Ack | Nack | Lapse
+
+
+@dataclass(frozen=True)
+class Program:
+    """A sequential prefix, then branches that run at once."""
+
+    prefix: tuple[Op, ...]
+    branches: tuple[tuple[Op, ...], ...]
+
+    def __post_init__(self) -> None:
+        if len(self.branches) < 2:
+            raise ValueError(f"a Program needs at least two branches to run at once, got {len(self.branches)}")
+        if any(isinstance(op, Lapse) for branch in self.branches for op in branch):
+            raise ValueError("Lapse moves the clock, which is frozen while the branches run: prefix only")
+        prefix_names = _check_names("p", self.prefix, [])
+        for number, branch in enumerate(self.branches):
+            _check_names(f"b{number}.", branch, prefix_names)
+
+    def __str__(self) -> str:
+        """As Python that builds it."""
+        def ops(sequence: Sequence[Op]) -> str:
+            return "(" + "".join(f"{_op_code(op)}, " for op in sequence).rstrip(" ") + ")"
+
+        branches = "".join(f"\n        {ops(branch)}," for branch in self.branches)
+        return f"Program(\n    prefix={ops(self.prefix)},\n    branches=({branches}\n    ),\n)"
+
+
+def _op_code(op: Op) -> str:
+    if isinstance(op, Publish):
+        return f"Publish({op.group!r}, {op.event!r})"
+    if isinstance(op, Ack):
+        return f"Ack({op.lease!r})"
+    if isinstance(op, Nack):
+        return f"Nack({op.lease!r})" if not op.delay else f"Nack({op.lease!r}, {op.delay!r})"
+    return f"{type(op).__name__}()"
+
+
+def _check_names(prefix: str, ops: Sequence[Op], known: list[str]) -> list[str]:
+    """The names of the claims in ``ops``; every ack and nack must name an earlier one."""
+    names = list(known)
+    for op in ops:
+        if isinstance(op, Claim):
+            names.append(f"{prefix}{sum(name.startswith(prefix) for name in names)}")
+        elif isinstance(op, (Ack, Nack)) and op.lease not in names:
+            raise ValueError(f"{op!r} names no claim made before it; the claims before it: {names}")
+    return names
+
+
+@st.composite
+def programs(draw, *, parking: bool = True, max_branches: int = 3) -> Program:
+    """Programs of a short prefix (one to three publishes, then a few calls) and two to
+    ``max_branches`` branches of one to four calls each, over two groups.
+
+    Acks and nacks name a lease of the prefix or of an earlier claim of their own branch.  The
+    draws lean towards what races: claims in the prefix, then branches that claim, or give
+    up a prefix lease, at the same time."""
+    events = iter(f"e{n}" for n in range(1, 100))
+    releases = [Ack, Ack, Nack] + ([lambda name: Nack(name, DELAY)] if parking else [])
+
+    def publish() -> Publish:
+        return Publish(draw(st.sampled_from(GROUPS)), next(events))
+
+    def release(names: list[str]) -> Op:
+        return draw(st.sampled_from(releases))(draw(st.sampled_from(names)))
+
+    prefix: list[Op] = [publish() for _ in range(draw(st.integers(1, 3)))]
+    prefix_leases: list[str] = []
+    for _ in range(draw(st.integers(0, 3))):
+        kind = draw(st.sampled_from(["claim", "claim", "claim", "lapse", "publish", "release"]))
+        if kind == "publish":
+            prefix.append(publish())
+        elif kind == "lapse":
+            prefix.append(Lapse())
+        elif kind == "release" and prefix_leases:
+            prefix.append(release(prefix_leases))
+        else:
+            prefix_leases.append(f"p{len(prefix_leases)}")
+            prefix.append(Claim())
+    branches = []
+    for number in range(draw(st.integers(2, max_branches))):
+        branch: list[Op] = []
+        own: list[str] = []
+        for _ in range(draw(st.integers(1, 4))):
+            kind = draw(st.sampled_from(["claim", "claim", "prefix lease", "prefix lease", "own lease", "publish"]))
+            if kind == "publish":
+                branch.append(publish())
+            elif kind == "prefix lease" and prefix_leases:
+                branch.append(release(prefix_leases))
+            elif kind == "own lease" and own:
+                branch.append(release(own))
+            else:
+                own.append(f"b{number}.{len(own)}")
+                branch.append(Claim())
+        branches.append(tuple(branch))
+    return Program(tuple(prefix), tuple(branches))
+
+
+# --- running a program ----------------------------------------------------------------------
+
+
+class _Recorder:
+    """Records the calls of one caller (a branch, the prefix, the drain): no lock needed."""
+
+    def __init__(self, worker: str, wall: bool) -> None:
+        self.worker = worker
+        self.records: list[Record] = []
+        self._now = time.time if wall else time.perf_counter
+        self._wall = wall
+
+    def start(self, op: str, at: float | None, **args: Any) -> Record:
+        record = Record(self.worker, op, self._now(), args, at=None if self._wall else at)
+        self.records.append(record)
+        return record
+
+    def finish(self, record: Record, result: Any = None, error: BaseException | None = None) -> None:
+        record.complete = self._now()
+        if error is None:
+            record.result = result
+        else:
+            record.error = f"{type(error).__name__}({error})"
+
+
+@dataclass
+class _Calls:
+    """What one caller does with its transport: the ops, the lease names, the records."""
+
+    recorder: _Recorder
+    leases: dict[str, Any]
+    names: str  # how this caller names its claims: "p", "b0.", ...
+    visibility: float
+    delay: float | None  # every park's delay (a wall clock), or None: each Nack's own
+    claims: int = 0
+
+    def prepare(self, op: Op, transport: Any) -> tuple[str, Callable[[], Any], dict[str, Any]] | None:
+        """The method to call for ``op`` and the arguments to record, or None to skip it."""
+        if isinstance(op, Publish):
+            return "publish", lambda: transport.publish(op.group, op.event), {"group_id": op.group, "event": op.event}
+        if isinstance(op, Claim):
+            worker = "w0" if self.names == "p" else f"w{int(self.names[1:-1]) + 1}"
+            return "claim", lambda: transport.claim(worker, self.visibility), {"worker_id": worker, "visibility": self.visibility}
+        lease = self.leases.get(op.lease)
+        if lease is None:
+            return None  # its claim got nothing (or raised)
+        if isinstance(op, Ack):
+            return "ack", lambda: transport.ack(lease), {"lease": lease}
+        delay = (op.delay if self.delay is None else self.delay) if op.delay else 0.0
+        return "nack", lambda: transport.nack(lease, delay), {"lease": lease, "delay": delay}
+
+    def claimed(self, op: Op, answer: Any) -> None:
+        if isinstance(op, Claim):
+            self.leases[f"{self.names}{self.claims}"] = answer
+            self.claims += 1
+
+    def _calls(self, ops: Sequence[Op], transport: Any, at: float | None, errors_raise: bool):
+        """The calls to make, recorded: yields each method to call and is sent back
+        ``(answer, error)``; the sync and async runners below only make the calls."""
+        for op in ops:
+            prepared = self.prepare(op, transport)
+            if prepared is None:
+                self.claimed(op, None)
+                continue
+            name, method, args = prepared
+            record = self.recorder.start(name, at, **args)
+            answer, error = yield method
+            self.recorder.finish(record, answer, error)
+            self.claimed(op, None if error is not None else answer)
+            if error is not None and errors_raise:
+                raise error
+
+    def run(self, ops: Sequence[Op], transport: Any, at: float | None, *, errors_raise: bool) -> None:
+        calls = self._calls(ops, transport, at, errors_raise)
+        outcome = None
+        while True:
+            try:
+                method = calls.send(outcome)
+            except StopIteration:
+                return
+            try:
+                outcome = (method(), None)
+            except Exception as exc:
+                outcome = (None, exc)
+
+    async def run_async(self, ops: Sequence[Op], transport: Any, at: float | None) -> None:
+        calls = self._calls(ops, transport, at, errors_raise=False)
+        outcome = None
+        while True:
+            try:
+                method = calls.send(outcome)
+            except StopIteration:
+                return
+            try:
+                outcome = (await method(), None)
+            except Exception as exc:
+                outcome = (None, exc)
+
+
+@dataclass(frozen=True)
+class Run:
+    """One run of a program (or a soak, ``program`` None): every call, and how it ran."""
+
+    program: Program | None
+    records: tuple[Record, ...]
+    how: str  # "threads", "tasks", "processes", "one after another", or the soak's workload
+
+
+def run_program(
+    factory: Callable,
+    program: Program,
+    capabilities: Capabilities,
+    *,
+    is_async: bool = False,
+    processes: Any = None,
+    concurrently: bool = True,
+) -> Run:
+    """Run ``program`` once on a fresh namespace (see the module docstring) and return its
+    history.  ``processes`` is a :class:`~stateful._processes.BranchProcesses` pool;
+    ``concurrently=False`` runs the branches one after another instead."""
+    wall = capabilities.clock == "wall"
+    clock = time.time if wall else FakeClock(START)
+    visibility, delay = (WALL_VISIBILITY, WALL_VISIBILITY) if wall else (VISIBILITY, None)
+    namespace = f"ns_{uuid.uuid4().hex[:12]}"
+    loop = asyncio.new_event_loop() if is_async else None
+    opened: list[Any] = []
+
+    def open_one() -> Any:
+        opened.append(open_transport(factory, clock, namespace, loop))
+        return opened[-1]
+
+    def now() -> float | None:
+        return None if wall else clock.now
+
+    try:
+        first = open_one()
+        leases: dict[str, Any] = {}
+        prefix = _Calls(_Recorder("prefix", wall), leases, "p", visibility, delay)
+        for op in program.prefix:
+            if isinstance(op, Lapse):
+                _pass_time(clock, wall)
+            else:
+                prefix.run([op], first, now(), errors_raise=True)
+        frozen = now()
+        branches = [
+            _Calls(_Recorder(f"b{n}", wall), dict(leases), f"b{n}.", visibility, delay)
+            for n in range(len(program.branches))
+        ]
+        if processes is not None and concurrently:
+            how = "processes"
+            records = processes.run(namespace, frozen, program, leases, visibility, delay)
+        else:
+            if capabilities.shared and concurrently:
+                instances = [open_one() for _ in program.branches]
+            else:
+                instances = [first] * len(program.branches)
+            if not concurrently:
+                how = "one after another"
+                for calls, ops, instance in zip(branches, program.branches, instances):
+                    if is_async:
+                        loop.run_until_complete(calls.run_async(ops, instance.transport, frozen))
+                    else:
+                        calls.run(ops, instance, frozen, errors_raise=False)
+            elif is_async:
+                how = "tasks"
+                loop.run_until_complete(_together(
+                    calls.run_async(ops, instance.transport, frozen)
+                    for calls, ops, instance in zip(branches, program.branches, instances)
+                ))
+            else:
+                how = "threads"
+                _run_threads(branches, program.branches, instances, frozen)
+            records = [record for calls in branches for record in calls.recorder.records]
+        _pass_time(clock, wall)
+        drain = _drain(first, visibility, now(), wall, limit=sum(isinstance(op, Publish) for op in _all_ops(program)))
+        return Run(program, (*prefix.recorder.records, *records, *drain), how)
+    finally:
+        close_all(opened, loop)
+
+
+def close_all(transports: Sequence[Any], loop: asyncio.AbstractEventLoop | None) -> None:
+    """Close every transport a run opened (quietly: the run's own errors are the ones to
+    report), then the run's event loop."""
+    for transport in transports:
+        try:
+            transport.close()
+        except Exception:
+            pass
+    if loop is not None:
+        loop.close()
+
+
+HUNG = 120.0
+"""Seconds a branch (or a soak worker) may take beyond its work before it counts as hung."""
+
+
+async def _together(coroutines, timeout: float | None = None) -> None:
+    """Run coroutines as tasks of the running loop, all at once; a TimeoutError if they have
+    not all finished within ``timeout`` seconds (default :data:`HUNG`: the transport hangs)."""
+    timeout = HUNG if timeout is None else timeout
+    try:
+        await asyncio.wait_for(asyncio.gather(*coroutines), timeout)
+    except asyncio.TimeoutError:
+        raise TimeoutError(f"calls did not finish within {timeout:g} s: the transport hangs under concurrency") from None
+
+
+def _all_ops(program: Program) -> list[Op]:
+    return [*program.prefix, *(op for branch in program.branches for op in branch)]
+
+
+def _pass_time(clock: Any, wall: bool) -> None:
+    if wall:
+        time.sleep(WALL_VISIBILITY * 1.5)
+    else:
+        clock.now += LAPSE
+
+
+def _run_threads(branches: list[_Calls], programs_: Sequence[Sequence[Op]], instances: list[Any], at: float | None) -> None:
+    """Each branch in its own thread, all released at once by a barrier."""
+    barrier = threading.Barrier(len(branches))
+    failures: list[BaseException] = []
+
+    def branch(calls: _Calls, ops: Sequence[Op], instance: Any) -> None:
+        try:
+            barrier.wait(timeout=30)
+            calls.run(ops, instance, at, errors_raise=False)
+        except BaseException as exc:  # the barrier broke: report it, do not hang
+            failures.append(exc)
+            barrier.abort()
+
+    threads = [threading.Thread(target=branch, args=args, daemon=True) for args in zip(branches, programs_, instances)]
+    for thread in threads:
+        thread.start()
+    deadline = time.monotonic() + HUNG
+    for thread in threads:
+        thread.join(timeout=max(0.0, deadline - time.monotonic()))
+        if thread.is_alive():
+            raise TimeoutError(f"a branch did not finish within {HUNG:g} s: the transport hangs under concurrency")
+    if failures:
+        raise failures[0]
+
+
+def _drain(transport: Any, visibility: float, at: float | None, wall: bool, limit: int) -> list[Record]:
+    """Claim and ack until None (at most ``limit`` + 1 messages: more is a duplicate)."""
+    calls = _Calls(_Recorder(DRAIN_WORKER, wall), {}, "d", visibility, 0.0)
+    for number in range(limit + 2):
+        record = calls.recorder.start("claim", at, worker_id=DRAIN_WORKER, visibility=visibility)
+        lease = transport.claim(DRAIN_WORKER, visibility)
+        calls.recorder.finish(record, lease)
+        if lease is None:
+            break
+        record = calls.recorder.start("ack", at, lease=lease)
+        calls.recorder.finish(record, transport.ack(lease))
+    return calls.recorder.records
+
+
+# --- judging --------------------------------------------------------------------------------
+
+
+class ConcurrencyFailure(Divergence):
+    """A program whose run the checker refused: a Divergence with the program, the run and a
+    timeline.  ``runs`` is how many runs it took to see it."""
+
+    def __init__(self, property: str, step: str, expected: str, answered: str, state: str, *,
+                 run: Run, culprits: Sequence[Record], runs: int, check: str | None = None) -> None:
+        super().__init__(property, step, expected, answered, state, check)
+        self.program = run.program
+        self.run = run
+        self.culprits = tuple(culprits)
+        self.runs = runs
+        if run.program is not None:
+            self.add_note(f"program:\n{run.program}\nbranches run as {run.how}; failed on run {runs}")
+        else:
+            self.add_note(f"soak: {run.how}; {len(run.records)} calls")
+
+    @property
+    def shown(self) -> tuple[Record, ...]:
+        """The records a timeline shows: all of a program's run; of a soak, the calls around
+        the culprits."""
+        if self.run.program is not None or not self.culprits:
+            return self.run.records
+        return _around(self.run.records, self.culprits)
+
+    @property
+    def timeline(self) -> str:
+        return timeline_text(self.shown, self.culprits)
+
+    @property
+    def svg(self) -> str:
+        return timeline_svg(self.shown, self.culprits, title=f"{self.property}: {self.step}")
+
+
+def _around(records: Sequence[Record], culprits: Sequence[Record], most: int = 40) -> tuple[Record, ...]:
+    """The culprits and the calls nearest them in time, at most ``most``, in history order."""
+    chosen = {id(record) for record in culprits}
+    middle = sum(c.invoke for c in culprits) / len(culprits)
+    for record in sorted(records, key=lambda r: abs(r.invoke - middle)):
+        if len(chosen) >= most:
+            break
+        chosen.add(id(record))
+    return tuple(record for record in records if id(record) in chosen)
+
+
+_FAILURE_CLASSES: dict[str, type[ConcurrencyFailure]] = {}
+
+
+def failure_class(prop: str) -> type[ConcurrencyFailure]:
+    """One subclass per property, so that Hypothesis keeps failures of different properties
+    apart (it tells bugs apart by exception type) and shrinks each on its own."""
+    if prop not in _FAILURE_CLASSES:
+        name = "ConcurrencyFailure_" + prop.replace("-", "_")
+        _FAILURE_CLASSES[prop] = type(name, (ConcurrencyFailure,), {"__module__": __name__})
+    return _FAILURE_CLASSES[prop]
+
+
+def judge(run: Run, *, contention: bool, runs: int = 1, ignore: frozenset[str] = frozenset()) -> ConcurrencyFailure | None:
+    """The failure this run shows, if any (see the module docstring for the two judgements).
+
+    ``ignore``: properties already known broken.  The model leaves out the rule a property
+    stands for where there is one (R2 for single-in-flight, R10 for fencing), so that the run
+    is still judged for everything else; a failure of another ignored property counts as none."""
+    if contention:
+        raised = [r for r in run.records if r.error is not None and r.worker not in ("prefix", DRAIN_WORKER)]
+        if not raised:
+            return None
+        first = raised[0]
+        return failure_class("contention")(
+            "contention", f"{first.worker}: {first.op}({_args(first)}) while other branches ran",
+            "an answer (the spec allows no error here)", first.error, "", run=run, culprits=raised, runs=runs,
+        )
+    relax = [rule for rule, prop in DIAGNOSES if prop in ignore]
+    result = check_linearizable(run.records, fairness="unspecified", relax=relax)
+    if result.ok is None:
+        raise RuntimeError(f"the linearizability check gave up on a run of {len(run.records)} calls: {result}")
+    if result.ok or result.property in ignore:
+        return None
+    return failure_class(result.property)(
+        result.property, result.step, result.expected, result.answered, result.state,
+        run=run, culprits=result.culprits, runs=runs,
+    )
+
+
+def _args(record: Record) -> str:
+    shown = []
+    for name, value in record.args.items():
+        if name == "lease":
+            value = f"lease of {getattr(value, 'group_id', '?')!r} token {getattr(value, 'token', '?')!r}"
+            shown.append(value)
+        else:
+            shown.append(f"{name}={value!r}")
+    return ", ".join(shown)
+
+
+def check_program(
+    factory: Callable,
+    program: Program,
+    capabilities: Capabilities | None = None,
+    *,
+    is_async: bool = False,
+    repeats: int = 30,
+    contention: bool = False,
+    processes: Any = None,
+    ignore: frozenset[str] = frozenset(),
+) -> int:
+    """Run ``program`` up to ``repeats`` times; raise :class:`ConcurrencyFailure` at the first
+    run the checker refuses (failures of the properties in ``ignore`` aside).  Returns the
+    number of runs made (all passed)."""
+    if inspect.iscoroutinefunction(factory):
+        is_async = True
+    capabilities = capabilities if capabilities is not None else Capabilities()
+    for number in range(1, repeats + 1):
+        run = run_program(factory, program, capabilities, is_async=is_async, processes=processes)
+        failure = judge(run, contention=contention, runs=number, ignore=ignore)
+        if failure is None:
+            continue
+        if contention and _also_alone(factory, program, capabilities, is_async, failure):
+            continue  # the same error without concurrency: not contention (module docstring)
+        raise failure
+    return repeats
+
+
+def _also_alone(factory, program, capabilities, is_async, failure: ConcurrencyFailure) -> bool:
+    """Whether the error of ``failure`` also comes when the branches run one after another:
+    the same call (branch and op) raising the same error (paths and numbers aside)."""
+    seen = {(r.worker, r.op, _error_kind(r.error)) for r in failure.culprits}
+    for _ in range(3):
+        alone = run_program(factory, program, capabilities, is_async=is_async, concurrently=False)
+        if any(r.error is not None and (r.worker, r.op, _error_kind(r.error)) in seen for r in alone.records):
+            return True
+    return False
+
+
+def _error_kind(error: str) -> str:
+    """An error without what changes from run to run: quoted names (paths) and numbers."""
+    return re.sub(r"'[^']*'|\"[^\"]*\"|\d+", "_", error)

@@ -1,0 +1,276 @@
+"""A soak: several workers run a random workload against the wall clock, then the history is
+judged against the model.
+
+Where the parallel search (:mod:`stateful.parallel`) runs short programs at a frozen clock, a
+soak runs for ``seconds`` with real time passing: leases of 20 to 100 ms lapse while workers
+still hold them, parked messages come back, stale acks race with new claims.  Every call is
+recorded (:mod:`stateful.history`) with the wall-clock moments it was invoked and answered, so
+the model allows whatever is consistent with some moment in between (SPEC.md R18).  At the end
+the queue is drained, and the history is judged twice:
+
+- by :func:`~stateful.check_linearizable`, partitioned by group (fairness left out, R19): this
+  is what catches a claim during a park, a claim that answered None while a group was
+  claimable, and the rest of what the model knows;
+- by :func:`stateful.history.check`: overlapping leases, FIFO breaks, lost, duplicated and
+  redelivered messages, each reported in its own words.
+
+A call that raised, or did not return within two minutes, counts against ``contention``:
+nothing here is a fault, so a worker that gets an error got it because others ran at the
+same time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import functools
+import random
+import threading
+import time
+import uuid
+from collections.abc import Callable
+from typing import Any
+
+from ._async import open_transport
+from ._backend import Capabilities
+from ._linearize import DRAIN_WORKER, Linearizability
+from .history import HistoryReport, Record, _jsonable, check
+from . import parallel
+from .parallel import ConcurrencyFailure, Run, _together, close_all, failure_class
+
+__all__ = ["SoakResult", "soak"]
+
+GROUPS = tuple(f"g{n}" for n in range(16))
+VISIBILITIES = (0.02, 0.05, 0.1)
+DELAYS = (0.01, 0.05)
+SETTLE = 0.3
+"""Seconds waited after the workers stop, so that every lease and park has lapsed before the
+drain (longer than any visibility or delay above)."""
+
+HISTORY_TO_PROPERTY = {
+    "overlap": "single-in-flight",
+    "fifo": "fifo",
+    "lost": "no-loss",
+    "duplicate": "no-loss",
+    "unexpected": "no-loss",
+    "redelivered": "no-loss",
+}
+
+
+class SoakResult:
+    """What a soak recorded (``run``, and ``drained``: the ``(group_id, event)`` pairs the
+    final drain found) and what the checkers make of it (``history``, judged on first read)."""
+
+    def __init__(self, run: Run, drained: list[tuple[str, str]], seconds: float) -> None:
+        self.run = run
+        self.drained = drained
+        self.seconds = seconds
+
+    @functools.cached_property
+    def history(self) -> HistoryReport:
+        return check(self.run.records, self.drained)
+
+    @property
+    def linearizability(self) -> Linearizability:
+        return self.history.linearizability
+
+    @property
+    def records(self) -> tuple[Record, ...]:
+        return self.run.records
+
+    @property
+    def errors(self) -> list[Record]:
+        """The workers' calls that raised or never returned."""
+        return [r for r in self.records if r.worker != DRAIN_WORKER and (r.error is not None or r.complete is None)]
+
+    def failures(self) -> list[ConcurrencyFailure]:
+        """One failure per property broken, the first seen of each: errors (contention), then
+        the model's verdict, then the history checks."""
+        found: dict[str, ConcurrencyFailure] = {}
+
+        def add(prop: str, step: str, expected: str, answered: str, state: str, culprits) -> None:
+            if prop not in found:
+                found[prop] = failure_class(prop)(prop, step, expected, answered, state, run=self.run,
+                                                   culprits=culprits, runs=1)
+
+        if self.errors:
+            first = self.errors[0]
+            answered = first.error if first.error is not None else f"no answer within {parallel.HUNG:g} s"
+            add("contention", f"{first.worker}: {first.op} during the soak", "an answer", answered, "", self.errors[:3])
+        result = self.linearizability
+        if result.ok is False:
+            add(result.property, result.step, result.expected, result.answered, result.state, result.culprits)
+        for violation in self.history.violations:
+            if violation.kind in HISTORY_TO_PROPERTY:  # "model": the model's verdict is the one above
+                add(HISTORY_TO_PROPERTY[violation.kind], str(violation), "no such breach", violation.kind, "",
+                    violation.records)
+        return list(found.values())
+
+
+def soak(
+    factory: Callable,
+    capabilities: Capabilities | None = None,
+    seconds: float = 10.0,
+    *,
+    workers: int = 4,
+    is_async: bool = False,
+    seed: int = 0,
+    calls: int | None = None,
+) -> SoakResult:
+    """Run ``workers`` workers for ``seconds`` on a fresh namespace (threads, or tasks for an
+    asyncio transport), then drain the queue; the history is judged when the result's
+    ``history`` is first read.  ``calls`` stops the workers sooner, once they have made that
+    many calls between them (for benchmarks)."""
+    if not seconds > 0:
+        raise ValueError(f"seconds must be > 0, got {seconds}")
+    if workers < 2:
+        raise ValueError(f"a soak needs at least 2 workers, got {workers}")
+    capabilities = capabilities if capabilities is not None else Capabilities()
+    started = time.time()
+    namespace = f"ns_{uuid.uuid4().hex[:12]}"
+    loop = asyncio.new_event_loop() if is_async else None
+    opened: list[Any] = []
+
+    def open_one() -> Any:
+        opened.append(open_transport(factory, time.time, namespace, loop))
+        return opened[-1]
+
+    try:
+        first = open_one()
+        instances = [open_one() for _ in range(workers)] if capabilities.shared else [first] * workers
+        deadline = time.time() + seconds
+        budget = _Budget(calls)
+        stuck: dict[int, list[Record]] = {}  # the records of workers still in a call at the end
+        workloads = [_Workload(f"s{n}", random.Random(seed * 1000 + n), capabilities.parking, budget)
+                     for n in range(workers)]
+        if is_async:
+            loop.run_until_complete(_together(
+                (w.run_async(instance.transport, deadline) for w, instance in zip(workloads, instances)),
+                timeout=seconds + parallel.HUNG,
+            ))
+            how = f"{workers} tasks for {seconds:g} s"
+        else:
+            threads = [threading.Thread(target=w.run, args=(instance, deadline), daemon=True)
+                       for w, instance in zip(workloads, instances)]
+            for thread in threads:
+                thread.start()
+            for thread in threads:  # a worker still in a call by then: see SoakResult.errors
+                thread.join(max(0.0, deadline + parallel.HUNG - time.time()))
+            for workload, thread in zip(workloads, threads):
+                if thread.is_alive():  # what it recorded so far, unanswered call included
+                    stuck[id(workload)] = [dataclasses.replace(record) for record in workload.records]
+            how = f"{workers} threads for {seconds:g} s"
+        time.sleep(SETTLE)
+        drain = _Workload(DRAIN_WORKER, random.Random(seed), capabilities.parking)
+        drained = drain.drain(first, limit=sum(w.published for w in workloads))
+        records = [r for w in workloads for r in stuck.get(id(w), w.records)] + drain.records
+    finally:
+        close_all(opened, loop)
+    records.sort(key=lambda r: r.invoke)
+    return SoakResult(Run(None, tuple(records), how + f", {len(records)} calls"), drained, time.time() - started)
+
+
+class _Budget:
+    """How many calls the workers may still make between them (None: no limit)."""
+
+    def __init__(self, calls: int | None) -> None:
+        self._left = calls
+        self._lock = threading.Lock()
+
+    def take(self) -> bool:
+        if self._left is None:
+            return True
+        with self._lock:
+            self._left -= 1
+            return self._left >= 0
+
+
+class _Workload:
+    """One worker's random calls: publish, claim, then ack, nack, park, or hold past the
+    lease and ack late (a stale ack, which fencing refuses if someone took over)."""
+
+    def __init__(self, name: str, rng: random.Random, parking: bool, budget: _Budget | None = None) -> None:
+        self.name = name
+        self.budget = budget if budget is not None else _Budget(None)
+        self.rng = rng
+        self.parking = parking
+        self.records: list[Record] = []
+        self.published = 0
+        self.held: list[Any] = []
+
+    def _start(self, op: str, **args: Any) -> Record:
+        record = Record(self.name, op, time.time(), _jsonable(args))
+        self.records.append(record)
+        return record
+
+    @staticmethod
+    def _finish(record: Record, answer: Any = None, error: BaseException | None = None) -> Any:
+        record.complete = time.time()
+        if error is None:
+            record.result = _jsonable(answer)
+        else:
+            record.error = f"{type(error).__name__}({error})"
+        return answer
+
+    def _next(self) -> tuple[str, tuple[Any, ...], float]:
+        """The next call: its name, its arguments, and how long to wait before making it."""
+        rng = self.rng
+        if self.held and rng.random() < 0.7:
+            lease, visibility = self.held.pop(0)
+            roll = rng.random()
+            pause = visibility * 1.2 if roll < 0.03 else 0.0  # held past its end: a stale ack
+            if roll < 0.65:
+                return "ack", (lease,), pause
+            if roll < 0.85 or not self.parking:
+                return "nack", (lease, 0.0), pause
+            return "nack", (lease, rng.choice(DELAYS)), pause
+        if rng.random() < 0.2:
+            self.published += 1
+            return "publish", (rng.choice(GROUPS), f"{self.name}-{self.published}"), 0.0
+        return "claim", (self.name, rng.choice(VISIBILITIES)), 0.0
+
+    def _record(self, op: str, args: tuple[Any, ...]) -> Record:
+        names = {"publish": ("group_id", "event"), "claim": ("worker_id", "visibility"),
+                 "ack": ("lease",), "nack": ("lease", "delay")}[op]
+        return self._start(op, **dict(zip(names, args)))
+
+    def _answered(self, op: str, args: tuple[Any, ...], answer: Any) -> None:
+        if op == "claim" and answer is not None and self.rng.random() >= 0.03:
+            self.held.append((answer, args[1]))  # else abandoned: it lapses, someone takes over
+
+    def run(self, transport: Any, deadline: float) -> None:
+        while time.time() < deadline and self.budget.take():
+            op, args, pause = self._next()
+            time.sleep(pause)
+            record = self._record(op, args)
+            try:
+                answer = getattr(transport, op)(*args)
+            except Exception as exc:
+                self._finish(record, error=exc)
+                continue
+            self._answered(op, args, self._finish(record, answer))
+
+    async def run_async(self, transport: Any, deadline: float) -> None:
+        while time.time() < deadline and self.budget.take():
+            op, args, pause = self._next()
+            await asyncio.sleep(pause)
+            record = self._record(op, args)
+            try:
+                answer = await getattr(transport, op)(*args)
+            except Exception as exc:
+                self._finish(record, error=exc)
+                continue
+            self._answered(op, args, self._finish(record, answer))
+
+    def drain(self, transport: Any, limit: int) -> list[tuple[str, str]]:
+        """Claim and ack until None, at most ``limit`` + 1 messages; the (group, event) pairs."""
+        drained = []
+        for _ in range(limit + 2):
+            record = self._start("claim", worker_id=DRAIN_WORKER, visibility=60.0)
+            lease = self._finish(record, transport.claim(DRAIN_WORKER, 60.0))
+            if lease is None:
+                break
+            drained.append((lease.group_id, lease.event))
+            record = self._start("ack", lease=lease)
+            self._finish(record, transport.ack(lease))
+        return drained
