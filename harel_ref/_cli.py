@@ -55,6 +55,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="certify only this property (repeatable)")
     cert.add_argument("--time-budget", metavar="SECONDS", type=float,
                       help="a budget shared by the searches: no example starts after it, a failure found in time may take one more share to shrink; what was not searched is unknown")
+    cert.add_argument("--processes", action="store_true",
+                      help="run the branches of the concurrent searches in separate processes "
+                      "(the factory must be importable, its storage shared across processes)")
+    cert.add_argument("--soak", metavar="SECONDS", type=float,
+                      help="also run several workers against the wall clock for SECONDS, and judge "
+                      "their history against the model")
     cert.add_argument("--report-dir", metavar="DIR", default="reports",
                       help="where report.json and REPORT.md go (default: ./reports)")
     cert.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -110,7 +116,8 @@ def _certify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         progress = None if args.quiet else _Progress(sys.stderr)
         report = certify(
             target.factory, profile=args.profile, seed=args.seed, properties=args.only,
-            time_budget=args.time_budget, progress=progress, _target=target,
+            time_budget=args.time_budget, processes=args.processes, soak=args.soak,
+            progress=progress, _target=target,
         )
     except (CertificationError, ValueError, TypeError) as exc:
         return _usage(parser, str(exc))

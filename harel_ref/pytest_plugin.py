@@ -9,7 +9,8 @@ certification once and shows one test per property, named ``harel-certify::<prop
   SKIPPED, the reason saying which ("not applicable: ..." or "unknown: ...").
 
 Options: ``--harel-async``, ``--harel-profile``, ``--harel-seed``, ``--harel-only``,
-``--harel-time-budget``, ``--harel-report-dir`` and ``--harel-capabilities`` (a comma list
+``--harel-time-budget``, ``--harel-processes``, ``--harel-soak``, ``--harel-report-dir`` and
+``--harel-capabilities`` (a comma list
 such as ``durable,shared,no-routing,fairness=ack,wall-clock``), matching ``harel-ref certify``.
 """
 
@@ -41,6 +42,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="certify only this property (repeatable)")
     group.addoption("--harel-time-budget", type=float, metavar="SECONDS",
                     help="a budget shared by the searches: no example starts after it, a failure found in time may take one more share to shrink; what was not searched is unknown")
+    group.addoption("--harel-processes", action="store_true",
+                    help="run the branches of the concurrent searches in separate processes")
+    group.addoption("--harel-soak", type=float, metavar="SECONDS",
+                    help="also run a soak of SECONDS against the wall clock")
     group.addoption("--harel-capabilities", metavar="LIST", default="",
                     help="override declared capabilities: e.g. durable,shared,no-routing,fairness=ack,wall-clock")
     group.addoption("--harel-report-dir", metavar="DIR",
@@ -183,6 +188,8 @@ def _run(config: pytest.Config):
         seed=config.getoption("harel_seed"),
         properties=config.getoption("harel_only"),
         time_budget=config.getoption("harel_time_budget"),
+        processes=config.getoption("harel_processes"),
+        soak=config.getoption("harel_soak"),
         _target=config.stash[_TARGET],
     )
     if config.getoption("harel_report_dir"):

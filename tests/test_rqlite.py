@@ -241,3 +241,32 @@ def test_two_clients_upgrading_one_old_table_at_once_both_open_and_keep_every_me
         assert (lease.group_id, lease.event) == ("g", "old")
     finally:
         _drop(url, prefix)
+
+
+# --- Concurrent callers: the parallel searches, each branch through its own node ------------
+
+
+@pytest.mark.parametrize("make", [rqlite, rqlite_async], ids=["sync", "async"])
+def test_the_concurrent_searches_pass_with_branches_through_different_nodes(make, shared_cluster):  # noqa: F811
+    from harel_ref.certify import Profile, certify
+
+    backend = make()
+    first_nodes = []
+
+    def factory(clock, namespace):
+        opened = backend.factory(clock, namespace)
+        if backend.is_async:
+            async def remember():
+                transport = await opened
+                first_nodes.append(transport._nodes.urls[0])
+                return transport
+            return remember()
+        first_nodes.append(opened._nodes.urls[0])
+        return opened
+
+    profile = Profile("rqlite", max_examples=5, step_count=10, programs=6, repeats=4)
+    concurrent = ["single-in-flight", "fencing", "no-loss", "contention"]
+    report = certify(factory, backend.capabilities, profile=profile, properties=concurrent,
+                     is_async=backend.is_async)
+    assert {v.property: v.verdict for v in report.verdicts} == dict.fromkeys(concurrent, "passed"), report.to_markdown()
+    assert len(set(first_nodes)) == len(shared_cluster) >= 3  # every node served some branch

@@ -14,6 +14,17 @@ property, each with the machine narrowed to what that property needs:
 Every divergence names the property it breaks (``Divergence.property``).  A search that stops
 at another property's divergence records that failure against the other property, and its own
 verdict is "unknown" (it was cut short).  Each search is seeded, so a failure replays exactly.
+
+Concurrency (SPEC.md R19) has searches of its own (:mod:`stateful.parallel`): programs of a
+sequential prefix and two or three branches run at once, each run ``repeats`` times and judged
+by the linearizability checker.
+
+- ``contention`` is its own property, with its own parallel search: no call may fail only
+  because others run at the same time.
+- The *concurrent* search is shared by ``single-in-flight``, ``fencing`` and ``no-loss``: their
+  verdicts need both their lockstep search and it, and it records what it finds under the
+  property the checker names.  It runs once, for the first of them.
+- With ``soak=SECONDS``, a soak (:mod:`stateful.soak`) is shared the same way by those four.
 """
 
 from __future__ import annotations
@@ -26,13 +37,16 @@ import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
-from hypothesis import HealthCheck, Phase, Verbosity, seed, settings
+from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 from hypothesis.errors import FlakyFailure, HypothesisException
 from hypothesis.stateful import run_state_machine_as_test
 
 from stateful import Backend, Capabilities, Divergence, make_machine
 from stateful._async import open_transport
-from stateful._machine import FOCUS_RULES, RULES, TICK, FakeClock
+from stateful._machine import FOCUS_RULES, RULES, TICK, FakeClock, property_of
+from stateful._processes import BranchProcesses
+from stateful.parallel import ConcurrencyFailure, check_program, programs
+from stateful.soak import soak as run_soak
 
 from ._report import Failure, PropertyVerdict, Report
 from ._target import CertificationError, Target
@@ -42,22 +56,31 @@ __all__ = ["PROFILES", "PROPERTIES", "Profile", "certify", "focus_machine"]
 
 @dataclass(frozen=True)
 class Profile:
-    """How hard each property's search looks: Hypothesis's ``max_examples`` and
-    ``stateful_step_count`` for every one of the (up to twelve) searches."""
+    """How hard each search looks: Hypothesis's ``max_examples`` and ``stateful_step_count``
+    for every lockstep search; for the two parallel searches, ``programs`` examples, each
+    program run up to ``repeats`` times (races are rare events)."""
 
     name: str
     max_examples: int
     step_count: int
+    programs: int = 10
+    repeats: int = 10
 
     def __post_init__(self) -> None:
-        if self.max_examples < 1 or self.step_count < 1:
-            raise ValueError(f"a Profile needs max_examples >= 1 and step_count >= 1, got {self}")
+        if min(self.max_examples, self.step_count, self.programs, self.repeats) < 1:
+            raise ValueError(f"every count of a Profile must be >= 1, got {self}")
+
+    @property
+    def shrink_repeats(self) -> int:
+        """Runs per program while a failure is being shrunk: a race that a program still
+        contains shows within a few runs, and a program without it need not cost all of them."""
+        return max(3, self.repeats // 3)
 
 
 PROFILES = {
-    "quick": Profile("quick", max_examples=50, step_count=20),
-    "standard": Profile("standard", max_examples=120, step_count=35),
-    "thorough": Profile("thorough", max_examples=500, step_count=60),
+    "quick": Profile("quick", max_examples=50, step_count=20, programs=20, repeats=20),
+    "standard": Profile("standard", max_examples=120, step_count=35, programs=40, repeats=30),
+    "thorough": Profile("thorough", max_examples=500, step_count=60, programs=150, repeats=50),
 }
 
 
@@ -71,6 +94,8 @@ class _Focus:
     exact_time: bool = False  # judge claims at the exact clock (no slack)
     stale_leases: bool = False  # ack/nack superseded and consumed leases
     checks: frozenset[str] = frozenset()  # of "priority", "routing", "fairness"
+    search: str = "lockstep"  # its own search: "lockstep", or "contention" (a parallel one)
+    concurrent: bool = False  # its verdict needs the shared concurrent search (and the soak) too
 
 
 _CORE = frozenset({"prefill", "publish", "claim_any", "ack"})
@@ -83,8 +108,10 @@ def _declared(field: str, reason: str) -> Callable[[Capabilities], str | None]:
 
 PROPERTIES: dict[str, _Focus] = {
     "single-in-flight": _Focus(
-        "a group whose head is leased or parked is not claimable, by any instance (R2)",
+        "a group whose head is leased or parked is not claimable, by any instance, "
+        "also when callers race (R2, R19)",
         _CORE | {"nack_now", "claim_at_deadline", "open_second_instance"},
+        concurrent=True,
     ),
     "fifo": _Focus(
         "a group's messages come out in publish order; a nacked message stays the head; "
@@ -106,9 +133,10 @@ PROPERTIES: dict[str, _Focus] = {
     ),
     "fencing": _Focus(
         "ack/nack act only under the lease's token; superseded or used leases get False; "
-        "tokens are never reused (R10, R16)",
+        "tokens are never reused; also when callers race (R10, R16, R19)",
         _CORE | {"nack_now", "nack_later", "claim_at_deadline", "open_second_instance"},
         stale_leases=True,
+        concurrent=True,
     ),
     "fairness": _Focus(
         "the claimable group with the oldest fairness stamp goes first, ties by arrival (R4, R5)",
@@ -134,8 +162,16 @@ PROPERTIES: dict[str, _Focus] = {
         needs=_declared("durable", "the transport does not declare durability"),
     ),
     "no-loss": _Focus(
-        "draining at the end yields every message published and not acked, exactly once (R1, R7)",
+        "draining at the end yields every message published and not acked, exactly once, "
+        "also after callers raced (R1, R7, R19)",
         _CORE | _TIME | {"nack_now", "nack_later", "open_second_instance"},
+        concurrent=True,
+    ),
+    "contention": _Focus(
+        "callers that run at once get answers, not errors: no call fails only because others "
+        "ran at the same time, such as SQLite's 'database is locked' (R19)",
+        frozenset(),
+        search="contention",
     ),
     "bad-input": _Focus(
         "bad arguments raise ValueError/TypeError and write nothing (R13)",
@@ -148,16 +184,8 @@ PROPERTIES: dict[str, _Focus] = {
 }
 """The verdict lines, in the order they are searched and reported."""
 
-_CHECK_TO_PROPERTY = {"publish": "no-loss", "ack": "fencing", "nack": "fencing"}
-"""The machine's own check names that are not verdict lines: a publish that answers something
-else than None counts against no-loss; an ack/nack that does not answer True for the current
-lease counts against fencing (R10 says which leases act, both ways)."""
-
-
-def property_of(check: str) -> str:
-    """The verdict line a machine check (``Divergence.property``) counts against."""
-    return _CHECK_TO_PROPERTY.get(check, check)
-
+SOAK_PROPERTIES = frozenset(p for p, focus in PROPERTIES.items() if focus.concurrent or focus.search == "contention")
+"""The properties a soak counts for (single-in-flight, fencing, no-loss, contention)."""
 
 def focus_machine(
     factory: Callable,
@@ -175,6 +203,8 @@ def focus_machine(
         raise ValueError(f"unknown property {property!r}; choose from {list(PROPERTIES)}")
     caps = capabilities if capabilities is not None else Capabilities()
     focus = PROPERTIES[property]
+    if focus.search != "lockstep":
+        raise ValueError(f"{property!r} is searched by running programs at once, not by a lockstep machine")
     effective = dataclasses.replace(
         caps,
         priority=caps.priority and "priority" in focus.checks,
@@ -277,6 +307,39 @@ def _run_search(machine: type, profile: Profile, run_seed: int, search: _Search)
         search.error = exc
 
 
+def _run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed: int, search: _Search,
+                  *, contention: bool, processes: BranchProcesses | None,
+                  ignore: frozenset[str] = frozenset()) -> None:
+    """The parallel search: ``profile.programs`` programs, each run up to ``profile.repeats``
+    times (fewer while a failure is shrunk), judged for contention or linearizability
+    (failures of the properties in ``ignore`` aside)."""
+
+    def concurrent(program):
+        if search.out_of_time():
+            raise _OutOfTime
+        search.examples += 1
+        repeats = profile.repeats if search.first is None else profile.shrink_repeats
+        try:
+            check_program(target.factory, program, caps, is_async=target.is_async, repeats=repeats,
+                          contention=contention, processes=processes, ignore=ignore)
+        except Exception as exc:
+            if not isinstance(exc, ConcurrencyFailure):  # a crash: say which program
+                exc.add_note(f"program:\n{program}")
+            if search.first is None:
+                search.first = exc
+            raise
+
+    concurrent.__name__ = concurrent.__qualname__ = "contention" if contention else "concurrent"
+    test = given(programs(parking=caps.parking))(concurrent)
+    test = settings(_settings(profile), max_examples=profile.programs)(test)
+    try:
+        seed(run_seed)(test)()
+    except _OutOfTime:
+        pass
+    except Exception as exc:
+        search.error = exc
+
+
 def _steps(exc: BaseException) -> list[str]:
     """The shrunk steps Hypothesis attached to ``exc``, from ``state = ...`` to teardown."""
     lines = [line for note in getattr(exc, "__notes__", ()) for line in str(note).splitlines()]
@@ -301,6 +364,8 @@ def certify(
     seed: int = 0,
     properties: Iterable[str] | None = None,
     time_budget: float | None = None,
+    processes: bool = False,
+    soak: float | None = None,
     progress: Callable[[str, PropertyVerdict | None], None] | None = None,
     name: str | None = None,
     _target: Target | None = None,
@@ -316,7 +381,11 @@ def certify(
     - ``seed``: every search is seeded with it, so the same call finds the same examples.
     - ``properties``: certify only these (names from :data:`PROPERTIES`).
     - ``time_budget``: seconds for the whole run, shared fairly among the searches left;
-      a search cut short or never started is "unknown".
+      a search cut short or never started is "unknown".  A soak takes its own time on top.
+    - ``processes``: run the branches of the parallel searches in separate processes (the
+      factory must be importable by name, and its storage shared across processes).
+    - ``soak``: also run a soak of this many seconds (several workers, the wall clock), whose
+      history counts for single-in-flight, fencing, no-loss and contention.
     - ``progress(property, verdict)``: called with ``None`` as a search starts and with its
       verdict when it ends.
     """
@@ -331,32 +400,93 @@ def certify(
         raise ValueError(f"unknown properties {unknown}; choose from {list(PROPERTIES)}")
     if time_budget is not None and not (time_budget > 0 and math.isfinite(time_budget)):
         raise ValueError(f"time_budget must be a positive number of seconds, got {time_budget}")
+    if soak is not None and not (soak > 0 and math.isfinite(soak)):
+        raise ValueError(f"soak must be a positive number of seconds, got {soak}")
+    if soak is not None and not SOAK_PROPERTIES & set(chosen):
+        raise ValueError(f"a soak counts for {sorted(SOAK_PROPERTIES)}: select one of them, or drop the soak")
     caps = target.capabilities
     preflight(target)
+    pool = _branch_processes(target) if processes else None
+    try:
+        return _certify(target, caps, profile, seed, chosen, time_budget, pool, soak, progress, name)
+    finally:
+        if pool is not None:
+            pool.close()
 
+
+def _certify(target, caps, profile, run_seed, chosen, time_budget, pool, soak_seconds, progress, name) -> Report:
     started = time.monotonic()
     end = math.inf if time_budget is None else started + time_budget
     failures: dict[str, list[Failure]] = {}
     searched: dict[str, tuple[str, str, float, int]] = {}  # property -> (verdict, reason, s, n)
+    shared: dict[str, tuple[str, str, float, int]] = {}  # "concurrent"/"soak" -> the same, once run
+    wanted = ["concurrent"] + (["soak"] if soak_seconds else [])
+
+    def budgeted_searches_left(index: int) -> int:
+        applicable = [p for p in chosen[index:] if PROPERTIES[p].needs(caps) is None]
+        return len(applicable) + int("concurrent" not in shared and any(PROPERTIES[p].concurrent for p in applicable))
+
+    def run(kind: str, index: int) -> tuple[str, str, float, int]:
+        """A property's own search (lockstep or contention), or a shared one."""
+        if kind == "soak":
+            return _soak(target, caps, soak_seconds, run_seed, failures)
+        if kind == "concurrent":
+            return run_concurrent(index)
+        return search_once(kind, index)
+
+    def search_once(kind: str, index: int, ignore: frozenset[str] = frozenset()) -> tuple[str, str, float, int]:
+        began = time.monotonic()
+        if began >= end:
+            return "unknown", "not reached: the time budget was spent", 0.0, 0
+        share = (end - began) / budgeted_searches_left(index)  # a fair share of what is left
+        search = _Search(deadline=began + share, grace=share)
+        if kind in PROPERTIES and PROPERTIES[kind].search == "lockstep":
+            _run_search(focus_machine(target.factory, kind, caps, is_async=target.is_async), profile, run_seed, search)
+        else:
+            _run_parallel(target, caps, profile, run_seed, search, contention=kind == "contention",
+                          processes=pool, ignore=ignore)
+        verdict, reason = _judge(kind, search, target, profile, run_seed, failures, pool is not None)
+        if kind not in PROPERTIES or PROPERTIES[kind].search != "lockstep":
+            if verdict == "passed":
+                judged = "no call refused" if kind == "contention" else "every history linearizable"
+                reason = f"{search.examples} programs × {profile.repeats} runs, {judged}"
+            else:
+                reason = reason.replace("examples", "programs", 1)
+        return verdict, reason, time.monotonic() - began, search.examples
+
+    def run_concurrent(index: int) -> tuple[str, str, float, int]:
+        """The shared concurrent search; when it stops at a failure, again with what failed
+        taken as broken (its rule left out of the model, see stateful.parallel.judge), so
+        that every property it counts for gets a verdict of its own."""
+        began, ignore = time.monotonic(), frozenset()
+        while True:
+            verdict, reason, _, examples = search_once("concurrent", index, ignore)
+            found = frozenset(p for p, fs in failures.items() if any(f.found_by == "concurrent" for f in fs))
+            if ignore:
+                reason += f" (searched again with {', '.join(sorted(ignore))} taken as broken)"
+            if verdict == "passed" or found <= ignore or len(found) >= 4:
+                return verdict, reason, time.monotonic() - began, examples
+            ignore = found
+
     for index, prop in enumerate(chosen):
-        if (reason := PROPERTIES[prop].needs(caps)) is not None:
+        focus = PROPERTIES[prop]
+        if (reason := focus.needs(caps)) is not None:
             searched[prop] = ("not applicable", reason, 0.0, 0)
             if progress:
                 progress(prop, _verdict(prop, searched[prop], failures))
             continue
         if progress:
             progress(prop, None)
-        left = sum(1 for p in chosen[index:] if PROPERTIES[p].needs(caps) is None)
-        began = time.monotonic()
-        if began >= end:
-            searched[prop] = ("unknown", "not reached: the time budget was spent", 0.0, 0)
-        else:
-            share = (end - began) / left  # a fair share of what is left
-            search = _Search(deadline=began + share, grace=share)
-            machine = focus_machine(target.factory, prop, caps, is_async=target.is_async)
-            _run_search(machine, profile, seed, search)
-            verdict, reason = _judge(prop, search, target, profile, seed, failures)
-            searched[prop] = (verdict, reason, time.monotonic() - began, search.examples)
+        parts = [("own", run(prop, index))]
+        for kind in wanted if prop in SOAK_PROPERTIES else ():
+            if kind == "concurrent" and not focus.concurrent:
+                continue
+            first = kind not in shared
+            if first:
+                shared[kind] = run(kind, index)
+            found = shared[kind][prop] if kind == "soak" else shared[kind]  # the soak judges each
+            parts.append((kind, found if first else (*found[:2], 0.0, 0)))
+        searched[prop] = _combine(parts)
         if progress:
             progress(prop, _verdict(prop, searched[prop], failures))
 
@@ -367,12 +497,82 @@ def certify(
         capabilities=caps,
         is_async=target.is_async,
         profile=profile,
-        seed=seed,
+        seed=run_seed,
         verdicts=verdicts,
         seconds=time.monotonic() - started,
-        replay=target.command(profile.name, seed),
+        replay=target.command(profile.name, run_seed, processes=pool is not None, soak=soak_seconds),
         descriptions={p: PROPERTIES[p].what for p in order},
+        processes=pool is not None,
+        soak=soak_seconds,
     )
+
+
+def _combine(parts: list[tuple[str, tuple[str, str, float, int]]]) -> tuple[str, str, float, int]:
+    """One verdict from a property's own search and the shared searches it needs: passed when
+    all passed, else unknown with the first reason why (a failure is recorded apart)."""
+    seconds = sum(part[2] for _, part in parts)
+    examples = parts[0][1][3]
+    for kind, (verdict, reason, _, _) in parts:
+        if verdict != "passed":
+            return verdict, reason if kind == "own" else f"{kind} search: {reason}", seconds, examples
+    reasons = [reason if kind == "own" else f"{kind}: {reason}" for kind, (_, reason, _, _) in parts]
+    return "passed", "; ".join(reasons), seconds, examples
+
+
+def _branch_processes(target: Target) -> BranchProcesses:
+    """Worker processes for the branches, once it is known that they can share the queue."""
+    if target.recipe is None:
+        raise CertificationError(
+            f"--processes needs a factory other processes can import by name (module:factory); "
+            f"{target.name} cannot be"
+        )
+    pool = BranchProcesses(target.recipe, is_async=target.is_async)
+    try:
+        pool.probe(target.factory, open_transport)
+    except Exception as exc:
+        pool.close()
+        raise CertificationError(f"--processes: {exc}") from exc
+    return pool
+
+
+def _soak(target: Target, caps: Capabilities, seconds: float, run_seed: int,
+          failures) -> dict[str, tuple[str, str, float, int]]:
+    """Run the soak and record what it breaks; its verdict for each property it counts for.
+
+    Errors (contention) and the history checks are judged independently of one another; the
+    model check stops at its first failure, so a property it did not name stays unknown."""
+    began = time.monotonic()
+    try:
+        result = run_soak(target.factory, caps, seconds, is_async=target.is_async, seed=run_seed)
+        calls, lin = len(result.records), result.linearizability
+    except Exception as exc:
+        failure = Failure(
+            property="contention", found_by="soak", check="exception", step="the soak raised",
+            expected="an answer or error the spec allows", answered=f"{type(exc).__name__}: {exc}",
+            state="", steps=(), reproduction="", replay=target.command("quick", run_seed, only="contention", soak=seconds),
+        )
+        failures.setdefault("contention", []).append(failure)
+        return dict.fromkeys(SOAK_PROPERTIES, ("unknown", "the soak crashed (see contention)", time.monotonic() - began, 0))
+    broken = set()
+    for divergence in result.failures():
+        failure = _failure("soak", divergence, False, target, PROFILES["quick"], run_seed, False, soak=seconds)
+        failures.setdefault(failure.property, []).append(failure)
+        broken.add(failure.property)
+    seconds_taken = time.monotonic() - began
+    verdicts = {}
+    for prop in SOAK_PROPERTIES:
+        if prop in broken:
+            verdict = ("unknown", "the soak broke it (see the failure)")
+        elif prop == "contention":
+            verdict = ("passed", f"{calls} calls in {result.seconds:.0f} s, none raised")
+        elif lin.ok is False:
+            verdict = ("unknown", f"the soak's model check stopped at a failure of {lin.property}")
+        elif lin.ok is None:
+            verdict = ("unknown", f"the soak's model check gave up: {lin}")
+        else:
+            verdict = ("passed", f"{calls} calls in {result.seconds:.0f} s, linearizable, no history violation")
+        verdicts[prop] = (*verdict, seconds_taken, calls)
+    return verdicts
 
 
 def preflight(target: Target) -> None:
@@ -393,9 +593,11 @@ def preflight(target: Target) -> None:
             loop.close()
 
 
-def _judge(prop, search: _Search, target: Target, profile: Profile, run_seed: int, failures) -> tuple[str, str]:
-    """The verdict of ``prop``'s own search; record every failure it found under the property
-    that failure breaks (Hypothesis reports distinct bugs of one search together)."""
+def _judge(prop, search: _Search, target: Target, profile: Profile, run_seed: int, failures,
+           processes: bool = False) -> tuple[str, str]:
+    """The verdict of ``prop``'s own search (or of the shared ``"concurrent"`` one); record
+    every failure it found under the property that failure breaks (Hypothesis reports
+    distinct bugs of one search together)."""
     exc = search.error
     if exc is None and search.first is not None:
         exc = search.first  # time ran out while shrinking: report the failure unshrunk
@@ -413,7 +615,7 @@ def _judge(prop, search: _Search, target: Target, profile: Profile, run_seed: in
     for error in found:
         if isinstance(error, HypothesisException):
             continue
-        failure = _failure(prop, error, flaky, target, profile, run_seed)
+        failure = _failure(prop, error, flaky, target, profile, run_seed, processes)
         tripped = property_of(failure.check)
         if tripped != failure.property and any(f.found_by == tripped for f in failures.get(tripped, [])):
             # Blamed on the reopen (or the refused bad input) before it, but the check that
@@ -426,7 +628,41 @@ def _judge(prop, search: _Search, target: Target, profile: Profile, run_seed: in
     return "unknown", f"cut short: the search stopped at a failure of {', '.join(broken)} (see there)"
 
 
-def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profile: Profile, run_seed: int) -> Failure:
+def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profile: Profile, run_seed: int,
+             processes: bool, soak: float | None = None) -> Failure:
+    """The report's account of a failure that the search ``prop`` found (a property's own
+    search, ``"concurrent"`` or ``"soak"``)."""
+    if isinstance(error, ConcurrencyFailure):
+        program = error.program
+        contention = prop == "contention"
+        return Failure(
+            property=error.property,
+            found_by=prop,
+            check=error.check,
+            step=error.step,
+            expected=error.expected,
+            answered=error.answered,
+            state=error.state,
+            steps=tuple(str(program).splitlines()) if program is not None else (),
+            reproduction="" if program is None else target.parallel_reproduction(
+                prop, program, contention=contention, repeats=profile.repeats, processes=processes),
+            # --only a property whose verdict runs the search that found it, so the replay does
+            replay=target.command(profile.name, run_seed, only=_runs_search(prop, error.property),
+                                  processes=processes, soak=soak),
+            flaky=flaky,
+            timeline=error.timeline,
+            timeline_svg=error.svg,
+            history=tuple(_jsonable(record) for record in error.shown),
+        )
+    if prop not in PROPERTIES or PROPERTIES[prop].search != "lockstep":
+        steps = _program_note(error)
+        common = dict(found_by=prop, steps=tuple(steps), reproduction="",
+                      replay=target.command(profile.name, run_seed, only=prop if prop in PROPERTIES else None,
+                                            processes=processes, soak=soak), flaky=flaky)
+        where = "running a program" if steps else "a parallel search"
+        return Failure(property=prop if prop in PROPERTIES else "contention", check="exception",
+                       step=f"{where} raised", expected="an answer or error the spec allows",
+                       answered=f"{type(error).__name__}: {error}", state="", **common)
     steps = _steps(error)
     common = dict(
         found_by=prop,
@@ -456,6 +692,31 @@ def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profi
         state="",
         **common,
     )
+
+
+def _runs_search(search: str, prop: str) -> str:
+    """A property to select (``--only``) so that ``search`` runs again: ``prop`` itself if
+    that runs it, else one that does."""
+    focus = PROPERTIES.get(prop)
+    if search == "contention":
+        return "contention"
+    if focus is not None and (focus.concurrent if search == "concurrent" else prop in SOAK_PROPERTIES):
+        return prop
+    return "single-in-flight"
+
+
+def _program_note(error: BaseException) -> list[str]:
+    """The program a parallel search noted on an exception it did not expect."""
+    for note in getattr(error, "__notes__", ()):
+        if note.startswith("program:\n"):
+            return note.removeprefix("program:\n").splitlines()
+    return []
+
+
+def _jsonable(record) -> dict:
+    from stateful.history import _jsonable as jsonable
+
+    return {field.name: jsonable(getattr(record, field.name)) for field in dataclasses.fields(record)}
 
 
 def _raising_step(error: BaseException) -> str:

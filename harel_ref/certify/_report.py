@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from stateful import Capabilities
 
-__all__ = ["EXIT_CODES", "Failure", "PropertyVerdict", "Report", "VERDICTS"]
+__all__ = ["EXIT_CODES", "Failure", "PropertyVerdict", "Report", "VERDICTS", "timeline_file"]
 
 VERDICTS = ("passed", "failed", "not applicable", "unknown")
 Verdict = Literal["passed", "failed", "not applicable", "unknown"]
@@ -19,6 +19,11 @@ Verdict = Literal["passed", "failed", "not applicable", "unknown"]
 EXIT_CODES = {"passed": 0, "failed": 1, "usage": 2, "unknown": 3}
 """What ``harel-ref certify`` exits with: every property passed or not applicable (0), some
 property failed (1), the command was wrong (2), some property unknown and none failed (3)."""
+
+
+def timeline_file(prop: str) -> str:
+    """The name of the picture of a property's concurrent failure, beside REPORT.md."""
+    return f"timeline-{prop}.svg"
 
 
 @dataclass(frozen=True)
@@ -36,6 +41,9 @@ class Failure:
     reproduction: str  # runnable Python that replays them ("" if shrinking was cut short)
     replay: str | None  # the harel-ref command that runs this search again
     flaky: bool = False  # the example did not fail again when Hypothesis replayed it
+    timeline: str = ""  # a concurrent failure's history, a line per call ("<<" marks the culprits)
+    timeline_svg: str = ""  # the same as a picture (written beside REPORT.md)
+    history: tuple[dict[str, Any], ...] = ()  # the records of the calls the timeline shows
 
     def summary(self) -> str:
         text = f"{self.step}: the model allows {self.expected}; the transport answered {self.answered}"
@@ -68,6 +76,8 @@ class Report:
     seconds: float
     replay: str | None
     descriptions: dict[str, str] = field(default_factory=dict)
+    processes: bool = False  # the parallel searches ran their branches in processes
+    soak: float | None = None  # seconds of soak, if one ran
 
     def verdict(self, prop: str) -> PropertyVerdict:
         for verdict in self.verdicts:
@@ -103,6 +113,8 @@ class Report:
             "is_async": self.is_async,
             "profile": dataclasses.asdict(self.profile),
             "seed": self.seed,
+            "processes": self.processes,
+            "soak": self.soak,
             "replay": self.replay,
             "seconds": round(self.seconds, 3),
             "versions": {"harel_ref": __version__, "hypothesis": hypothesis.__version__},
@@ -117,7 +129,7 @@ class Report:
         }
 
     def to_json(self) -> str:
-        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False)
+        return json.dumps(self.to_dict(), indent=2, ensure_ascii=False, default=repr)
 
     # --- Markdown ----------------------------------------------------------------------------
 
@@ -135,8 +147,11 @@ class Report:
             f"- capabilities: {', '.join(declared) or 'none of the optional ones'}; "
             f"fairness `{caps.fairness}`; clock `{caps.clock}`; {'async' if self.is_async else 'sync'}",
             f"- profile `{self.profile.name}` ({self.profile.max_examples} examples of up to "
-            f"{self.profile.step_count} steps per property), seed {self.seed}, "
-            f"{self.seconds:.1f} s; harel-ref {data['versions']['harel_ref']}, "
+            f"{self.profile.step_count} steps per property; {self.profile.programs} concurrent "
+            f"programs, each run up to {self.profile.repeats} times, branches in "
+            f"{'processes' if self.processes else 'threads or tasks'}"
+            + (f"; a soak of {self.soak:g} s" if self.soak else "")
+            + f"), seed {self.seed}, {self.seconds:.1f} s; harel-ref {data['versions']['harel_ref']}, "
             f"Hypothesis {data['versions']['hypothesis']}",
         ]
         if self.replay:
@@ -167,8 +182,19 @@ class Report:
         ]
         if f.state:
             lines += ["", "The queue per the model at that step:", "", "```", f.state, "```"]
+        if f.timeline:
+            lines += [
+                "", "The history (one lane per caller; the horizontal axis is the order of the calls' "
+                "starts and ends, so bars overlap exactly when the calls did; red: the calls blamed "
+                "and their leases):", "", f"![timeline of the {verdict.property} failure]({timeline_file(f.property)})",
+                "", "```", f.timeline, "```",
+            ]
         if f.reproduction:
             lines += ["", "Runnable reproduction (the shrunk steps):", "", "```python", f.reproduction, "```"]
+        elif f.steps:  # a program that made the transport raise outside a judged call
+            lines += ["", "The program it ran:", "", "```python", *f.steps, "```"]
+        elif f.found_by == "soak":
+            lines += ["", "(A soak is random and timed: it is not replayed step by step; run it again below.)"]
         else:
             lines += ["", "(Shrinking was cut short by the time budget; replay with the command below.)"]
         if f.replay:
@@ -178,9 +204,16 @@ class Report:
     # --- files -------------------------------------------------------------------------------
 
     def write(self, directory: str | Path) -> tuple[Path, Path]:
-        """Write ``report.json`` and ``REPORT.md`` into ``directory``; return their paths."""
+        """Write ``report.json`` and ``REPORT.md`` into ``directory``, and a timeline picture
+        per concurrent failure (``timeline-<property>.svg``, replacing those of an earlier
+        report); return the paths of the first two."""
         directory = Path(directory)
         directory.mkdir(parents=True, exist_ok=True)
+        for old in directory.glob("timeline-*.svg"):
+            old.unlink()
+        for failure in self.failures:
+            if failure.timeline_svg:
+                (directory / timeline_file(failure.property)).write_text(failure.timeline_svg, encoding="utf-8")
         json_path, md_path = directory / "report.json", directory / "REPORT.md"
         json_path.write_text(self.to_json() + "\n", encoding="utf-8")
         md_path.write_text(self.to_markdown(), encoding="utf-8")

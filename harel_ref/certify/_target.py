@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from stateful import Capabilities
+from stateful._processes import FactoryRecipe
 
 __all__ = ["CertificationError", "Target", "capability_flags", "parse_capabilities"]
 
@@ -45,6 +46,7 @@ class Target:
     declared: Capabilities  # what the factory declares; replays add flags for the rest
     cli_args: tuple[str, ...] | None  # how `harel-ref certify` names it, if it can
     setup: str  # Python that defines `factory` in a reproduction
+    recipe: FactoryRecipe | None = None  # how another process builds the factory (--processes)
 
     # --- ways to get one ------------------------------------------------------------------
 
@@ -81,6 +83,7 @@ class Target:
             cli_args=(spec, *(("--async",) if is_async and not inspect.iscoroutinefunction(obj) else ())),
             setup=_import_as_factory(module_name, attribute.split(".")[0])
             + (f"\nfactory = factory.{attribute.split('.', 1)[1]}" if "." in attribute else ""),
+            recipe=FactoryRecipe(spec=spec, path=os.getcwd()),
         )
 
     @classmethod
@@ -103,8 +106,9 @@ class Target:
             cli_args=("--bundled", name),
             setup=(
                 "import tempfile\nfrom stateful.backends import load\n"
-                f"factory = load({name!r})(tempfile.mkdtemp()).factory"
+                f"directory = tempfile.mkdtemp()\nfactory = load({name!r})(directory).factory"
             ),
+            recipe=FactoryRecipe(bundled=name, directory=str(directory)),
         )
 
     @classmethod
@@ -132,19 +136,56 @@ class Target:
             cli_args=(spec, *(("--async",) if is_async and not inspect.iscoroutinefunction(factory) else ()))
             if spec else None,
             setup=setup,
+            recipe=FactoryRecipe(spec=spec, path=os.getcwd()) if spec else None,
         )
 
     # --- how to replay ----------------------------------------------------------------------
 
-    def command(self, profile: str, seed: int, only: str | None = None) -> str | None:
+    def command(self, profile: str, seed: int, only: str | None = None, *, processes: bool = False,
+                soak: float | None = None) -> str | None:
         """The ``harel-ref certify`` command that runs the same searches again."""
         if self.cli_args is None:
             return None
         args = ["harel-ref", "certify", *self.cli_args, *capability_flags(self.capabilities, self.declared)]
         args += ["--profile", profile, "--seed", str(seed)]
+        if processes:
+            args.append("--processes")
+        if soak:
+            args += ["--soak", f"{soak:g}"]
         if only:
             args += ["--only", only]
         return shlex.join(args)
+
+    def parallel_reproduction(self, search: str, program: Any, *, contention: bool, repeats: int,
+                              processes: bool) -> str:
+        """Runnable Python: run the shrunk program of a parallel search as the search did."""
+        run = (f"check_program(factory, program, {self.capabilities!r}, is_async={self.is_async}, "
+               f"repeats={repeats}, contention={contention}")
+        lines = [
+            f"# Replays the failing program of the {search!r} search: it runs it up to {repeats} times",
+            "# and raises the ConcurrencyFailure at the first run the checker refuses.",
+            "# Run it from the directory you certified in (the factory's module is found there).",
+            "import os, sys; sys.path.insert(0, os.getcwd())",
+            "from stateful import Capabilities",
+            "from stateful.parallel import Ack, Claim, Lapse, Nack, Program, Publish, check_program",
+        ]
+        if not (processes and self.recipe is not None):
+            return "\n".join([*lines, self.setup, "", f"program = {program}", run + ")"])
+        recipe = repr(self.recipe)
+        if self.recipe.bundled is not None:  # the files of the directory made below
+            recipe = f"FactoryRecipe(bundled={self.recipe.bundled!r}, directory=directory)"
+        setup = "\n".join("    " + line for line in self.setup.splitlines())
+        return "\n".join([
+            *lines,
+            "from stateful._processes import BranchProcesses, FactoryRecipe",
+            "",
+            f"program = {program}",
+            "",
+            "if __name__ == '__main__':  # the branch processes import this file again: set up once",
+            setup,
+            f"    with BranchProcesses({recipe}, is_async={self.is_async}) as processes:",
+            f"        {run}, processes=processes)",
+        ])
 
     def reproduction(self, prop: str, steps: list[str]) -> str:
         """Runnable Python: build the focus machine, then run Hypothesis's shrunk steps."""

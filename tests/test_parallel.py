@@ -1,0 +1,258 @@
+"""The parallel search (stateful.parallel) and the soak (stateful.soak): bundled transports
+pass, each transport broken only under concurrency fails its own property with a short
+program, a timeline and a reproduction that replays; branches in processes."""
+
+import re
+import sys
+
+import pytest
+
+from broken import CONCURRENCY_BROKEN, UnfencedAck, broken_backend, broken_sqlite_backend
+from harel_ref.certify import PROFILES, Profile, certify
+from harel_ref.certify._target import Target
+from stateful import Capabilities
+from stateful.backends import load
+from stateful.parallel import (
+    Ack,
+    Claim,
+    ConcurrencyFailure,
+    Lapse,
+    Nack,
+    Program,
+    Publish,
+    check_program,
+    run_program,
+)
+from stateful.soak import soak
+
+CONCURRENT = ["single-in-flight", "fencing", "no-loss", "contention"]
+SMALL = Profile("small", max_examples=10, step_count=10, programs=12, repeats=12)
+
+RACING_CLAIMS = Program(prefix=(Publish("g1", "e1"),), branches=((Claim(),), (Claim(),)))
+RACING_ACKS = Program(prefix=(Publish("g1", "e1"), Claim()), branches=((Ack("p0"),), (Ack("p0"),)))
+STALE_ACK_AND_CLAIM = Program(prefix=(Publish("g1", "e1"), Claim(), Lapse()), branches=((Ack("p0"),), (Claim(),)))
+
+
+# --- programs -------------------------------------------------------------------------------
+
+
+def test_a_program_names_only_claims_made_before():
+    with pytest.raises(ValueError, match="names no claim"):
+        Program(prefix=(Publish("g1", "e1"),), branches=((Ack("p0"),), (Claim(),)))
+    with pytest.raises(ValueError, match="names no claim"):  # a branch cannot use another's lease
+        Program(prefix=(Publish("g1", "e1"),), branches=((Claim(),), (Ack("b0.0"),)))
+    with pytest.raises(ValueError, match="prefix only"):
+        Program(prefix=(Publish("g1", "e1"),), branches=((Lapse(),), (Claim(),)))
+    with pytest.raises(ValueError, match="two branches"):
+        Program(prefix=(Publish("g1", "e1"),), branches=((Claim(),),))
+
+
+def test_a_program_prints_as_the_python_that_builds_it():
+    program = Program(prefix=(Publish("g1", "e1"), Claim(), Lapse()),
+                      branches=((Claim(), Nack("b0.0", 1.0)), (Ack("p0"), Nack("p0"))))
+    assert eval(str(program)) == program
+
+
+def test_a_run_records_prefix_branches_and_drain(tmp_path):
+    backend = load("sqlite")(tmp_path)
+    run = run_program(backend.factory, STALE_ACK_AND_CLAIM, backend.capabilities)
+    workers = [record.worker for record in run.records]
+    assert workers[:2] == ["prefix", "prefix"] and {"b0", "b1"} <= set(workers) and workers[-1] == "drain"
+    assert run.how == "threads"
+    branch_clocks = {record.at for record in run.records if record.worker.startswith("b")}
+    assert branch_clocks == {1100.0}  # frozen while the branches ran: after the Lapse
+
+
+# --- bundled transports pass ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", ["memory", "memory-async", "sqlite", "sqlite-async", "libsql", "libsql-async"])
+def test_bundled_transports_pass_the_racing_programs(name, tmp_path):
+    backend = load(name)(tmp_path)
+    for program in (RACING_CLAIMS, RACING_ACKS, STALE_ACK_AND_CLAIM):
+        for contention in (False, True):
+            assert check_program(backend.factory, program, backend.capabilities, is_async=backend.is_async,
+                                 repeats=15, contention=contention) == 15
+
+
+@pytest.mark.parametrize("name", ["sqlite", "libsql", "sqlite-async"])
+def test_bundled_file_transports_pass_with_branches_in_processes(name, tmp_path):
+    target = Target.from_bundled(name, tmp_path, None)
+    report = certify(target.factory, profile=SMALL, properties=CONCURRENT, processes=True, _target=target)
+    assert {v.property: v.verdict for v in report.verdicts} == dict.fromkeys(CONCURRENT, "passed"), report.to_markdown()
+    assert report.processes and "--processes" in report.replay
+
+
+def test_processes_are_refused_for_storage_other_processes_cannot_see():
+    from harel_ref.certify import CertificationError
+
+    target = Target.from_bundled("memory", "/nonexistent", None)
+    with pytest.raises(CertificationError, match="not shared across processes"):
+        certify(target.factory, profile=SMALL, properties=["contention"], processes=True, _target=target)
+
+
+# --- broken under concurrency: the certifier names each -----------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(CONCURRENCY_BROKEN))
+def test_broken_under_concurrency_fails_its_property_in_the_default_profile(name, tmp_path):
+    _, broken = CONCURRENCY_BROKEN[name]
+    backend = broken_sqlite_backend(name, tmp_path)
+    report = certify(backend.factory, backend.capabilities, profile="standard", properties=[broken])
+    verdict = report.verdict(broken)
+    assert verdict.verdict == "failed", report.to_markdown()
+    failure = verdict.failure
+    assert failure.found_by in ("concurrent", "contention")
+    program = eval(failure.reproduction.split("program = ", 1)[1].split("\ncheck_program", 1)[0])
+    calls = len(program.prefix) + sum(len(branch) for branch in program.branches)
+    assert calls <= 6, failure.reproduction  # shrunk: a few calls
+    assert "<<" in failure.timeline and failure.timeline_svg.startswith("<svg")
+    json_path, md_path = report.write(tmp_path / "report")
+    assert (tmp_path / "report" / f"timeline-{broken}.svg").read_text().startswith("<svg")
+    assert f"](timeline-{broken}.svg)" in md_path.read_text()
+
+
+@pytest.mark.parametrize("name", sorted(CONCURRENCY_BROKEN))
+def test_broken_under_concurrency_passes_every_sequential_search(name, tmp_path):
+    """Why the parallel searches exist: one call at a time, these transports are correct."""
+    from harel_ref.certify._engine import PROPERTIES, _judge, _run_search, _Search, focus_machine
+
+    backend = broken_sqlite_backend(name, tmp_path)
+    target = Target.from_factory(backend.factory, backend.capabilities, False)
+    for prop in ("single-in-flight", "fencing", "no-loss"):
+        search = _Search(deadline=float("inf"), grace=0)
+        _run_search(focus_machine(backend.factory, prop, backend.capabilities), PROFILES["quick"], 0, search)
+        assert _judge(prop, search, target, PROFILES["quick"], 0, {})[0] == "passed"
+    assert PROPERTIES["single-in-flight"].concurrent
+
+
+def test_a_concurrent_reproduction_replays(tmp_path, monkeypatch):
+    backend = broken_sqlite_backend("claim without a transaction", tmp_path)
+    report = certify(backend.factory, backend.capabilities, profile="quick", properties=["single-in-flight"])
+    failure = report.verdict("single-in-flight").failure
+    code = failure.reproduction.replace("factory = ...", "factory = the_factory  #")
+    with pytest.raises(ConcurrencyFailure) as caught:
+        exec(compile(code, "<reproduction>", "exec"), {"the_factory": backend.factory, "__name__": "replay"})
+    assert caught.value.property == "single-in-flight"
+
+
+def test_each_concurrent_property_gets_its_own_verdict():
+    """The unfenced ack breaks fencing under concurrency too; the concurrent search is then run
+    again without judging fencing, and single-in-flight and no-loss pass on their own."""
+    backend = broken_backend("unfenced ack")
+    assert backend.factory  # UnfencedAck over an in-memory store
+    report = certify(backend.factory, backend.capabilities, profile="quick", properties=CONCURRENT)
+    verdicts = {v.property: v.verdict for v in report.verdicts}
+    assert verdicts == {"single-in-flight": "passed", "fencing": "failed", "no-loss": "passed",
+                        "contention": "passed"}, report.to_markdown()
+    assert "searched again with fencing taken as broken" in report.verdict("single-in-flight").reason
+    assert issubclass(UnfencedAck, object)
+
+
+def test_an_error_that_comes_without_concurrency_too_is_not_contention():
+    from harel_ref.transport import InMemoryStore, InMemoryTransport
+
+    class NackAlwaysFails(InMemoryTransport):
+        def nack(self, lease, delay=0):
+            raise RuntimeError("nack is not implemented")
+
+    stores = {}
+
+    def factory(clock, namespace):
+        return NackAlwaysFails(clock=clock, store=stores.setdefault(namespace, InMemoryStore()))
+
+    program = Program(prefix=(Publish("g1", "e1"), Claim()), branches=((Nack("p0"),), (Claim(),)))
+    assert check_program(factory, program, Capabilities(durable=True, shared=True), repeats=5, contention=True) == 5
+
+
+# --- the soak -------------------------------------------------------------------------------
+
+
+def test_a_soak_of_a_correct_transport_finds_nothing(tmp_path):
+    backend = load("sqlite")(tmp_path)
+    result = soak(backend.factory, backend.capabilities, 1.5)
+    assert result.failures() == [], [str(f) for f in result.failures()]
+    assert result.linearizability.ok and len(result.records) > 200
+    assert {r.worker for r in result.records} >= {"s0", "s1", "s2", "s3", "drain"}
+
+
+def test_a_soak_catches_a_claim_without_a_transaction(tmp_path):
+    backend = broken_sqlite_backend("claim without a transaction", tmp_path)
+    result = soak(backend.factory, backend.capabilities, 3.0, workers=6)
+    broken = {failure.property for failure in result.failures()}
+    assert broken & {"single-in-flight", "no-loss"}, str(result.history)
+
+
+def test_certify_with_a_soak_reports_it(tmp_path):
+    target = Target.from_bundled("memory", tmp_path, None)
+    report = certify(target.factory, profile=SMALL, properties=["contention"], soak=1.0, _target=target)
+    verdict = report.verdict("contention")
+    assert verdict.verdict == "passed" and re.search(r"soak: \d+ calls", verdict.reason), verdict.reason
+    assert report.soak == 1.0 and "--soak 1" in report.replay
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="perf_counter is one clock across processes only on Linux")
+def test_branch_processes_share_one_clock_for_ordering(tmp_path):
+    from stateful._processes import BranchProcesses, FactoryRecipe
+
+    backend = load("sqlite")(tmp_path)
+    with BranchProcesses(FactoryRecipe(bundled="sqlite", directory=str(tmp_path))) as processes:
+        run = run_program(backend.factory, RACING_CLAIMS, backend.capabilities, processes=processes)
+    assert run.how == "processes"
+    prefix_end = max(r.complete for r in run.records if r.worker == "prefix")
+    drain_start = min(r.invoke for r in run.records if r.worker == "drain")
+    branches = [r for r in run.records if r.worker.startswith("b")]
+    assert len(branches) == 2 and all(prefix_end < r.invoke and r.complete < drain_start for r in branches)
+
+
+def test_a_branch_process_that_dies_is_named_and_the_pool_says_so_again(tmp_path, monkeypatch):
+    from pathlib import Path
+
+    from broken import exits_in_a_branch_process
+    from stateful._processes import BranchProcesses, FactoryRecipe
+
+    monkeypatch.setenv("HAREL_BROKEN_DIR", str(tmp_path))
+    recipe = FactoryRecipe(spec="broken:exits_in_a_branch_process", path=str(Path(__file__).parent))
+    capabilities = Capabilities(durable=True, shared=True)
+    with BranchProcesses(recipe) as processes:
+        for _ in range(2):  # the pool stays broken, with the same message
+            with pytest.raises(RuntimeError, match=r"branch process \d died \(exit code 3\)"):
+                run_program(exits_in_a_branch_process, RACING_CLAIMS, capabilities, processes=processes)
+
+
+def test_a_transport_that_hangs_under_concurrency_is_reported_not_waited_for(monkeypatch):
+    import asyncio
+    import threading
+
+    import stateful.parallel
+    from harel_ref.transport import InMemoryStore, InMemoryTransport
+    from stateful.backends.memory import AsyncInMemoryTransport
+
+    monkeypatch.setattr(stateful.parallel, "HUNG", 1.0)
+    stores, gate = {}, threading.Event()
+
+    class HangsOnSecondClaim(AsyncInMemoryTransport):
+        async def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
+            if worker_id == "w2":
+                await asyncio.Event().wait()  # never set: a lock never released
+            return await super().claim(worker_id, visibility, min_priority, routing_keys)
+
+    async def factory(clock, namespace):
+        return HangsOnSecondClaim(clock, stores.setdefault(namespace, InMemoryStore()))
+
+    with pytest.raises(TimeoutError, match="hangs under concurrency"):
+        check_program(factory, RACING_CLAIMS, Capabilities(shared=True), repeats=1)
+
+    class BlocksInSoak(InMemoryTransport):
+        def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
+            if worker_id == "s1":
+                gate.wait(5)  # held past the soak and its grace: the call gives no answer
+            return super().claim(worker_id, visibility, min_priority, routing_keys)
+
+    def blocking(clock, namespace):
+        return BlocksInSoak(clock=clock, store=stores.setdefault(namespace, InMemoryStore()))
+
+    result = soak(blocking, Capabilities(shared=True), 0.3)
+    gate.set()
+    assert [f.property for f in result.failures()][0] == "contention"
+    assert "no answer within 1 s" in result.failures()[0].answered
