@@ -36,6 +36,7 @@ import time
 import traceback
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 from hypothesis.errors import FlakyFailure, HypothesisException
@@ -419,7 +420,7 @@ def _certify(target, caps, profile, run_seed, chosen, time_budget, pool, soak_se
     end = math.inf if time_budget is None else started + time_budget
     failures: dict[str, list[Failure]] = {}
     searched: dict[str, tuple[str, str, float, int]] = {}  # property -> (verdict, reason, s, n)
-    shared: dict[str, tuple[str, str, float, int]] = {}  # "concurrent"/"soak" -> the same, once run
+    shared: dict[str, Any] = {}  # once run: "concurrent" -> its verdict; "soak" -> property -> verdict
     wanted = ["concurrent"] + (["soak"] if soak_seconds else [])
 
     def budgeted_searches_left(index: int) -> int:
