@@ -11,6 +11,6 @@ returns the set of allowed answers instead of choosing one.
 [Claimed(group_id='g1', seq=1, event='hello')]
 """
 
-from ._queue import RELAXABLE, Claimed, Fairness, QueueModel, When
+from ._queue import ACKS, RELAXABLE, Claimed, Fairness, Holding, QueueModel, When
 
-__all__ = ["RELAXABLE", "Claimed", "Fairness", "QueueModel", "When"]
+__all__ = ["ACKS", "RELAXABLE", "Claimed", "Fairness", "Holding", "QueueModel", "When"]

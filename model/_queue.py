@@ -16,9 +16,13 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
-__all__ = ["RELAXABLE", "Claimed", "Fairness", "QueueModel", "When"]
+__all__ = ["ACKS", "RELAXABLE", "Claimed", "Fairness", "Holding", "QueueModel", "When"]
 
 Fairness = Literal["claim", "ack", "unspecified"]
+
+ACKS = ("fenced", "by-seq")
+"""How ack and nack find their message: ``"fenced"`` by the lease's token (R10), ``"by-seq"``
+by the lease's seq alone, whoever holds the message (R20, harel's unfenced transports)."""
 
 RELAXABLE = {
     "R2": "a claim may also take the head of a group whose head is leased (not parked)",
@@ -64,6 +68,17 @@ class Claimed:
 
 
 @dataclass(frozen=True, slots=True)
+class Holding:
+    """A lease as the worker that claimed it sees it (R20): it holds ``seq`` of ``group_id``
+    under ``token`` until ``until``, unless it acks or nacks it first."""
+
+    token: str
+    group_id: str
+    seq: int
+    until: When
+
+
+@dataclass(frozen=True, slots=True)
 class _Hold:
     """A lease (``token`` set) or a park (``token`` None) on a group's head, until ``until``."""
 
@@ -104,30 +119,41 @@ class QueueModel:
 
     ``relax`` names rules of :data:`RELAXABLE` to leave out (the checkers' diagnosis of a
     concurrent history; see there).
+
+    ``acks`` (:data:`ACKS`) says how ack and nack find their message: by token (R10) or by seq
+    (R20).  Either way the model also keeps each worker's own view of its leases
+    (:meth:`holdings`): the checkers compare it with the queue to see what a stale ack or nack
+    by seq broke.
     """
 
-    def __init__(self, fairness: Fairness = "claim", *, relax: Iterable[str] = ()) -> None:
+    def __init__(self, fairness: Fairness = "claim", *, relax: Iterable[str] = (), acks: str = "fenced") -> None:
         if fairness not in ("claim", "ack", "unspecified"):
             raise ValueError(f"fairness must be 'claim', 'ack' or 'unspecified', got {fairness!r}")
         relax = frozenset(relax)
         if unknown := relax - set(RELAXABLE):
             raise ValueError(f"relax takes rules from {sorted(RELAXABLE)}, got {sorted(unknown)}")
+        if acks not in ACKS:
+            raise ValueError(f"acks must be one of {ACKS}, got {acks!r}")
         self.fairness = fairness
         self.relax = relax
+        self.acks = acks
         self._groups: dict[str, _Group] = {}
+        self._holdings: dict[str, Holding] = {}  # token -> the worker's view of its lease (R20)
         self._last_seq = 0
         self._arrivals = 0
 
     def copy(self) -> QueueModel:
         """An independent copy (the linearizability checker branches on copies)."""
         twin = QueueModel.__new__(QueueModel)
-        twin.fairness, twin.relax = self.fairness, self.relax
+        twin.fairness, twin.relax, twin.acks = self.fairness, self.relax, self.acks
         twin._groups = {group_id: group.copy() for group_id, group in self._groups.items()}
+        twin._holdings = dict(self._holdings)
         twin._last_seq, twin._arrivals = self._last_seq, self._arrivals
         return twin
 
     def key(self) -> tuple:
-        """The whole state as a hashable value: equal keys behave the same from here on."""
+        """The whole state as a hashable value: equal keys behave the same from here on.
+        (The workers' views of their leases are left out: they change no answer.)"""
         return (self._last_seq, self._arrivals, tuple(g.key() for g in self._groups.values()))
 
     # --- R1, R11, R12: publish ---------------------------------------------------------------
@@ -183,7 +209,9 @@ class QueueModel:
         group = self._groups[claimed.group_id]
         assert _head(group) == claimed, f"{claimed} is not the head of its group"
         group.hold = _Hold(token, now + visibility)
-        if "R10" in self.relax:  # remember the message, for acks by seq
+        self._holdings = {t: h for t, h in self._holdings.items() if h.until.hi >= now.lo}  # lapsed: gone
+        self._holdings[token] = Holding(token, claimed.group_id, claimed.seq, now + visibility)
+        if "R10" in self.relax or self.acks == "by-seq":  # remember the message, for acks by seq
             group.leased_by[claimed.seq] = group.leased_by.get(claimed.seq, frozenset()) | {token}
         if self.fairness == "claim":
             group.stamp = now
@@ -201,8 +229,10 @@ class QueueModel:
         """R7: remove the message held under ``token``; False if no message is (R10).
 
         ``by_seq`` (a model without R10 only): act on the message ever leased under
-        ``token``, whoever holds it now, as an ack by seq does."""
-        group = self._leased_under(token) if by_seq else self._held_by(token)
+        ``token``, whoever holds it now, as an ack by seq does.  A model with ``acks="by-seq"``
+        always does (R20)."""
+        self._holdings.pop(token, None)  # the worker is done with its lease, whatever happens
+        group = self._leased_under(token) if by_seq or self.acks == "by-seq" else self._held_by(token)
         if group is None:
             return False
         seq, _ = group.messages.pop(0)
@@ -218,7 +248,8 @@ class QueueModel:
         """R8: ``delay == 0`` frees the message at once (still the head); R9: ``delay > 0``
         parks it, its group blocked until ``now + delay``.  False if not held (R10).
         ``by_seq``: as for :meth:`ack`."""
-        group = self._leased_under(token) if by_seq else self._held_by(token)
+        self._holdings.pop(token, None)
+        group = self._leased_under(token) if by_seq or self.acks == "by-seq" else self._held_by(token)
         if group is None:
             return False
         group.hold = None if delay == 0 else _Hold(None, When.of(now) + delay)
@@ -234,8 +265,8 @@ class QueueModel:
     def _leased_under(self, token: str) -> _Group | None:
         """Without R10: the group whose head was ever leased under ``token``, whoever holds
         it now (an ack by seq acts on it)."""
-        if "R10" not in self.relax:
-            raise ValueError("an ack or nack by seq is allowed only by a model without R10 (relax=['R10'])")
+        if "R10" not in self.relax and self.acks != "by-seq":
+            raise ValueError("an ack or nack by seq needs acks='by-seq', or a model without R10 (relax=['R10'])")
         for group in self._groups.values():
             if group.messages and token in group.leased_by.get(group.messages[0][0], ()):
                 return group
@@ -254,6 +285,20 @@ class QueueModel:
     def holds(self) -> dict[str, tuple[str | None, When]]:
         """group_id -> (token or None if parked, until) for every held head."""
         return {g.group_id: (g.hold.token, g.hold.until) for g in self._groups.values() if g.hold}
+
+    def holdings(self, group_id: str, now: float | When) -> list[Holding]:
+        """R20: the leases on ``group_id`` that their workers surely still hold at ``now``:
+        live by the clock and not yet acked or nacked by them.  Under R10 that is at most one,
+        the current lease; acks and nacks by seq can free a message under a worker that is
+        still processing it, and then a claim can make two."""
+        now = When.of(now)
+        return [h for h in self._holdings.values() if h.group_id == group_id and now.hi <= h.until.lo]
+
+    def head(self, group_id: str) -> Claimed | None:
+        """R6: the head of ``group_id`` (whether or not it is held), or None if there is no
+        such group."""
+        group = self._groups.get(group_id)
+        return None if group is None else _head(group)
 
     def group_info(self, group_id: str) -> tuple[int, str | None] | None:
         """(priority, routing_key) of an existing group, else None."""
