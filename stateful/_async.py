@@ -6,6 +6,8 @@ import asyncio
 import inspect
 from typing import Any
 
+from ._harel import AsyncHarelAdapter, HarelAdapter, call_factory
+
 __all__ = ["BlockingTransport", "open_transport"]
 
 
@@ -44,16 +46,19 @@ class BlockingTransport:
         return self._loop.run_until_complete(awaitable)
 
 
-def open_transport(factory, clock, namespace, loop: asyncio.AbstractEventLoop | None) -> Any:
-    """Call ``factory(clock, namespace)``; with a ``loop``, await it and wrap the async result."""
-    made = factory(clock, namespace)
+def open_transport(factory, clock, namespace, loop: asyncio.AbstractEventLoop | None,
+                   protocol: str = "harel-ref") -> Any:
+    """Call ``factory(clock, namespace)`` (or ``factory(clock)``); with a ``loop``, await it and
+    wrap the async result.  A transport of harel's ``protocol`` is adapted to this package's
+    (:mod:`stateful._harel`)."""
+    made = call_factory(factory, clock, namespace)
     if loop is None:
         if inspect.isawaitable(made):
             raise TypeError(
                 "the factory returned an awaitable: declare the backend async (is_async=True "
                 "or --async) so the checker awaits it"
             )
-        return made
+        return HarelAdapter(made) if protocol == "harel" else made
     if inspect.isawaitable(made):
         made = loop.run_until_complete(made)
-    return BlockingTransport(made, loop)
+    return BlockingTransport(AsyncHarelAdapter(made) if protocol == "harel" else made, loop)

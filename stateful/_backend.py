@@ -19,6 +19,8 @@ Factory = Callable[[Callable[[], float], str], Any]
 
 FAIRNESS_POLICIES = ("claim", "ack", "unspecified")
 CLOCK_MODES = ("injectable", "wall")
+PROTOCOLS = ("harel-ref", "harel")
+ACKS = ("fenced", "by-seq")
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,13 @@ class Capabilities:
     - ``clock``: ``"injectable"`` if the transport reads time from the ``clock`` it is given,
       ``"wall"`` if its server keeps time (the checkers then allow every outcome consistent
       with when each call may have happened).
+    - ``protocol``: ``"harel-ref"`` (this package's Protocol) or ``"harel"``: the Protocol the
+      ``harel`` package ships (events are ``harel.spec.states.Event`` objects, ``ack`` and
+      ``nack`` answer None, no routing keys; SPEC.md R20).  The checkers speak it natively.
+    - ``acks``: ``"fenced"`` if ack and nack act only under the lease's token (R10), ``"by-seq"``
+      if they act on the lease's message whoever holds it (harel's SQL and in-memory
+      transports).  The model then follows what a stale ack or nack does, and the checkers
+      report what that breaks (R20).
     """
 
     priority: bool = True
@@ -45,6 +54,15 @@ class Capabilities:
     shared: bool = False
     fairness: Literal["claim", "ack", "unspecified"] = "claim"
     clock: Literal["injectable", "wall"] = "injectable"
+    protocol: Literal["harel-ref", "harel"] = "harel-ref"
+    acks: Literal["fenced", "by-seq"] = "fenced"
+
+    @classmethod
+    def harel(cls, **fields: object) -> Capabilities:
+        """What a transport of harel's Protocol is, unless it says otherwise: acks by seq,
+        no routing keys, no durability or sharing claimed (a ``make(clock)`` factory opens a
+        fresh queue every time)."""
+        return cls(**{"protocol": "harel", "acks": "by-seq", "routing": False, **fields})
 
     def __post_init__(self) -> None:
         for name in ("priority", "routing", "parking", "durable", "shared"):
@@ -54,6 +72,12 @@ class Capabilities:
             raise ValueError(f"Capabilities.fairness must be one of {FAIRNESS_POLICIES}, got {self.fairness!r}")
         if self.clock not in CLOCK_MODES:
             raise ValueError(f"Capabilities.clock must be one of {CLOCK_MODES}, got {self.clock!r}")
+        if self.protocol not in PROTOCOLS:
+            raise ValueError(f"Capabilities.protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
+        if self.acks not in ACKS:
+            raise ValueError(f"Capabilities.acks must be one of {ACKS}, got {self.acks!r}")
+        if self.protocol == "harel" and self.routing:
+            raise ValueError("harel's Protocol has no routing keys: Capabilities(protocol='harel') needs routing=False")
 
 
 @dataclass(frozen=True)

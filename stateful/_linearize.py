@@ -114,22 +114,27 @@ def check_linearizable(
     fairness: str = "unspecified",
     partition: bool = False,
     relax: Iterable[str] = (),
+    acks: str = "fenced",
+    acks_answer: bool = True,
     max_steps: int = DEFAULT_MAX_STEPS,
 ) -> Linearizability:
     """Judge ``records`` against :class:`model.QueueModel` (see the module docstring).
 
     ``relax`` leaves rules of :data:`model.RELAXABLE` out of the model: a property already
-    known broken (say single-in-flight, R2) then does not hide what else a history breaks."""
+    known broken (say single-in-flight, R2) then does not hide what else a history breaks.
+    ``acks`` is the model's (``"fenced"``, or ``"by-seq"`` for a transport that acks by seq);
+    ``acks_answer=False`` is for harel's Protocol, whose ack and nack answer None: only what
+    they did is judged (R20)."""
     if partition and fairness != "unspecified":
         raise ValueError("partition=True judges groups apart, which needs fairness='unspecified' (R5)")
     relax = frozenset(relax)
     with _no_cyclic_gc():
-        calls = [_Call.of(index, record) for index, record in enumerate(records)]
+        calls = [_Call.of(index, record, acks_answer) for index, record in enumerate(records)]
         calls = [call for call in calls if not call.did_nothing]
         parts = _partitions(calls) if partition else [calls]
         total = 0
         for part in parts:
-            result = _judge(part, fairness, relax, max_steps)
+            result = _judge(part, fairness, relax, acks, max_steps)
             total += result.steps
             if not result.ok:
                 return _with(result, calls=len(calls), steps=total)
@@ -164,20 +169,22 @@ class _Call:
     op: str
     invoke: float
     complete: float  # math.inf when the answer is not known
-    known: bool  # the answer is known
+    known: bool  # the call completed, with an answer
     at: When
     did_nothing: bool  # StorageError: left out (R17)
+    judged: bool  # its answer is judged (not an ack or nack of harel's Protocol answering None)
 
     @classmethod
-    def of(cls, index: int, record: Record) -> _Call:
+    def of(cls, index: int, record: Record, acks_answer: bool = True) -> _Call:
         known = record.ok
+        judged = known and (acks_answer or record.op not in ("ack", "nack") or record.result is not None)
         complete = record.complete if known else math.inf
         did_nothing = record.error is not None and record.error.startswith("StorageError")
         if record.at is not None:
             at = When.at(float(record.at))
         else:  # a call without an answer may take effect after it gave up (a late request)
             at = When(record.invoke, complete)
-        return cls(index, record, record.op, record.invoke, complete, known, at, did_nothing)
+        return cls(index, record, record.op, record.invoke, complete, known, at, did_nothing, judged)
 
     def arg(self, name: str, default: Any = None) -> Any:
         return self.record.args.get(name, default)
@@ -197,6 +204,11 @@ class _Call:
 def _field(lease: Any, name: str) -> Any:
     """A field of a lease, recorded as a Lease or as its JSON dict."""
     return lease.get(name) if isinstance(lease, dict) else getattr(lease, name, None)
+
+
+def _message(lease: Any) -> tuple[Any, Any]:
+    """The message a lease is for: its group and seq."""
+    return _field(lease, "group_id"), _field(lease, "seq")
 
 
 def _successors(model: QueueModel, call: _Call) -> list[tuple[QueueModel, Any]]:
@@ -242,10 +254,10 @@ def _successors(model: QueueModel, call: _Call) -> list[tuple[QueueModel, Any]]:
         return after, acted
 
     after, acted = release(by_seq=False)
-    if acted:  # the lease is current: it acts, whatever rule is left out
-        return [(after, None)] if not call.known or answer is True else []
-    states = [] if call.known and answer is not False else [(model, None)]
-    if "R10" in model.relax and (not call.known or answer is True):  # it may also act by seq
+    if acted:  # the lease is current (or, acking by seq, its message is there): it acts
+        return [(after, None)] if not call.judged or answer is True else []
+    states = [] if call.judged and answer is not False else [(model, None)]
+    if "R10" in model.relax and (not call.judged or answer is True):  # it may also act by seq
         by_seq, acted_by_seq = release(by_seq=True)
         if acted_by_seq:
             states.append((by_seq, None))
@@ -305,18 +317,20 @@ class _Blocked:
     it (the model would always allow it there: the speed of long histories rests on this)."""
 
     def __init__(self, own: list[_Call]) -> None:
+        # A window ends at the first ack or nack of the *message*, not only of the lease: an
+        # ack or nack by seq (R20) with an older lease releases it too.
         released: dict[Any, float] = {}
         for call in own:
             if call.op in ("ack", "nack"):
-                token = _field(call.arg("lease"), "token")
-                released[token] = min(released.get(token, math.inf), call.invoke)
+                message = _message(call.arg("lease"))
+                released[message] = min(released.get(message, math.inf), call.invoke)
         windows = []
         for call in own:
             if not call.known:
                 continue
             if call.op == "claim" and call.record.result is not None:
-                token = _field(call.record.result, "token")
-                windows.append((call.complete, released.get(token, math.inf), call.at.lo + float(call.arg("visibility"))))
+                message = _message(call.record.result)
+                windows.append((call.complete, released.get(message, math.inf), call.at.lo + float(call.arg("visibility"))))
             elif call.op == "nack" and call.record.result is True and float(call.arg("delay", 0)) > 0:
                 windows.append((call.complete, math.inf, call.at.lo + float(call.arg("delay"))))
         windows.sort()
@@ -485,8 +499,11 @@ def _order(top: _Placed | None) -> list[_Placed]:
 # --- judging and explaining -----------------------------------------------------------------
 
 
-def _judge(calls: list[_Call], fairness: str, relax: frozenset[str], max_steps: int) -> Linearizability:
-    found = _search(calls, QueueModel(fairness, relax=relax), max_steps)
+def _judge(calls: list[_Call], fairness: str, relax: frozenset[str], acks: str, max_steps: int) -> Linearizability:
+    def model(rules_left_out: frozenset[str]) -> QueueModel:
+        return QueueModel(fairness, relax=rules_left_out, acks=acks)
+
+    found = _search(calls, model(relax), max_steps)
     if found.ok is not False:
         order = tuple(calls[p.call].record for p in _order(found.top)) if found.ok else ()
         return Linearizability(found.ok, len(calls), found.steps, order=order)
@@ -494,13 +511,13 @@ def _judge(calls: list[_Call], fairness: str, relax: frozenset[str], max_steps: 
     for rule, prop in DIAGNOSES:
         if rule in relax:
             continue
-        relaxed = _search(calls, QueueModel(fairness, relax=relax | {rule}), max_steps)
+        relaxed = _search(calls, model(relax | {rule}), max_steps)
         steps += relaxed.steps
         if relaxed.ok:
-            explained = _first_misfit(calls, _order(relaxed.top), QueueModel(fairness, relax=relax))
+            explained = _first_misfit(calls, _order(relaxed.top), model(relax))
             if explained is not None:
                 return _with(explained, property=prop, relaxed=rule, calls=len(calls), steps=steps)
-    explained = _explain_stuck(calls, found, QueueModel(fairness, relax=relax))
+    explained = _explain_stuck(calls, found, model(relax))
     return _with(explained, calls=len(calls), steps=steps)
 
 

@@ -54,9 +54,10 @@ RULES = (
 """The names of the machine's rules; :func:`make_machine` runs them all by default and can
 enable a subset of them, or add the focus rules below."""
 
-FOCUS_RULES = ("prefill",)
+FOCUS_RULES = ("prefill", "release_stale")
 """Rules that only a focused search enables (``make_machine(rules=...)``): an initial state
-that every example starts from, so a short search reaches deeper."""
+that every example starts from, so a short search reaches deeper; and acks and nacks of old
+leases whose message another worker now holds, the calls whose effect fencing is about."""
 
 GROUPS = ("g1", "g2", "g3", "grüppe-✓")
 WORKERS = ("w1", "w2")
@@ -176,6 +177,15 @@ class TransportMachine(RuleBasedStateMachine):
       property (e.g. ``"durability"``) instead of the one it shows; the message keeps both.
     - ``after_bad_input``: the same, after a ``bad_input`` step was refused (a transport that
       changed the queue before refusing is caught at a later step).
+    - ``after_stale``: the same, after an ack or nack of a lease that is not current went to a
+      transport whose ack and nack answer nothing (harel's Protocol): what the stale call did
+      shows only at a later step.
+    - ``model_acks``: how the model's ack and nack find their message (``"fenced"`` or
+      ``"by-seq"``, see :class:`model.QueueModel`); None follows the backend's ``acks``.
+    - ``consequences``: what a stale ack or nack *by seq* may break, checked against each
+      worker's own view of its leases (SPEC.md R20): ``"single-in-flight"`` (a claim hands out
+      a message whose earlier holder is still working on it) and ``"no-loss"`` (an ack deletes
+      a message another worker is still working on).
     """
 
     backend: Backend
@@ -183,6 +193,9 @@ class TransportMachine(RuleBasedStateMachine):
     clock_slack: float = 0.0
     after_reopen: str | None = None
     after_bad_input: str | None = None
+    after_stale: str | None = None
+    model_acks: str | None = None
+    consequences: frozenset[str] = frozenset({"single-in-flight", "no-loss"})
     check_close: bool = True
 
     leases = Bundle("leases")
@@ -194,7 +207,8 @@ class TransportMachine(RuleBasedStateMachine):
         self.clock = FakeClock()
         self.namespace = f"ns_{uuid.uuid4().hex[:12]}"
         self.loop = asyncio.new_event_loop() if self.backend.is_async else None
-        self.model = QueueModel(caps.fairness)
+        self.model = QueueModel(caps.fairness, acks=self.model_acks or caps.acks)
+        self.answerless = caps.protocol == "harel"  # ack and nack answer None (R20)
         try:
             self.instances = [self._open()]
         except BaseException:
@@ -202,16 +216,18 @@ class TransportMachine(RuleBasedStateMachine):
                 self.loop.close()
             raise
         self.tokens: set[str] = set()
+        self.issued: list[Any] = []  # every lease handed out, in order
         self.seqs: dict[tuple[str, int], int] = {}  # (group, model seq) -> transport's seq
         self.in_step = False
         self.reopened = False
         self.refused = False  # a bad_input step has been refused
+        self.stale = False  # a lease that was not current has been acked or nacked
 
     # --- plumbing ---------------------------------------------------------------------------
 
     def _open(self) -> Any:
         clock = time.time if self.wall else self.clock
-        return open_transport(self.backend.factory, clock, self.namespace, self.loop)
+        return open_transport(self.backend.factory, clock, self.namespace, self.loop, self.backend.capabilities.protocol)
 
     def _instance(self, via: int) -> Any:
         return self.instances[via % len(self.instances)]
@@ -235,6 +251,9 @@ class TransportMachine(RuleBasedStateMachine):
         elif self.refused and self.after_bad_input is not None and prop != self.after_bad_input:
             step = f"{step}  (after bad input was refused; the check that failed: {prop})"
             prop = self.after_bad_input
+        elif self.stale and self.after_stale is not None and prop != self.after_stale:
+            step = f"{step}  (after a stale ack or nack; the check that failed: {prop})"
+            prop = self.after_stale
         return Divergence(prop, step, expected, repr(answered), self._describe(), check)
 
     def _current(self, lease) -> bool:
@@ -334,8 +353,28 @@ class TransportMachine(RuleBasedStateMachine):
         if claimed is None:
             return None
         self._check_lease_identity(step, lease, claimed)
+        self._check_still_held(step, lease, claimed, when)
         self.model.take(claimed, lease.token, when, self._seconds(visibility))
+        self.issued.append(lease)
         return lease
+
+    def _check_still_held(self, step: str, lease, claimed: Claimed, when: When) -> None:
+        """R20: a claim must not hand out a group that a worker still holds in its own view
+        (its lease live, never acked or nacked by it).  The model's R2 already says so for a
+        fenced transport; after an ack or nack by seq freed a message under its holder, this
+        is what shows that two workers now hold one group."""
+        if "single-in-flight" not in self.consequences:
+            return
+        judged = when if self.wall else When.of(self._judged_now())
+        for holding in self.model.holdings(claimed.group_id, judged):
+            raise self._diverge(
+                "single-in-flight", step,
+                f"not {claimed.group_id!r}: the lease with token {holding.token!r} on its seq "
+                f"{self.seqs.get((claimed.group_id, holding.seq), holding.seq)} is live until "
+                f"{_moment(holding.until)} and its worker never acked or nacked it (an ack or nack "
+                f"by seq of an older lease freed the message under it, R20)",
+                lease,
+            )
 
     def _judged_now(self) -> float | When:
         """The moment a claim is judged at: the clock, widened by ``clock_slack``."""
@@ -379,13 +418,62 @@ class TransportMachine(RuleBasedStateMachine):
     def ack(self, lease, via):
         if not self.stale_leases and not self._current(lease):
             return
+        self._ack(lease, via)
+
+    @precondition(lambda self: self._superseded())
+    @rule(which=st.integers(0, 3), release=st.sampled_from(("ack", "nack now", "nack later")), via=st.integers(0, 1))
+    def release_stale(self, which, release, via):
+        """A focus rule: ack or nack an old lease whose message another worker holds now.
+        Fenced, it does nothing (R10); by seq, it frees or deletes the message under that
+        worker (R20)."""
+        found = self._superseded()
+        lease = found[which % len(found)]
+        if release == "ack":
+            self._ack(lease, via)
+        else:
+            self._nack(lease, 0 if release == "nack now" else DELAYS[which % len(DELAYS)], via)
+
+    def _superseded(self) -> list:
+        """The leases handed out whose message another lease holds now (live or lapsed)."""
+        holders = {token: group for group, (token, _) in self.model.holds().items() if token is not None}
+        return [lease for lease in self.issued if lease.token not in holders and lease.group_id in holders.values()
+                and self.model.head(lease.group_id).seq == self._model_seq(lease)]
+
+    def _ack(self, lease, via):
         self.in_step = True
+        self.stale = self.stale or not self._current(lease)
         answer, when = self._call(self._instance(via).ack, lease)
+        others = self._other_holdings(lease, when)
         expected = self.model.ack(lease.token, when)
-        if answer is not expected:
+        if not self._answered(answer, expected):
             prop = release_check("ack", expected, 0)
             raise self._diverge(prop, f"ack({_lease_ref(lease)})", repr(expected), answer)
+        if expected and others and "no-loss" in self.consequences:
+            holding = others[0]
+            raise self._diverge(
+                "no-loss", f"ack({_lease_ref(lease)})",
+                f"the message to stay: the lease with token {holding.token!r} on it is live until "
+                f"{_moment(holding.until)} and its worker is still working on it (R20)",
+                f"{answer!r}, and the ack by seq deleted the message",
+            )
         self.in_step = False
+
+    def _answered(self, answer, expected: bool) -> bool:
+        """Whether an ack's or nack's answer is the one the model expects; under harel's
+        Protocol they answer None, and only what follows is judged (R20)."""
+        return answer is expected or (self.answerless and answer is None)
+
+    def _other_holdings(self, lease, when: When) -> list:
+        """The leases on ``lease``'s message that other workers still hold in their view."""
+        judged = when if self.wall else When.of(self._judged_now())
+        return [h for h in self.model.holdings(lease.group_id, judged) if h.token != lease.token and h.seq == self._model_seq(lease)]
+
+    def _model_seq(self, lease) -> int | None:
+        """The model's seq of the message ``lease`` is for."""
+        for (group, model_seq), seq in self.seqs.items():
+            if group == lease.group_id and seq == lease.seq:
+                return model_seq
+        return None
 
     @rule(lease=leases, via=st.integers(0, 1))
     def nack_now(self, lease, via):
@@ -400,9 +488,10 @@ class TransportMachine(RuleBasedStateMachine):
         if not self.stale_leases and not self._current(lease):
             return
         self.in_step = True
+        self.stale = self.stale or not self._current(lease)
         answer, when = self._call(self._instance(via).nack, lease, self._seconds(delay))
         expected = self.model.nack(lease.token, self._seconds(delay), when)
-        if answer is not expected:
+        if not self._answered(answer, expected):
             prop = release_check("nack", expected, delay)
             raise self._diverge(prop, f"nack({_lease_ref(lease)}, delay={delay})", repr(expected), answer)
         self.in_step = False
@@ -467,6 +556,8 @@ class TransportMachine(RuleBasedStateMachine):
 
     @rule(case=st.sampled_from(sorted(BAD_INPUT)), via=st.integers(0, 1))
     def bad_input(self, case, via):
+        if self.answerless and "routing" in case:
+            return  # harel's Protocol has no routing keys to send a bad one in
         error, method, args = BAD_INPUT[case]
         self._refused(error, case, getattr(self._instance(via), method), *args)
 
@@ -521,7 +612,7 @@ class TransportMachine(RuleBasedStateMachine):
                 break
             drained.setdefault(lease.group_id, []).append(lease.event)
             answer, when = self._call(transport.ack, lease)
-            if answer is not True or not self.model.ack(lease.token, when):
+            if not self._answered(answer, True) or not self.model.ack(lease.token, when):
                 raise self._diverge("ack", f"drain: ack({_lease_ref(lease)})", "True", answer)
         if len(self.model) or drained != expected:
             raise self._diverge(
@@ -561,6 +652,9 @@ def make_machine(
     clock_slack: float = 0.0,
     after_reopen: str | None = None,
     after_bad_input: str | None = None,
+    after_stale: str | None = None,
+    model_acks: str | None = None,
+    consequences: Iterable[str] = ("single-in-flight", "no-loss"),
     check_close: bool = True,
     name: str | None = None,
 ) -> type[TransportMachine]:
@@ -568,9 +662,10 @@ def make_machine(
     ``hypothesis.stateful.run_state_machine_as_test``.
 
     By default every rule of :data:`RULES` runs and every check is made.  ``rules`` (names
-    from :data:`RULES` and :data:`FOCUS_RULES`) runs those rules instead; ``stale_leases``, ``clock_slack``, ``after_reopen``, ``after_bad_input`` and
-    ``check_close`` set the
-    class attributes of the same names (see :class:`TransportMachine`).  ``name`` is the
+    from :data:`RULES` and :data:`FOCUS_RULES`) runs those rules instead; ``stale_leases``,
+    ``clock_slack``, ``after_reopen``, ``after_bad_input``, ``after_stale``, ``model_acks``,
+    ``consequences`` and ``check_close`` set the class attributes of the same names (see
+    :class:`TransportMachine`).  ``name`` is the
     class name Hypothesis prints in a failing example (default: from the backend's name).
     """
     if name is None:
@@ -582,6 +677,9 @@ def make_machine(
         "clock_slack": clock_slack,
         "after_reopen": after_reopen,
         "after_bad_input": after_bad_input,
+        "after_stale": after_stale,
+        "model_acks": model_acks,
+        "consequences": frozenset(consequences),
         "check_close": check_close,
     }
     rules = set(RULES if rules is None else rules)
@@ -644,6 +742,10 @@ def release_check(op: str, expected: bool, delay: float) -> str:
     if expected is False:
         return "fencing"
     return "parking" if op == "nack" and delay else op
+
+
+def _moment(when: When) -> str:
+    return f"{when.lo}" if when.lo == when.hi else f"[{when.lo}, {when.hi}]"
 
 
 def _lease_ref(lease) -> str:

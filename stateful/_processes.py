@@ -56,8 +56,10 @@ class FactoryRecipe:
 class BranchProcesses:
     """``branches`` worker processes; use as a context manager, or call :meth:`close`."""
 
-    def __init__(self, recipe: FactoryRecipe, *, branches: int = 3, is_async: bool = False) -> None:
+    def __init__(self, recipe: FactoryRecipe, *, branches: int = 3, is_async: bool = False,
+                 protocol: str = "harel-ref") -> None:
         self._is_async = is_async
+        self._protocol = protocol
         self._broken: str | None = None  # why the pool cannot run branches any more
         context = multiprocessing.get_context("spawn")
         self._barriers = {parties: context.Barrier(parties) for parties in range(2, branches + 1)}
@@ -66,7 +68,7 @@ class BranchProcesses:
         for number in range(branches):
             mine, theirs = context.Pipe()
             worker = context.Process(
-                target=_worker, args=(recipe, number, theirs, self._barriers, is_async),
+                target=_worker, args=(recipe, number, theirs, self._barriers, is_async, protocol),
                 name=f"harel-ref-branch-{number}", daemon=True,
             )
             worker.start()
@@ -110,7 +112,7 @@ class BranchProcesses:
             raise RuntimeError(f"a worker process could not open and publish: {detail}")
         loop = asyncio.new_event_loop() if self._is_async else None
         try:
-            transport = open_transport(factory, FakeClock(), namespace, loop)
+            transport = open_transport(factory, FakeClock(), namespace, loop, self._protocol)
             try:
                 lease = transport.claim("probe", 60.0)
             finally:
@@ -154,7 +156,7 @@ class BranchProcesses:
         raise RuntimeError(self._broken)
 
 
-def _worker(recipe: FactoryRecipe, number: int, pipe: Any, barriers: dict, is_async: bool) -> None:
+def _worker(recipe: FactoryRecipe, number: int, pipe: Any, barriers: dict, is_async: bool, protocol: str) -> None:
     """A branch process: build the factory, then run the branches it is sent until None."""
     from stateful._async import open_transport
     from stateful._machine import FakeClock
@@ -172,7 +174,7 @@ def _worker(recipe: FactoryRecipe, number: int, pipe: Any, barriers: dict, is_as
             if factory_error is not None:
                 raise RuntimeError(f"the factory could not be loaded in a worker process: {factory_error}")
             if job[0] == "probe":
-                transport = open_transport(factory, FakeClock(), job[1], loop)
+                transport = open_transport(factory, FakeClock(), job[1], loop, protocol)
                 transport.publish("probe", "probe")
                 transport.close()
                 pipe.send(("ok", []))
@@ -180,7 +182,7 @@ def _worker(recipe: FactoryRecipe, number: int, pipe: Any, barriers: dict, is_as
             _, namespace, frozen, ops, leases, visibility, delay, parties = job
             wall = frozen is None  # the transport keeps its own time
             clock = time.time if wall else FakeClock(frozen)
-            transport = open_transport(factory, clock, namespace, loop)
+            transport = open_transport(factory, clock, namespace, loop, protocol)
             try:
                 calls = _Calls(_Recorder(f"b{number}", wall), dict(leases), f"b{number}.", visibility, delay)
                 barriers[parties].wait(timeout=TIMEOUT)

@@ -338,15 +338,20 @@ class _Lease:
         return min(ends)
 
 
-def check(records: Iterable[Record], drained: Iterable[Message] = ()) -> HistoryReport:
-    """Judge a history (see the module docstring) given what a final :func:`drain` returned."""
+def check(records: Iterable[Record], drained: Iterable[Message] = (), *, acks: str = "fenced",
+          acks_answer: bool = True) -> HistoryReport:
+    """Judge a history (see the module docstring) given what a final :func:`drain` returned.
+
+    ``acks`` and ``acks_answer`` describe the transport as for
+    :func:`~stateful.check_linearizable`; an ack that answered None under harel's Protocol
+    (``acks_answer=False``) may have removed its message."""
     from ._linearize import DRAIN_WORKER, check_linearizable
 
     everything = list(records)
     records = [record for record in everything if record.worker != DRAIN_WORKER]
     drained = [tuple(message) for message in drained]
     report = HistoryReport(calls=len(everything))
-    report.linearizability = check_linearizable(everything, partition=True)
+    report.linearizability = check_linearizable(everything, partition=True, acks=acks, acks_answer=acks_answer)
     if report.linearizability.ok is False:
         culprits = report.linearizability.culprits
         group = _group_of(culprits[0]) if culprits else ""
@@ -377,7 +382,8 @@ def check(records: Iterable[Record], drained: Iterable[Message] = ()) -> History
         message = (lease["group_id"], lease["event"])
         if record.op == "ack" and record.ok and record.result is True:
             acked[message].append(record)
-        elif record.op == "ack" and not record.ok:  # no answer, or an error: it may have acted
+        elif record.op == "ack" and (not record.ok or (not acks_answer and record.result is None)):
+            # no answer, or an error: it may have acted
             maybe_acked.add(message)
 
     _check_overlaps(report, leases.values())

@@ -343,7 +343,7 @@ def run_program(
     opened: list[Any] = []
 
     def open_one() -> Any:
-        opened.append(open_transport(factory, clock, namespace, loop))
+        opened.append(open_transport(factory, clock, namespace, loop, capabilities.protocol))
         return opened[-1]
 
     def now() -> float | None:
@@ -530,7 +530,8 @@ def failure_class(prop: str) -> type[ConcurrencyFailure]:
     return _FAILURE_CLASSES[prop]
 
 
-def judge(run: Run, *, contention: bool, runs: int = 1, ignore: frozenset[str] = frozenset()) -> ConcurrencyFailure | None:
+def judge(run: Run, *, contention: bool, runs: int = 1, ignore: frozenset[str] = frozenset(),
+          capabilities: Capabilities = Capabilities()) -> ConcurrencyFailure | None:
     """The failure this run shows, if any (see the module docstring for the two judgements).
 
     ``ignore``: properties already known broken.  The model leaves out the rule a property
@@ -546,7 +547,8 @@ def judge(run: Run, *, contention: bool, runs: int = 1, ignore: frozenset[str] =
             "an answer (the spec allows no error here)", first.error, "", run=run, culprits=raised, runs=runs,
         )
     relax = [rule for rule, prop in DIAGNOSES if prop in ignore]
-    result = check_linearizable(run.records, fairness="unspecified", relax=relax)
+    result = check_linearizable(run.records, fairness="unspecified", relax=relax, acks=capabilities.acks,
+                                acks_answer=capabilities.protocol != "harel")
     if result.ok is None:
         raise RuntimeError(f"the linearizability check gave up on a run of {len(run.records)} calls: {result}")
     if result.ok or result.property in ignore:
@@ -587,7 +589,7 @@ def check_program(
     capabilities = capabilities if capabilities is not None else Capabilities()
     for number in range(1, repeats + 1):
         run = run_program(factory, program, capabilities, is_async=is_async, processes=processes)
-        failure = judge(run, contention=contention, runs=number, ignore=ignore)
+        failure = judge(run, contention=contention, runs=number, ignore=ignore, capabilities=capabilities)
         if failure is None:
             continue
         if contention and _also_alone(factory, program, capabilities, is_async, failure):

@@ -61,14 +61,17 @@ class SoakResult:
     """What a soak recorded (``run``, and ``drained``: the ``(group_id, event)`` pairs the
     final drain found) and what the checkers make of it (``history``, judged on first read)."""
 
-    def __init__(self, run: Run, drained: list[tuple[str, str]], seconds: float) -> None:
+    def __init__(self, run: Run, drained: list[tuple[str, str]], seconds: float,
+                 capabilities: Capabilities = Capabilities()) -> None:
         self.run = run
         self.drained = drained
         self.seconds = seconds
+        self.capabilities = capabilities
 
     @functools.cached_property
     def history(self) -> HistoryReport:
-        return check(self.run.records, self.drained)
+        caps = self.capabilities
+        return check(self.run.records, self.drained, acks=caps.acks, acks_answer=caps.protocol != "harel")
 
     @property
     def linearizability(self) -> Linearizability:
@@ -132,7 +135,7 @@ def soak(
     opened: list[Any] = []
 
     def open_one() -> Any:
-        opened.append(open_transport(factory, time.time, namespace, loop))
+        opened.append(open_transport(factory, time.time, namespace, loop, capabilities.protocol))
         return opened[-1]
 
     try:
@@ -167,7 +170,8 @@ def soak(
     finally:
         close_all(opened, loop)
     records.sort(key=lambda r: r.invoke)
-    return SoakResult(Run(None, tuple(records), how + f", {len(records)} calls"), drained, time.time() - started)
+    return SoakResult(Run(None, tuple(records), how + f", {len(records)} calls"), drained, time.time() - started,
+                      capabilities)
 
 
 class _Budget:
