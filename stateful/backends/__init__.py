@@ -25,6 +25,15 @@ BUNDLED: dict[str, str] = {
     "libsql-async": "stateful.backends.sql:libsql_async",
     "rqlite": "stateful.backends.rqlite:rqlite",
     "rqlite-async": "stateful.backends.rqlite:rqlite_async",
+    # the transports of the installed harel package (harel-ref[harel]), speaking its Protocol
+    "harel-memory": "stateful.backends.harel:harel_memory",
+    "harel-memory-async": "stateful.backends.harel:harel_memory_async",
+    "harel-sqlite": "stateful.backends.harel:harel_sqlite",
+    "harel-sqlite-async": "stateful.backends.harel:harel_sqlite_async",
+    "harel-libsql": "stateful.backends.harel:harel_libsql",
+    "harel-libsql-async": "stateful.backends.harel:harel_libsql_async",
+    "harel-rqlite": "stateful.backends.harel:harel_rqlite",
+    "harel-rqlite-async": "stateful.backends.harel:harel_rqlite_async",
 }
 
 

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import itertools
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 from harel_ref.transport import AsyncRqliteTransport, RqliteTransport
@@ -27,13 +28,16 @@ from harel_ref.transport._sql import Tables
 
 from .._backend import Backend, Capabilities
 
-__all__ = ["DEFAULT_URL", "cluster_urls", "drop_opened_tables", "prefix_for", "rqlite", "rqlite_async"]
+__all__ = [
+    "DEFAULT_URL", "cluster_urls", "drop_opened_tables", "prefix_for", "rotating_opener", "rqlite",
+    "rqlite_async",
+]
 
 DEFAULT_URL = "http://127.0.0.1:4001"
 
 CAPABILITIES = Capabilities(durable=True, shared=True, fairness="claim", clock="injectable")
 
-_opened: set[str] = set()  # prefixes opened by this process, for drop_opened_tables()
+_opened: dict[str, Callable[[str], list[str]]] = {}  # prefix -> its tables, for drop_opened_tables()
 
 
 def cluster_urls() -> list[str]:
@@ -53,15 +57,22 @@ def prefix_for(namespace: str) -> str:
         return "ns_" + hashlib.sha256(namespace.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
-def _rotating_opener():
-    """Each call: (prefix, the node URLs starting one node further than last time)."""
+def our_tables(prefix: str) -> list[str]:
+    """The tables harel-ref's rqlite transport creates under ``prefix``."""
+    tables = Tables.named(prefix)
+    return [tables.messages, tables.groups, tables.meta]
+
+
+def rotating_opener(tables: Callable[[str], list[str]] = our_tables):
+    """Each call: (prefix, the node URLs starting one node further than last time).  The
+    prefix's ``tables`` are remembered, for :func:`drop_opened_tables`."""
     urls = cluster_urls()
     turns = itertools.count()
 
     def opener(namespace: str) -> tuple[str, list[str]]:
         start = next(turns) % len(urls)
         prefix = prefix_for(namespace)
-        _opened.add(prefix)
+        _opened[prefix] = tables
         return prefix, urls[start:] + urls[:start]
 
     return opener
@@ -69,7 +80,7 @@ def _rotating_opener():
 
 def rqlite(tmp_dir: Path | str | None = None) -> Backend:
     """RqliteTransport on the cluster of the environment (``tmp_dir`` is not used)."""
-    opener = _rotating_opener()
+    opener = rotating_opener()
 
     def factory(clock, namespace):
         prefix, urls = opener(namespace)
@@ -80,7 +91,7 @@ def rqlite(tmp_dir: Path | str | None = None) -> Backend:
 
 def rqlite_async(tmp_dir: Path | str | None = None) -> Backend:
     """AsyncRqliteTransport on the cluster of the environment (``tmp_dir`` is not used)."""
-    opener = _rotating_opener()
+    opener = rotating_opener()
 
     async def factory(clock, namespace):
         prefix, urls = opener(namespace)
@@ -100,8 +111,7 @@ def drop_opened_tables(timeout: float = 10.0) -> int:
         return 0
     statements = []
     for prefix in prefixes:
-        tables = Tables.named(prefix)
-        statements += [[f"DROP TABLE IF EXISTS {name}"] for name in (tables.messages, tables.groups, tables.meta)]
+        statements += [[f"DROP TABLE IF EXISTS {name}"] for name in _opened[prefix](prefix)]
     with requests.Session() as session:
         for url in cluster_urls():
             try:
@@ -109,6 +119,7 @@ def drop_opened_tables(timeout: float = 10.0) -> int:
             except requests.ConnectionError:
                 continue  # a node down (a fault test?): try the next
             if response.ok and "error" not in response.text:
-                _opened.difference_update(prefixes)
+                for prefix in prefixes:
+                    _opened.pop(prefix, None)
                 return len(prefixes)
     return 0

@@ -21,7 +21,7 @@ from harel_ref.transport import (
 
 from .._backend import Backend, Capabilities
 
-__all__ = ["database_path", "libsql", "libsql_async", "sqlite", "sqlite_async"]
+__all__ = ["database_path", "directory_for", "libsql", "libsql_async", "sqlite", "sqlite_async"]
 
 CAPABILITIES = Capabilities(durable=True, shared=True)
 
@@ -33,13 +33,13 @@ def database_path(directory: Path, namespace: str, kind: str) -> Path:
     return Path(directory) / f"{kind}-{slug}-{digest}.db"
 
 
-def _directory(tmp_dir: Path | str | None) -> Path:
+def directory_for(tmp_dir: Path | str | None) -> Path:
     # Fixed once per Backend, so every factory call for a namespace finds the same file.
     return Path(tmp_dir) if tmp_dir is not None else Path(tempfile.mkdtemp(prefix="harel-ref-"))
 
 
 def _sync(name: str, transport_class, kind: str, tmp_dir: Path | str | None) -> Backend:
-    directory = _directory(tmp_dir)
+    directory = directory_for(tmp_dir)
 
     def factory(clock, namespace):
         return transport_class(database_path(directory, namespace, kind), clock=clock)
@@ -48,7 +48,7 @@ def _sync(name: str, transport_class, kind: str, tmp_dir: Path | str | None) -> 
 
 
 def _async(name: str, transport_class, kind: str, tmp_dir: Path | str | None) -> Backend:
-    directory = _directory(tmp_dir)
+    directory = directory_for(tmp_dir)
 
     async def factory(clock, namespace):
         return await transport_class.create(database_path(directory, namespace, kind), clock=clock)
