@@ -4,9 +4,12 @@
     harel-ref certify --bundled memory     # another bundled transport
     harel-ref certify mypkg.queue:factory  # your transport
     harel-ref certify mypkg.queue:factory --durable --shared --profile thorough
+    harel-ref certify --bundled harel-sqlite   # harel's own SQLite transport, in its Protocol
+    harel-ref certify mypkg.queue:make         # a harel transport: make(clock) is enough
 
-Exit codes: 0 every property passed (or is not applicable), 1 some property failed,
-2 the command was wrong, 3 some property is unknown (cut short) and none failed.
+Exit codes, at the chosen ``--level`` (by default ``contract`` for a transport of harel's
+Protocol, else ``strict``): 0 every property passed (or is not applicable), 1 some property
+failed, 2 the command was wrong, 3 some property is unknown (cut short) and none failed.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import TextIO
 
 from harel_ref.certify import EXIT_CODES, PROFILES, PROPERTIES, CertificationError, PropertyVerdict, certify
+from harel_ref.certify._report import LEVELS
 from harel_ref.certify._target import Target
 
 __all__ = ["build_parser", "main"]
@@ -61,6 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     cert.add_argument("--soak", metavar="SECONDS", type=float,
                       help="also run several workers against the wall clock for SECONDS, and judge "
                       "their history against the model")
+    cert.add_argument("--level", choices=list(LEVELS),
+                      help="the conformance level the exit code follows: contract (what harel promises) "
+                      "or strict (all of harel-ref's spec); default: contract for a transport of harel's "
+                      "Protocol, else strict. Both are reported")
     cert.add_argument("--report-dir", metavar="DIR", default="reports",
                       help="where report.json and REPORT.md go (default: ./reports)")
     cert.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
@@ -81,6 +89,12 @@ def build_parser() -> argparse.ArgumentParser:
                       help="when a group's fairness stamp is taken")
     caps.add_argument("--wall-clock", action=argparse.BooleanOptionalAction, default=None,
                       help="the transport keeps its own time (cannot take the given clock)")
+    caps.add_argument("--protocol", choices=["harel-ref", "harel"],
+                      help="the Protocol it speaks: harel-ref's, or harel's own (Event objects, ack and nack "
+                      "answering None, no routing keys); harel's is detected from claim()")
+    caps.add_argument("--acks", choices=["fenced", "by-seq"],
+                      help="how ack and nack find their message: by the lease's token (fenced) or by its "
+                      "seq alone (by-seq, the default for harel's Protocol)")
     return parser
 
 
@@ -97,6 +111,7 @@ def _certify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         "priority": args.priority, "routing": args.routing, "parking": args.parking,
         "durable": args.durable, "shared": args.shared, "fairness": args.fairness,
         "clock": None if args.wall_clock is None else ("wall" if args.wall_clock else "injectable"),
+        "protocol": args.protocol, "acks": args.acks,
     }
     if args.target and args.bundled:
         return _usage(parser, "give either MODULE:FACTORY or --bundled NAME, not both")
@@ -117,18 +132,24 @@ def _certify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         report = certify(
             target.factory, profile=args.profile, seed=args.seed, properties=args.only,
             time_budget=args.time_budget, processes=args.processes, soak=args.soak,
-            progress=progress, _target=target,
+            level=args.level, progress=progress, _target=target,
         )
     except (CertificationError, ValueError, TypeError) as exc:
         return _usage(parser, str(exc))
     finally:
         if directory is not None:
             shutil.rmtree(directory, ignore_errors=True)
+        if args.bundled and "rqlite" in args.bundled:  # the tables of its namespaces, in the cluster
+            from stateful.backends.rqlite import drop_opened_tables
+
+            drop_opened_tables()
     json_path, md_path = report.write(args.report_dir)
     width = max(len(v.property) for v in report.verdicts)
     for v in report.verdicts:
         print(f"{v.property:<{width}}  {v.verdict:<14}  {v.seconds:6.1f} s  {v.reason}")
-    print(f"outcome: {report.outcome} ({report.seconds:.1f} s, profile {report.profile.name}, seed {report.seed})")
+    print(f"levels: {report.levels_line()}")
+    print(f"outcome at the {LEVELS[report.level]} level: {report.outcome} "
+          f"({report.seconds:.1f} s, profile {report.profile.name}, seed {report.seed})")
     print(f"report: {md_path} and {json_path}")
     for failure in report.failures:
         if failure.replay:

@@ -9,9 +9,11 @@ certification once and shows one test per property, named ``harel-certify::<prop
   SKIPPED, the reason saying which ("not applicable: ..." or "unknown: ...").
 
 Options: ``--harel-async``, ``--harel-profile``, ``--harel-seed``, ``--harel-only``,
-``--harel-time-budget``, ``--harel-processes``, ``--harel-soak``, ``--harel-report-dir`` and
-``--harel-capabilities`` (a comma list
-such as ``durable,shared,no-routing,fairness=ack,wall-clock``), matching ``harel-ref certify``.
+``--harel-time-budget``, ``--harel-processes``, ``--harel-soak``, ``--harel-level``,
+``--harel-report-dir`` and ``--harel-capabilities`` (a comma list such as
+``durable,shared,no-routing,fairness=ack,wall-clock,protocol=harel,acks=by-seq``), matching
+``harel-ref certify``.  A property that failed but is not part of the chosen level (say fencing,
+certifying at harel's ``contract`` level) is shown XFAIL, its reason saying so.
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="also run a soak of SECONDS against the wall clock")
     group.addoption("--harel-capabilities", metavar="LIST", default="",
                     help="override declared capabilities: e.g. durable,shared,no-routing,fairness=ack,wall-clock")
+    group.addoption("--harel-level", choices=["contract", "strict"],
+                    help="the conformance level that fails the session (default: contract for harel's "
+                    "Protocol, else strict)")
     group.addoption("--harel-report-dir", metavar="DIR",
                     help="also write report.json and REPORT.md there")
 
@@ -93,7 +98,7 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
     if report is None:
         return
     chosen = set(session.config.getoption("harel_only") or ())
-    hidden = [v.property for v in report.verdicts if v.verdict == "failed" and chosen and v.property not in chosen]
+    hidden = [p for p in report.failed_at(report.level) if chosen and p not in chosen]
     if hidden:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")
         if reporter is not None:
@@ -138,11 +143,15 @@ class _Certification(pytest.Collector):
 
 class _PropertyItem(pytest.Item):
     def runtest(self) -> None:
+        from harel_ref.certify._report import in_level
+
         report = self.parent.certified()
         try:
             verdict = report.verdict(self.name)
         except KeyError:
             pytest.skip(f"{self.name}: unknown: not searched")
+        if verdict.verdict == "failed" and not in_level(self.name, report.level):
+            pytest.xfail(f"{self.name}: failed, outside the {report.level} level: {verdict.reason}")
         if verdict.verdict == "failed":
             raise _PropertyFailed(verdict)
         if verdict.verdict != "passed":
@@ -190,6 +199,7 @@ def _run(config: pytest.Config):
         time_budget=config.getoption("harel_time_budget"),
         processes=config.getoption("harel_processes"),
         soak=config.getoption("harel_soak"),
+        level=config.getoption("harel_level"),
         _target=config.stash[_TARGET],
     )
     if config.getoption("harel_report_dir"):

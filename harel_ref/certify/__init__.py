@@ -22,12 +22,14 @@ as runnable Python (built on :func:`focus_machine`) and the model's expectation 
 transport's answer.
 """
 
-from ._engine import PROFILES, PROPERTIES, Profile, certify, focus_machine
-from ._report import EXIT_CODES, VERDICTS, Failure, PropertyVerdict, Report
+from ._engine import PROFILES, PROPERTIES, Profile, certify, default_level, focus_machine
+from ._report import CONTRACT, EXIT_CODES, LEVELS, VERDICTS, Failure, PropertyVerdict, Report
 from ._target import CertificationError
 
 __all__ = [
+    "CONTRACT",
     "EXIT_CODES",
+    "LEVELS",
     "PROFILES",
     "PROPERTIES",
     "VERDICTS",
@@ -37,5 +39,6 @@ __all__ = [
     "PropertyVerdict",
     "Report",
     "certify",
+    "default_level",
     "focus_machine",
 ]

@@ -49,10 +49,10 @@ from stateful._processes import BranchProcesses
 from stateful.parallel import ConcurrencyFailure, check_program, programs
 from stateful.soak import soak as run_soak
 
-from ._report import Failure, PropertyVerdict, Report
-from ._target import CertificationError, Target
+from ._report import LEVELS, Failure, PropertyVerdict, Report
+from ._target import CertificationError, Target, detect_protocol
 
-__all__ = ["PROFILES", "PROPERTIES", "Profile", "certify", "focus_machine"]
+__all__ = ["PROFILES", "PROPERTIES", "Profile", "certify", "default_level", "focus_machine"]
 
 
 @dataclass(frozen=True)
@@ -135,7 +135,7 @@ PROPERTIES: dict[str, _Focus] = {
     "fencing": _Focus(
         "ack/nack act only under the lease's token; superseded or used leases get False; "
         "tokens are never reused; also when callers race (R10, R16, R19)",
-        _CORE | {"nack_now", "nack_later", "claim_at_deadline", "open_second_instance"},
+        _CORE | {"nack_now", "nack_later", "claim_at_deadline", "open_second_instance", "release_stale"},
         stale_leases=True,
         concurrent=True,
     ),
@@ -185,6 +185,17 @@ PROPERTIES: dict[str, _Focus] = {
 }
 """The verdict lines, in the order they are searched and reported."""
 
+CONSEQUENCES = frozenset({"single-in-flight", "no-loss"})
+"""The properties whose searches also send stale acks and nacks to a transport that acks by
+seq, and judge what they break (SPEC.md R20)."""
+
+
+def default_level(caps: Capabilities) -> str:
+    """The level the exit code follows unless one is chosen: ``contract`` for a transport of
+    harel's Protocol, ``strict`` for one of harel-ref's."""
+    return "contract" if caps.protocol == "harel" else "strict"
+
+
 SOAK_PROPERTIES = frozenset(p for p, focus in PROPERTIES.items() if focus.concurrent or focus.search == "contention")
 """The properties a soak counts for (single-in-flight, fencing, no-loss, contention)."""
 
@@ -213,12 +224,19 @@ def focus_machine(
         fairness=caps.fairness if "fairness" in focus.checks else "unspecified",
     )
     wall = caps.clock == "wall"
+    by_seq = caps.acks == "by-seq" and property in CONSEQUENCES
     name = "".join(word.capitalize() for word in property.split("-")) + "Machine"
+    rules = focus.rules | {"nack_now", "claim_at_deadline", "release_stale"} if by_seq else focus.rules
     return make_machine(
         Backend(property, factory, effective, is_async=is_async),
         # The deadline rules need an injectable clock; with a wall clock, time passes by sleeping.
-        rules=focus.rules | _TIME if wall else focus.rules,
-        stale_leases=focus.stale_leases,
+        rules=rules | _TIME if wall else rules,
+        stale_leases=focus.stale_leases or by_seq,
+        # Fencing asks whether stale acks and nacks do nothing: its model is fenced, whatever
+        # the transport declares.  When they answer nothing, their effect shows later.
+        model_acks="fenced" if property == "fencing" else None,
+        after_stale="fencing" if property == "fencing" and caps.protocol == "harel" else None,
+        consequences=CONSEQUENCES & {property},
         clock_slack=0.0 if (focus.exact_time or wall) else TICK,
         after_reopen="durability" if "reopen" in focus.rules else None,
         # A refused call that still changed the queue shows up at a later step.
@@ -367,6 +385,7 @@ def certify(
     time_budget: float | None = None,
     processes: bool = False,
     soak: float | None = None,
+    level: str | None = None,
     progress: Callable[[str, PropertyVerdict | None], None] | None = None,
     name: str | None = None,
     _target: Target | None = None,
@@ -387,10 +406,21 @@ def certify(
       factory must be importable by name, and its storage shared across processes).
     - ``soak``: also run a soak of this many seconds (several workers, the wall clock), whose
       history counts for single-in-flight, fencing, no-loss and contention.
+    - ``level``: the conformance level the report's outcome and exit code follow,
+      ``"contract"`` (what harel promises) or ``"strict"`` (all of harel-ref's spec); by
+      default ``contract`` for a transport of harel's Protocol, else ``strict`` (SPEC.md R21).
+      Both levels are always reported.
+
     - ``progress(property, verdict)``: called with ``None`` as a search starts and with its
       verdict when it ends.
+
+    A transport of harel's own Protocol (``harel.engine.transport``) is certified as it is:
+    declare ``Capabilities(protocol="harel")`` (or ``Capabilities.harel()``), or let the
+    certifier see it (a ``claim`` without ``routing_keys``).  Its factory may be harel.testing's
+    ``make(clock)``, which must open a fresh queue on every call (SPEC.md R20).
     """
     target = _target if _target is not None else Target.from_factory(factory, capabilities, is_async)
+    target = detect_protocol(target)
     if isinstance(profile, str):
         if profile not in PROFILES:
             raise ValueError(f"unknown profile {profile!r}; choose from {list(PROFILES)}")
@@ -403,13 +433,16 @@ def certify(
         raise ValueError(f"time_budget must be a positive number of seconds, got {time_budget}")
     if soak is not None and not (soak > 0 and math.isfinite(soak)):
         raise ValueError(f"soak must be a positive number of seconds, got {soak}")
+    if level is not None and level not in LEVELS:
+        raise ValueError(f"unknown level {level!r}; choose from {list(LEVELS)}")
     if soak is not None and not SOAK_PROPERTIES & set(chosen):
         raise ValueError(f"a soak counts for {sorted(SOAK_PROPERTIES)}: select one of them, or drop the soak")
     caps = target.capabilities
     preflight(target)
     pool = _branch_processes(target) if processes else None
     try:
-        return _certify(target, caps, profile, seed, chosen, time_budget, pool, soak, progress, name)
+        report = _certify(target, caps, profile, seed, chosen, time_budget, pool, soak, progress, name)
+        return dataclasses.replace(report, level=level or default_level(caps))
     finally:
         if pool is not None:
             pool.close()
@@ -527,7 +560,7 @@ def _branch_processes(target: Target) -> BranchProcesses:
             f"--processes needs a factory other processes can import by name (module:factory); "
             f"{target.name} cannot be"
         )
-    pool = BranchProcesses(target.recipe, is_async=target.is_async)
+    pool = BranchProcesses(target.recipe, is_async=target.is_async, protocol=target.capabilities.protocol)
     try:
         pool.probe(target.factory, open_transport)
     except Exception as exc:
@@ -582,7 +615,7 @@ def preflight(target: Target) -> None:
     loop = asyncio.new_event_loop() if target.is_async else None
     clock = time.time if target.capabilities.clock == "wall" else FakeClock()
     try:
-        transport = open_transport(target.factory, clock, "harel_ref_preflight", loop)
+        transport = open_transport(target.factory, clock, "harel_ref_preflight", loop, target.capabilities.protocol)
         transport.close()
     except Exception as exc:
         raise CertificationError(

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from stateful import Capabilities
 
-__all__ = ["EXIT_CODES", "Failure", "PropertyVerdict", "Report", "VERDICTS", "timeline_file"]
+__all__ = ["CONTRACT", "EXIT_CODES", "LEVELS", "Failure", "PropertyVerdict", "Report", "VERDICTS", "timeline_file"]
 
 VERDICTS = ("passed", "failed", "not applicable", "unknown")
 Verdict = Literal["passed", "failed", "not applicable", "unknown"]
@@ -19,6 +19,25 @@ Verdict = Literal["passed", "failed", "not applicable", "unknown"]
 EXIT_CODES = {"passed": 0, "failed": 1, "usage": 2, "unknown": 3}
 """What ``harel-ref certify`` exits with: every property passed or not applicable (0), some
 property failed (1), the command was wrong (2), some property unknown and none failed (3)."""
+
+
+CONTRACT = frozenset({
+    "single-in-flight", "fifo", "lease-expiry", "parking", "fairness", "priority-floor",
+    "durability", "no-loss", "contention",
+})
+"""The properties of the ``contract`` level (SPEC.md R21): what harel itself promises of a
+transport.  The ``strict`` level is every property: fencing, bad input, close and routing are
+what harel-ref specifies beyond harel."""
+
+LEVELS = {"contract": "harel contract", "strict": "harel-ref strict"}
+"""The conformance levels, and how a report names them."""
+
+
+def in_level(prop: str, level: str) -> bool:
+    """Whether ``prop`` counts at ``level``."""
+    if level not in LEVELS:
+        raise ValueError(f"unknown level {level!r}; choose from {list(LEVELS)}")
+    return level == "strict" or prop in CONTRACT
 
 
 def timeline_file(prop: str) -> str:
@@ -78,6 +97,7 @@ class Report:
     descriptions: dict[str, str] = field(default_factory=dict)
     processes: bool = False  # the parallel searches ran their branches in processes
     soak: float | None = None  # seconds of soak, if one ran
+    level: str = "strict"  # the conformance level the outcome and the exit code follow
 
     def verdict(self, prop: str) -> PropertyVerdict:
         for verdict in self.verdicts:
@@ -87,8 +107,25 @@ class Report:
 
     @property
     def outcome(self) -> Literal["passed", "failed", "unknown"]:
-        found = {v.verdict for v in self.verdicts}
+        """The outcome at the report's ``level``."""
+        return self.outcome_at(self.level)
+
+    def outcome_at(self, level: str) -> Literal["passed", "failed", "unknown"]:
+        """failed if a property of ``level`` failed, else unknown if one is unknown, else passed."""
+        found = {v.verdict for v in self.verdicts if in_level(v.property, level)}
         return "failed" if "failed" in found else "unknown" if "unknown" in found else "passed"
+
+    def failed_at(self, level: str) -> list[str]:
+        return [v.property for v in self.verdicts if v.verdict == "failed" and in_level(v.property, level)]
+
+    def levels_line(self) -> str:
+        """Both conformance levels in one line: ``harel contract: passed; harel-ref strict:
+        failed (fencing, bad-input)``."""
+        parts = []
+        for level, shown in LEVELS.items():
+            failed = self.failed_at(level)
+            parts.append(f"{shown}: {self.outcome_at(level)}" + (f" ({', '.join(failed)})" if failed else ""))
+        return "; ".join(parts)
 
     @property
     def exit_code(self) -> int:
@@ -109,6 +146,8 @@ class Report:
             "transport": self.transport,
             "outcome": self.outcome,
             "exit_code": self.exit_code,
+            "level": self.level,
+            "levels": {level: self.outcome_at(level) for level in LEVELS},
             "capabilities": dataclasses.asdict(self.capabilities),
             "is_async": self.is_async,
             "profile": dataclasses.asdict(self.profile),
@@ -141,11 +180,14 @@ class Report:
         lines = [
             f"# Certification of `{self.transport}`",
             "",
-            f"**Outcome: {self.outcome}** (exit code {self.exit_code}): "
+            f"**Outcome at the {LEVELS[self.level]} level: {self.outcome}** (exit code {self.exit_code}): "
             + ", ".join(f"{n} {name}" for name, n in counts.items()) + ".",
             "",
+            f"**Conformance levels:** {self.levels_line()}.",
+            "",
             f"- capabilities: {', '.join(declared) or 'none of the optional ones'}; "
-            f"fairness `{caps.fairness}`; clock `{caps.clock}`; {'async' if self.is_async else 'sync'}",
+            f"fairness `{caps.fairness}`; clock `{caps.clock}`; protocol `{caps.protocol}`; acks "
+            f"`{caps.acks}`; {'async' if self.is_async else 'sync'}",
             f"- profile `{self.profile.name}` ({self.profile.max_examples} examples of up to "
             f"{self.profile.step_count} steps per property; {self.profile.programs} concurrent "
             f"programs, each run up to {self.profile.repeats} times, branches in "
@@ -156,10 +198,11 @@ class Report:
         ]
         if self.replay:
             lines.append(f"- run again: `{self.replay}`")
-        lines += ["", "| property | verdict | time | detail |", "| --- | --- | --- | --- |"]
+        lines += ["", "| property | level | verdict | time | detail |", "| --- | --- | --- | --- | --- |"]
         for v in self.verdicts:
             detail = v.reason.replace("|", "\\|").replace("`", "'")
-            lines.append(f"| {v.property} | **{v.verdict}** | {v.seconds:.1f} s | {detail} |")
+            level = "contract" if in_level(v.property, "contract") else "strict"
+            lines.append(f"| {v.property} | {level} | **{v.verdict}** | {v.seconds:.1f} s | {detail} |")
         for v in self.verdicts:
             if v.failure is not None:
                 lines += ["", *self._failure_markdown(v)]

@@ -10,6 +10,11 @@ declare its capabilities itself, so that its users need no flags:
 
 CLI flags and ``--harel-capabilities`` override the declared ones field by field; the
 ``capabilities`` argument of ``certify`` replaces them whole.
+
+A factory takes ``(clock, namespace)``, or only ``(clock)`` as harel.testing's ``make(clock)``
+does: such a factory must open a fresh, empty queue on every call, and since it cannot open
+the same storage twice, durability and sharing are not checked.  A transport of harel's own
+Protocol is recognised by its ``claim``, which takes no ``routing_keys`` (:func:`detect_protocol`).
 """
 
 from __future__ import annotations
@@ -26,9 +31,10 @@ from pathlib import Path
 from typing import Any
 
 from stateful import Capabilities
+from stateful._harel import call_factory, takes_namespace
 from stateful._processes import FactoryRecipe
 
-__all__ = ["CertificationError", "Target", "capability_flags", "parse_capabilities"]
+__all__ = ["CertificationError", "Target", "capability_flags", "detect_protocol", "parse_capabilities"]
 
 
 class CertificationError(Exception):
@@ -183,7 +189,8 @@ class Target:
             "",
             "if __name__ == '__main__':  # the branch processes import this file again: set up once",
             setup,
-            f"    with BranchProcesses({recipe}, is_async={self.is_async}) as processes:",
+            f"    with BranchProcesses({recipe}, is_async={self.is_async}, "
+            f"protocol={self.capabilities.protocol!r}) as processes:",
             f"        {run}, processes=processes)",
         ])
 
@@ -219,11 +226,15 @@ def declared_capabilities(factory: Callable) -> Capabilities:
 
 
 def resolve(declared: Capabilities, overrides: Mapping[str, Any] | None) -> Capabilities:
-    """``declared`` with every override that is not None applied."""
+    """``declared`` with every override that is not None applied.  Switching to harel's
+    Protocol also switches to what it implies (no routing keys, acks by seq) unless those are
+    overridden too."""
     changes = {k: v for k, v in (overrides or {}).items() if v is not None}
     fields = {f.name for f in dataclasses.fields(Capabilities)}
     if unknown := set(changes) - fields:
         raise CertificationError(f"unknown capabilities {sorted(unknown)}; choose from {sorted(fields)}")
+    if changes.get("protocol") == "harel" and declared.protocol != "harel":
+        changes = {"routing": False, "acks": "by-seq", **changes}
     try:
         return dataclasses.replace(declared, **changes)
     except (TypeError, ValueError) as exc:
@@ -245,6 +256,55 @@ def parse_capabilities(text: str) -> dict[str, Any]:
         else:
             overrides[item] = True
     return overrides
+
+
+def detect_protocol(target: Target) -> Target:
+    """``target``, certified under harel's Protocol if its transport speaks it and nothing was
+    said about the protocol; and checked for what a one-argument factory cannot do.
+
+    harel's ``claim(worker_id, visibility, min_priority=0)`` takes no ``routing_keys``: that is
+    how a transport of harel's Protocol is told from one of harel-ref's."""
+    caps = target.capabilities
+    if caps.protocol == "harel-ref" and target.declared.protocol == "harel-ref" and _claims_without_routing(target):
+        caps = resolve(caps, {"protocol": "harel"})
+        target = dataclasses.replace(target, capabilities=caps)
+    if not takes_namespace(target.factory) and (caps.durable or caps.shared):
+        raise CertificationError(
+            f"{target.name} is a one-argument factory(clock): it opens a fresh queue every call, so "
+            "durability and sharing cannot be checked (they need factory(clock, namespace) to "
+            "open the same storage again); declare them False or give the factory a namespace"
+        )
+    return target
+
+
+def _claims_without_routing(target: Target) -> bool:
+    """Open one transport (without adapting it) and look at its ``claim``'s parameters."""
+    import asyncio
+
+    from stateful._machine import FakeClock
+
+    loop = asyncio.new_event_loop() if target.is_async else None
+    try:
+        made = call_factory(target.factory, FakeClock(), "harel_ref_detect")
+        if inspect.isawaitable(made):
+            if loop is None:
+                return False  # preflight says to declare it async
+            made = loop.run_until_complete(made)
+        try:
+            parameters = inspect.signature(made.claim).parameters
+        except (AttributeError, TypeError, ValueError):
+            return False  # preflight says what is wrong with it
+        finally:
+            close = getattr(made, "close", None)
+            closed = close() if callable(close) else None
+            if inspect.isawaitable(closed) and loop is not None:
+                loop.run_until_complete(closed)
+        return "routing_keys" not in parameters and not any(p.kind == p.VAR_KEYWORD for p in parameters.values())
+    except Exception:
+        return False  # the factory cannot open a transport: preflight says so
+    finally:
+        if loop is not None:
+            loop.close()
 
 
 def capability_flags(caps: Capabilities, declared: Capabilities) -> list[str]:
