@@ -1,4 +1,5 @@
-"""Drive an asyncio transport from synchronous code, so one machine checks both twins."""
+"""Open transports for the checkers: drive an asyncio transport from synchronous code (so one
+machine checks both twins), speak harel's Protocol, and contain a transport's panics."""
 
 from __future__ import annotations
 
@@ -8,7 +9,46 @@ from typing import Any
 
 from ._harel import AsyncHarelAdapter, HarelAdapter, call_factory
 
-__all__ = ["BlockingTransport", "open_transport"]
+__all__ = ["BlockingTransport", "PanicGuard", "TransportPanic", "open_transport"]
+
+
+class TransportPanic(Exception):
+    """The transport raised a ``BaseException`` that is not a request to stop, such as pyo3's
+    ``PanicException`` (a Rust panic in a binding like ``libsql``'s).  The checkers report it
+    as the call's failure, as they would any other error."""
+
+
+class PanicGuard:
+    """A transport whose calls raise :class:`TransportPanic` instead of a foreign
+    ``BaseException``: one that escaped would stop a whole certification, losing every verdict
+    already found."""
+
+    def __init__(self, transport: Any) -> None:
+        self.transport = transport
+
+    def publish(self, *args, **kwargs):
+        return _contained(self.transport.publish, args, kwargs)
+
+    def claim(self, *args, **kwargs):
+        return _contained(self.transport.claim, args, kwargs)
+
+    def ack(self, *args, **kwargs):
+        return _contained(self.transport.ack, args, kwargs)
+
+    def nack(self, *args, **kwargs):
+        return _contained(self.transport.nack, args, kwargs)
+
+    def close(self, *args, **kwargs):
+        return _contained(self.transport.close, args, kwargs)
+
+
+def _contained(method, args, kwargs):
+    try:
+        return method(*args, **kwargs)
+    except (Exception, KeyboardInterrupt, SystemExit, GeneratorExit):
+        raise
+    except BaseException as exc:
+        raise TransportPanic(f"{type(exc).__name__}: {exc}") from exc
 
 
 class BlockingTransport:
@@ -58,7 +98,7 @@ def open_transport(factory, clock, namespace, loop: asyncio.AbstractEventLoop | 
                 "the factory returned an awaitable: declare the backend async (is_async=True "
                 "or --async) so the checker awaits it"
             )
-        return HarelAdapter(made) if protocol == "harel" else made
+        return PanicGuard(HarelAdapter(made) if protocol == "harel" else made)
     if inspect.isawaitable(made):
         made = loop.run_until_complete(made)
-    return BlockingTransport(AsyncHarelAdapter(made) if protocol == "harel" else made, loop)
+    return PanicGuard(BlockingTransport(AsyncHarelAdapter(made) if protocol == "harel" else made, loop))

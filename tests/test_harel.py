@@ -1,0 +1,198 @@
+"""harel's own Protocol, certified natively (SPEC.md R20, R21), on the real ``harel`` package.
+
+- a transport written from harel's docs (``examples/harel_protocol.py``, a ``make(clock)``
+  factory and nothing else) is certified by ``harel-ref certify module:make``;
+- harel 0.9.0's own transports show the consequences of acking by seq as counterexamples;
+- harel's conformance kit (``harel.testing.assert_transport_contract``) and harel-ref's
+  certifier, side by side on the broken variants of ``tests/broken.py``: harel-ref catches every
+  variant harel's kit catches.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+from harel.engine.transport import Lease as HarelLease
+from harel.spec.states import Event
+from harel.testing import assert_transport_contract
+
+from broken import BROKEN, CONCURRENCY_BROKEN, broken_backend, broken_sqlite_backend
+from harel_ref.certify import certify
+from harel_ref.certify._target import Target
+from harel_ref.transport import Lease
+from stateful import Capabilities
+from stateful.backends import load
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+# --- harel's kit on harel-ref transports: the Protocol the other way round ------------------
+
+
+class SpeaksHarel:
+    """A harel-ref transport behind harel's Protocol, so that harel's kit can run on it: Events
+    are stored as their JSON, leases carry harel-ref's token, ack and nack answer None."""
+
+    def __init__(self, transport) -> None:
+        self.transport = transport
+
+    def publish(self, group_id, event, priority=0):
+        self.transport.publish(group_id, event.model_dump_json(), priority)
+
+    def claim(self, worker_id, visibility, min_priority=0):
+        lease = self.transport.claim(worker_id, visibility, min_priority)
+        if lease is None:
+            return None
+        return HarelLease(lease.seq, lease.group_id, Event.model_validate_json(lease.event), lease.token)
+
+    def ack(self, lease):
+        self.transport.ack(Lease(lease.group_id, lease.event.model_dump_json(), lease.seq, lease.token))
+
+    def nack(self, lease, delay=0.0):
+        self.transport.nack(Lease(lease.group_id, lease.event.model_dump_json(), lease.seq, lease.token), delay)
+
+    def close(self):
+        self.transport.close()
+
+
+def harel_kit_catches(backend) -> bool:
+    """Whether ``harel.testing.assert_transport_contract`` fails the transports of ``backend``
+    (each ``make(clock)`` opens a fresh namespace, as the kit asks)."""
+    try:
+        assert_transport_contract(lambda clock: SpeaksHarel(backend.factory(clock, f"kit_{uuid.uuid4().hex[:12]}")))
+    except AssertionError:
+        return True
+    return False
+
+
+def every_variant(directory) -> dict:
+    """Every broken variant of tests/broken.py: name -> (backend, the property it breaks)."""
+    variants = {name: (broken_backend(name), prop) for name, (_, prop) in BROKEN.items()}
+    variants.update({name: (broken_sqlite_backend(name, directory), prop) for name, (_, prop) in CONCURRENCY_BROKEN.items()})
+    return variants
+
+
+def test_harel_kit_passes_the_reference_transport_through_the_reversed_protocol():
+    from stateful.backends import load as load_bundled
+
+    for reference in ("memory", "sqlite"):  # so a variant the kit fails is the variant's fault
+        assert not harel_kit_catches(load_bundled(reference)(None))
+
+
+def test_harel_ref_catches_every_broken_variant_that_harel_kit_catches(tmp_path):
+    """Side by side: harel's kit runs on every variant; harel-ref's certifier must fail each one
+    the kit fails, on the property it breaks (the other variants are caught by harel-ref in
+    tests/test_certify.py and tests/test_parallel.py, which the kit misses)."""
+    variants = every_variant(tmp_path)
+    caught_by_harel = sorted(name for name, (backend, _) in variants.items() if harel_kit_catches(backend))
+    assert caught_by_harel, "harel's kit catches some variants (fairness, priority): else this compares nothing"
+    missed = []
+    for name in caught_by_harel:
+        backend, prop = variants[name]
+        report = certify(backend.factory, backend.capabilities, profile="quick", properties=[prop])
+        if report.verdict(prop).verdict != "failed":
+            missed.append(name)
+    assert not missed, f"harel's kit catches {missed}, harel-ref does not"
+    print(f"harel's kit catches {len(caught_by_harel)} of {len(variants)} variants: {caught_by_harel}")
+
+
+# --- a harel transport written from harel's docs -------------------------------------------
+
+
+def test_a_make_clock_transport_from_harels_docs_is_certified_by_the_cli(tmp_path):
+    """``harel-ref certify examples.harel_protocol:make``: harel's Protocol is detected, both
+    levels are printed, and the exit code follows the contract level."""
+    run = subprocess.run(
+        [sys.executable, "-m", "harel_ref._cli", "certify", "examples.harel_protocol:make", "--profile", "quick",
+         "--only", "fifo", "--only", "no-loss", "--only", "close", "--report-dir", str(tmp_path)],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert run.returncode == 1, run.stdout + run.stderr  # no-loss, a contract property, fails
+    assert "levels: harel contract: failed (no-loss); harel-ref strict: failed (no-loss, close)" in run.stdout
+    report = json.loads((tmp_path / "report.json").read_text())
+    assert report["capabilities"]["protocol"] == "harel" and report["capabilities"]["acks"] == "by-seq"
+    assert report["level"] == "contract" and report["levels"] == {"contract": "failed", "strict": "failed"}
+    verdicts = {p["property"]: p["verdict"] for p in report["properties"]}
+    assert verdicts == {"fifo": "passed", "no-loss": "failed", "close": "failed"}
+    no_loss = next(p for p in report["properties"] if p["property"] == "no-loss")["failure"]
+    assert "still working on it" in no_loss["expected"]
+    assert any("release_stale" in step or "ack(" in step for step in no_loss["steps"])
+
+
+def test_the_exit_code_follows_the_level(tmp_path):
+    """fencing fails at the strict level only: exit 0 under --level contract, 1 under strict."""
+    base = [sys.executable, "-m", "harel_ref._cli", "certify", "examples.harel_protocol:make", "--profile", "quick",
+            "--only", "fifo", "--only", "close", "--report-dir", str(tmp_path), "--quiet"]
+    contract = subprocess.run(base, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert contract.returncode == 0, contract.stdout + contract.stderr
+    strict = subprocess.run([*base, "--level", "strict"], cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert strict.returncode == 1, strict.stdout + strict.stderr
+    assert "outcome at the harel-ref strict level: failed" in strict.stdout
+
+
+def test_a_one_argument_factory_cannot_declare_durability():
+    from examples.harel_protocol import make
+
+    with pytest.raises(Exception, match="one-argument factory"):
+        certify(make, Capabilities.harel(durable=True), profile="quick", properties=["fifo"])
+
+
+# --- harel 0.9.0's own transports ----------------------------------------------------------
+
+
+def test_harel_sqlite_shows_what_acking_by_seq_breaks(tmp_path):
+    """The consequences of harel's unfenced ack and nack, as counterexamples on its real
+    SqliteTransport: a stale ack or nack lets a claim hand out a group that a worker still
+    holds (single-in-flight), and a stale ack deletes a message another worker is working on
+    (no-loss)."""
+    backend = load("harel-sqlite")(tmp_path)
+    report = certify(backend.factory, backend.capabilities, profile="quick",
+                     properties=["single-in-flight", "no-loss", "fifo"])
+    assert report.verdict("fifo").verdict == "passed"
+    single = report.verdict("single-in-flight")
+    assert single.verdict == "failed" and "its worker never acked or nacked it" in single.failure.expected
+    no_loss = report.verdict("no-loss")
+    assert no_loss.verdict == "failed" and "still working on it" in no_loss.failure.expected
+    for failure in (single.failure, no_loss.failure):
+        assert failure.reproduction.startswith("# Replays")
+    assert report.level == "contract" and report.outcome == "failed"
+
+
+def test_a_reproduction_of_a_harel_failure_replays(tmp_path):
+    target = Target.from_bundled("harel-memory", tmp_path)  # as `--bundled harel-memory` names it
+    report = certify(target.factory, profile="quick", properties=["no-loss"], _target=target)
+    failure = report.verdict("no-loss").failure
+    assert failure is not None
+    run = subprocess.run([sys.executable, "-c", failure.reproduction], cwd=ROOT, capture_output=True, text=True,
+                         timeout=300)
+    assert run.returncode != 0 and "still working on it" in run.stderr, run.stderr[-2000:]
+
+
+@pytest.mark.parametrize("name", ["InMemoryTransport", "SqliteTransport", "LibsqlTransport"])
+def test_harels_kit_passes_harels_own_transports(name):
+    """The control for the table in docs/harel-0.9.md: harel's transports pass harel's kit."""
+    import harel.engine.transport as harel_transports
+
+    transport_class = getattr(harel_transports, name)
+    if name == "InMemoryTransport":
+        assert_transport_contract(lambda clock: transport_class(clock))
+    else:
+        assert_transport_contract(lambda clock: transport_class(":memory:", clock))
+
+
+def test_a_rust_panic_is_a_verdict_not_a_crash(tmp_path):
+    """harel 0.9.0's LibsqlTransport panics in libsql's Rust code (pyo3's PanicException, a
+    BaseException) when used after close(): the certifier reports it and writes the report."""
+    run = subprocess.run(
+        [sys.executable, "-m", "harel_ref._cli", "certify", "--bundled", "harel-libsql", "--profile", "quick",
+         "--only", "close", "--level", "strict", "--report-dir", str(tmp_path), "--quiet"],
+        cwd=ROOT, capture_output=True, text=True, timeout=600,
+    )
+    assert run.returncode == 1, run.stdout + run.stderr[-3000:]
+    close = json.loads((tmp_path / "report.json").read_text())["properties"][0]
+    assert close["verdict"] == "failed" and "TransportPanic('PanicException" in close["failure"]["answered"]
