@@ -1,5 +1,6 @@
 """One or more examples per rule of SPEC.md, written against the model (R1-R12, R18) or,
-for the rules about calls (R13-R17), against InMemoryTransport."""
+for the rules about calls (R13-R17), against InMemoryTransport; R20 and R21 against the
+model, the harel adapter and the report levels."""
 
 import math
 
@@ -334,3 +335,63 @@ def test_r19_overlapping_calls_need_one_order_that_fits_the_model():
     both = Record("w2", "claim", 3, {"worker_id": "w2", "visibility": 5.0}, complete=6, result=lease("t2"), at=1.0)
     refused = check_linearizable([publish, first, both])  # two leases on one head: no order fits
     assert refused.ok is False and refused.property == "single-in-flight"
+
+
+def test_r20_an_ack_by_seq_acts_whoever_holds_the_message_and_the_holder_still_holds_it():
+    q = QueueModel(acks="by-seq")
+    q.publish("g", "a")
+    q.publish("g", "b")
+    q.take(Claimed("g", 1, "a"), "t1", 1.0, 1.0)  # w1's lease lapses at 2.0
+    q.take(Claimed("g", 1, "a"), "t2", 3.0, 5.0)  # w2 takes "a" over, until 8.0
+    assert [h.token for h in q.holdings("g", 4.0)] == ["t2"]
+    assert q.ack("t1", 4.0) is True  # w1's stale ack deletes "a" under w2 (fenced: False)
+    assert q.contents() == {"g": ["b"]}
+    assert [h.token for h in q.holdings("g", 4.0)] == ["t2"]  # w2 still works on "a": no-loss broken
+    assert q.claim_outcomes(4.0) == {Claimed("g", 2, "b")}  # and "b" is claimable: single-in-flight broken
+
+
+def test_r20_a_stale_nack_by_seq_frees_the_message_under_its_holder():
+    q = QueueModel(acks="by-seq")
+    q.publish("g", "a")
+    q.take(Claimed("g", 1, "a"), "t1", 1.0, 1.0)
+    q.take(Claimed("g", 1, "a"), "t2", 3.0, 5.0)
+    assert q.nack("t1", 0, 4.0) is True
+    assert q.claim_outcomes(4.0) == {Claimed("g", 1, "a")}  # a third worker can claim it
+    fenced = QueueModel()
+    fenced.publish("g", "a")
+    fenced.take(Claimed("g", 1, "a"), "t1", 1.0, 1.0)
+    fenced.take(Claimed("g", 1, "a"), "t2", 3.0, 5.0)
+    assert fenced.nack("t1", 0, 4.0) is False and fenced.claim_outcomes(4.0) == {None}
+
+
+def test_r20_a_holding_ends_with_its_own_ack_or_nack_or_when_it_lapses():
+    q = QueueModel(acks="by-seq")
+    q.publish("g", "a")
+    q.take(Claimed("g", 1, "a"), "t1", 1.0, 1.0)
+    assert [h.token for h in q.holdings("g", 2.0)] == ["t1"]  # live at its exact end (R3)
+    assert q.holdings("g", 2.0 + 2.0**-10) == []
+    q.nack("t1", 0, 1.5)
+    assert q.holdings("g", 1.5) == []
+
+
+def test_r20_each_event_text_is_one_harel_event_compared_by_equality():
+    from harel.spec.states import Event  # the harel extra: pip install 'harel-ref[harel]'
+
+    from stateful._harel import from_event, to_event
+
+    assert to_event("a") == to_event("a") and to_event("a") != to_event("b")
+    assert from_event(to_event("ü✓")) == "ü✓"
+    assert from_event(Event.model_validate_json(to_event("x").model_dump_json())) == "x"  # through storage
+    stranger = Event(kind="harel-ref", data={"text": "x"})  # the right text, another id
+    assert from_event(stranger) != "x" and "not an event harel-ref published" in from_event(stranger)
+
+
+def test_r21_the_contract_level_is_what_harel_promises_and_strict_is_everything():
+    from harel_ref.certify import PROPERTIES
+    from harel_ref.certify._report import in_level
+
+    contract = {p for p in PROPERTIES if in_level(p, "contract")}
+    assert {p for p in PROPERTIES if p not in contract} == {"fencing", "bad-input", "close", "routing"}
+    assert all(in_level(p, "strict") for p in PROPERTIES)
+    with pytest.raises(ValueError, match="unknown level"):
+        in_level("fifo", "lenient")
