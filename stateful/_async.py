@@ -9,7 +9,7 @@ from typing import Any
 
 from ._harel import AsyncHarelAdapter, HarelAdapter, call_factory
 
-__all__ = ["BlockingTransport", "PanicGuard", "TransportPanic", "open_transport"]
+__all__ = ["AsyncPanicGuard", "BlockingTransport", "PanicGuard", "TransportPanic", "open_transport"]
 
 
 class TransportPanic(Exception):
@@ -42,10 +42,52 @@ class PanicGuard:
         return _contained(self.transport.close, args, kwargs)
 
 
+class AsyncPanicGuard:
+    """:class:`PanicGuard` for an asyncio transport (what :class:`BlockingTransport` drives,
+    and what the parallel search and the soak await directly as its ``transport``)."""
+
+    def __init__(self, transport: Any) -> None:
+        self.transport = transport
+
+    async def publish(self, *args, **kwargs):
+        return await _contained_async(self.transport.publish, args, kwargs)
+
+    async def claim(self, *args, **kwargs):
+        return await _contained_async(self.transport.claim, args, kwargs)
+
+    async def ack(self, *args, **kwargs):
+        return await _contained_async(self.transport.ack, args, kwargs)
+
+    async def nack(self, *args, **kwargs):
+        return await _contained_async(self.transport.nack, args, kwargs)
+
+    async def close(self, *args, **kwargs):
+        return await _contained_async(self.transport.close, args, kwargs)
+
+
+_STOPS = (Exception, KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError)
+"""What passes a guard unchanged: errors, and requests to stop."""
+
+
 def _contained(method, args, kwargs):
     try:
         return method(*args, **kwargs)
-    except (Exception, KeyboardInterrupt, SystemExit, GeneratorExit):
+    except _STOPS:
+        raise
+    except BaseException as exc:
+        raise TransportPanic(f"{type(exc).__name__}: {exc}") from exc
+
+
+async def _contained_async(method, args, kwargs):
+    try:
+        answer = method(*args, **kwargs)
+        if not inspect.isawaitable(answer):
+            raise TypeError(
+                f"{type(method.__self__).__name__} was declared async, but {method.__name__}() returned "
+                f"{answer!r} instead of an awaitable; declare the backend sync instead"
+            )
+        return await answer
+    except _STOPS:
         raise
     except BaseException as exc:
         raise TransportPanic(f"{type(exc).__name__}: {exc}") from exc
@@ -101,4 +143,4 @@ def open_transport(factory, clock, namespace, loop: asyncio.AbstractEventLoop | 
         return PanicGuard(HarelAdapter(made) if protocol == "harel" else made)
     if inspect.isawaitable(made):
         made = loop.run_until_complete(made)
-    return PanicGuard(BlockingTransport(AsyncHarelAdapter(made) if protocol == "harel" else made, loop))
+    return BlockingTransport(AsyncPanicGuard(AsyncHarelAdapter(made) if protocol == "harel" else made), loop)

@@ -255,3 +255,18 @@ def test_a_transport_that_hangs_under_concurrency_is_reported_not_waited_for(mon
     gate.set()
     assert [f.property for f in result.failures()][0] == "contention"
     assert "no answer within 1 s" in result.failures()[0].answered
+
+
+@pytest.mark.parametrize("name", ["memory-async", "harel-memory-async"])
+def test_an_async_transport_answers_every_call_of_its_branches(name):
+    """The branches of an asyncio transport run as tasks on its loop, awaiting the transport
+    itself: every call answers (a wrapper that hid the coroutines would make them all fail)."""
+    from stateful.backends import load
+    from stateful.parallel import Claim, Publish, run_program
+
+    backend = load(name)(None)
+    program = Program(prefix=(Publish("g1", "e1"), Publish("g2", "e2")), branches=((Claim(),), (Claim(),)))
+    run = run_program(backend.factory, program, backend.capabilities, is_async=True)
+    assert [r.error for r in run.records if r.error is not None] == []
+    claimed = [r.result for r in run.records if r.op == "claim" and r.worker != "drain"]
+    assert sorted(lease.group_id for lease in claimed) == ["g1", "g2"]
