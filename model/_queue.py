@@ -120,13 +120,18 @@ class QueueModel:
     ``relax`` names rules of :data:`RELAXABLE` to leave out (the checkers' diagnosis of a
     concurrent history; see there).
 
+    ``ties="any"`` leaves out R4's tie-break (groups with equal stamps go by arrival): the
+    round-robin that harel's contract promises, without the order harel-ref adds (R21).
+
     ``acks`` (:data:`ACKS`) says how ack and nack find their message: by token (R10) or by seq
     (R20).  Either way the model also keeps each worker's own view of its leases
     (:meth:`holdings`): the checkers compare it with the queue to see what a stale ack or nack
     by seq broke.
     """
 
-    def __init__(self, fairness: Fairness = "claim", *, relax: Iterable[str] = (), acks: str = "fenced") -> None:
+    def __init__(
+        self, fairness: Fairness = "claim", *, relax: Iterable[str] = (), acks: str = "fenced", ties: str = "arrival"
+    ) -> None:
         if fairness not in ("claim", "ack", "unspecified"):
             raise ValueError(f"fairness must be 'claim', 'ack' or 'unspecified', got {fairness!r}")
         relax = frozenset(relax)
@@ -134,7 +139,10 @@ class QueueModel:
             raise ValueError(f"relax takes rules from {sorted(RELAXABLE)}, got {sorted(unknown)}")
         if acks not in ACKS:
             raise ValueError(f"acks must be one of {ACKS}, got {acks!r}")
+        if ties not in ("arrival", "any"):
+            raise ValueError(f"ties must be 'arrival' or 'any', got {ties!r}")
         self.fairness = fairness
+        self.ties = ties
         self.relax = relax
         self.acks = acks
         self._groups: dict[str, _Group] = {}
@@ -145,7 +153,7 @@ class QueueModel:
     def copy(self) -> QueueModel:
         """An independent copy (the linearizability checker branches on copies)."""
         twin = QueueModel.__new__(QueueModel)
-        twin.fairness, twin.relax, twin.acks = self.fairness, self.relax, self.acks
+        twin.fairness, twin.relax, twin.acks, twin.ties = self.fairness, self.relax, self.acks, self.ties
         twin._groups = {group_id: group.copy() for group_id, group in self._groups.items()}
         twin._holdings = dict(self._holdings)
         twin._last_seq, twin._arrivals = self._last_seq, self._arrivals
@@ -221,7 +229,9 @@ class QueueModel:
         if self.fairness == "unspecified":
             return False
         # Order by last_claimed_at, ties by arrival; with uncertain stamps, only when certain.
-        return a.stamp.hi < b.stamp.lo or (a.stamp.hi == b.stamp.lo and a.arrival < b.arrival)
+        if a.stamp.hi < b.stamp.lo:
+            return True
+        return self.ties == "arrival" and a.stamp.hi == b.stamp.lo and a.arrival < b.arrival
 
     # --- R7-R10: ack and nack ------------------------------------------------------------------
 

@@ -186,6 +186,9 @@ class TransportMachine(RuleBasedStateMachine):
       worker's own view of its leases (SPEC.md R20): ``"single-in-flight"`` (a claim hands out
       a message whose earlier holder is still working on it) and ``"no-loss"`` (an ack deletes
       a message another worker is still working on).
+    - ``ties``: ``"arrival"`` (R4's tie-break) or ``"any"`` (groups stamped at one instant may
+      go in any order: harel's round-robin, R21); ``fairness_as`` names the property a wrong
+      choice of group counts against (``"tie-break"`` in the search for the tie-break alone).
     """
 
     backend: Backend
@@ -196,6 +199,8 @@ class TransportMachine(RuleBasedStateMachine):
     after_stale: str | None = None
     model_acks: str | None = None
     consequences: frozenset[str] = frozenset({"single-in-flight", "no-loss"})
+    ties: str = "arrival"
+    fairness_as: str = "fairness"
     check_close: bool = True
 
     leases = Bundle("leases")
@@ -207,7 +212,7 @@ class TransportMachine(RuleBasedStateMachine):
         self.clock = FakeClock()
         self.namespace = f"ns_{uuid.uuid4().hex[:12]}"
         self.loop = asyncio.new_event_loop() if self.backend.is_async else None
-        self.model = QueueModel(caps.fairness, acks=self.model_acks or caps.acks)
+        self.model = QueueModel(caps.fairness, acks=self.model_acks or caps.acks, ties=self.ties)
         self.answerless = caps.protocol == "harel"  # ack and nack answer None (R20)
         try:
             self.instances = [self._open()]
@@ -218,6 +223,7 @@ class TransportMachine(RuleBasedStateMachine):
         self.tokens: set[str] = set()
         self.issued: list[Any] = []  # every lease handed out, in order
         self.seqs: dict[tuple[str, int], int] = {}  # (group, model seq) -> transport's seq
+        self.model_seqs: dict[str, int] = {}  # token -> the model's seq of the message it leased
         self.in_step = False
         self.reopened = False
         self.refused = False  # a bad_input step has been refused
@@ -243,7 +249,12 @@ class TransportMachine(RuleBasedStateMachine):
         answer = method(*args)
         return answer, When(before, time.time())
 
-    def _diverge(self, prop: str, step: str, expected: str, answered: Any) -> Divergence:
+    def _diverge(self, prop: str, step: str, expected: str, answered: Any, *, consequence: bool = False) -> Divergence:
+        if prop == "fairness":
+            prop = self.fairness_as
+        if self.stale and self.answerless and self.model.acks == "by-seq" and not consequence:
+            step += ("  (the model acts by seq for the stale ack or nack before this step, as declared: "
+                     "if the transport fences them, declare acks='fenced')")
         check = prop
         if self.reopened and self.after_reopen is not None and prop != self.after_reopen:
             step = f"{step}  (after a reopen; the check that failed: {prop})"
@@ -355,6 +366,7 @@ class TransportMachine(RuleBasedStateMachine):
         self._check_lease_identity(step, lease, claimed)
         self._check_still_held(step, lease, claimed, when)
         self.model.take(claimed, lease.token, when, self._seconds(visibility))
+        self.model_seqs[lease.token] = claimed.seq
         self.issued.append(lease)
         return lease
 
@@ -373,7 +385,7 @@ class TransportMachine(RuleBasedStateMachine):
                 f"{self.seqs.get((claimed.group_id, holding.seq), holding.seq)} is live until "
                 f"{_moment(holding.until)} and its worker never acked or nacked it (an ack or nack "
                 f"by seq of an older lease freed the message under it, R20)",
-                lease,
+                lease, consequence=True,
             )
 
     def _judged_now(self) -> float | When:
@@ -396,7 +408,10 @@ class TransportMachine(RuleBasedStateMachine):
 
     def _check_lease_identity(self, step: str, lease, claimed: Claimed) -> None:
         """R16: tokens are unique per claim; a message's seq is stable and increases along
-        its group."""
+        its group.  (harel's Protocol makes no promise of either: its Lease's seq identifies
+        the message only for some backends, and the token is the checkers' own, R20.)"""
+        if self.answerless:
+            return
         if lease.token in self.tokens:
             raise self._diverge("fencing", step, "a token never handed out before", lease)
         self.tokens.add(lease.token)
@@ -454,7 +469,7 @@ class TransportMachine(RuleBasedStateMachine):
                 "no-loss", f"ack({_lease_ref(lease)})",
                 f"the message to stay: the lease with token {holding.token!r} on it is live until "
                 f"{_moment(holding.until)} and its worker is still working on it (R20)",
-                f"{answer!r}, and the ack by seq deleted the message",
+                f"{answer!r}, and the ack by seq deleted the message", consequence=True,
             )
         self.in_step = False
 
@@ -470,10 +485,7 @@ class TransportMachine(RuleBasedStateMachine):
 
     def _model_seq(self, lease) -> int | None:
         """The model's seq of the message ``lease`` is for."""
-        for (group, model_seq), seq in self.seqs.items():
-            if group == lease.group_id and seq == lease.seq:
-                return model_seq
-        return None
+        return self.model_seqs.get(lease.token)
 
     @rule(lease=leases, via=st.integers(0, 1))
     def nack_now(self, lease, via):
@@ -655,6 +667,8 @@ def make_machine(
     after_stale: str | None = None,
     model_acks: str | None = None,
     consequences: Iterable[str] = ("single-in-flight", "no-loss"),
+    ties: str = "arrival",
+    fairness_as: str = "fairness",
     check_close: bool = True,
     name: str | None = None,
 ) -> type[TransportMachine]:
@@ -664,8 +678,8 @@ def make_machine(
     By default every rule of :data:`RULES` runs and every check is made.  ``rules`` (names
     from :data:`RULES` and :data:`FOCUS_RULES`) runs those rules instead; ``stale_leases``,
     ``clock_slack``, ``after_reopen``, ``after_bad_input``, ``after_stale``, ``model_acks``,
-    ``consequences`` and ``check_close`` set the class attributes of the same names (see
-    :class:`TransportMachine`).  ``name`` is the
+    ``consequences``, ``ties``, ``fairness_as`` and ``check_close`` set the class attributes of
+    the same names (see :class:`TransportMachine`).  ``name`` is the
     class name Hypothesis prints in a failing example (default: from the backend's name).
     """
     if name is None:
@@ -680,6 +694,8 @@ def make_machine(
         "after_stale": after_stale,
         "model_acks": model_acks,
         "consequences": frozenset(consequences),
+        "ties": ties,
+        "fairness_as": fairness_as,
         "check_close": check_close,
     }
     rules = set(RULES if rules is None else rules)

@@ -77,6 +77,14 @@ class FairnessIgnored(InMemoryTransport):
         return list(self.store.groups.items())
 
 
+class TiesByHeadSeq(InMemoryTransport):
+    """Groups with equal ``last_claimed_at`` go by the seq of their head, not by arrival: what
+    harel 0.9.0's InMemoryTransport does.  Round-robin holds; R4's tie-break does not."""
+
+    def _groups_in_claim_order(self):
+        return sorted(self.store.groups.items(), key=lambda item: (item[1].last_claimed_at, item[1].messages[0].seq))
+
+
 class PriorityFloorIgnored(InMemoryTransport):
     """``min_priority`` is accepted but not applied (R4)."""
 
@@ -160,6 +168,7 @@ BROKEN = {
     "nack(0) to the back of its group": (NackToBack, "fifo"),
     "parked group claimable early": (ParkedClaimableEarly, "parking"),
     "fairness ignored": (FairnessIgnored, "fairness"),
+    "ties by head seq": (TiesByHeadSeq, "tie-break"),
     "priority floor ignored": (PriorityFloorIgnored, "priority-floor"),
     "routing keys ignored": (RoutingIgnored, "routing"),
     "closed without saying so": (ClosedWithoutSaying, "close"),

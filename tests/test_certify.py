@@ -71,7 +71,7 @@ def test_absent_capabilities_are_not_applicable_and_not_exercised():
     caps = Capabilities(priority=False, routing=False, parking=False, durable=False, fairness="unspecified")
     report = certify(backend.factory, caps, profile=SMALL)
     verdicts = _verdicts(report)
-    for prop in ("priority-floor", "routing", "parking", "durability", "fairness"):
+    for prop in ("priority-floor", "routing", "parking", "durability", "fairness", "tie-break"):
         assert verdicts.pop(prop) == "not applicable"
     assert set(verdicts.values()) == {"passed"}
     assert report.exit_code == 0
@@ -139,7 +139,7 @@ def test_report_json_and_markdown(tmp_path):
     assert by_property["fencing"]["failure"]["expected"] == "False"
     assert by_property["fencing"]["failure"]["answered"] == "True"
     markdown = md_path.read_text()
-    assert "| fencing | **failed**" in markdown and "```python" in markdown
+    assert "| fencing | strict | **failed**" in markdown and "```python" in markdown
 
 
 def test_bad_arguments_say_how_to_fix_them():

@@ -391,7 +391,22 @@ def test_r21_the_contract_level_is_what_harel_promises_and_strict_is_everything(
     from harel_ref.certify._report import in_level
 
     contract = {p for p in PROPERTIES if in_level(p, "contract")}
-    assert {p for p in PROPERTIES if p not in contract} == {"fencing", "bad-input", "close", "routing"}
+    assert {p for p in PROPERTIES if p not in contract} == {"fencing", "tie-break", "bad-input", "close", "routing"}
     assert all(in_level(p, "strict") for p in PROPERTIES)
     with pytest.raises(ValueError, match="unknown level"):
         in_level("fifo", "lenient")
+
+
+def test_r21_without_the_tie_break_groups_stamped_at_one_instant_may_go_in_any_order():
+    q = QueueModel(ties="any")
+    q.publish("g1", "a")
+    q.publish("g2", "b")
+    assert q.claim_outcomes(1.0) == {Claimed("g1", 1, "a"), Claimed("g2", 2, "b")}  # both never claimed
+    q.take(Claimed("g1", 1, "a"), "t1", 1.0, 1.0)
+    q.publish("g1", "c")
+    q.ack("t1", 1.5)
+    assert q.claim_outcomes(1.5) == {Claimed("g2", 2, "b")}  # round-robin still holds: g1 was served
+    strict = QueueModel()
+    strict.publish("g1", "a")
+    strict.publish("g2", "b")
+    assert strict.claim_outcomes(1.0) == {Claimed("g1", 1, "a")}  # with R4's tie-break: arrival

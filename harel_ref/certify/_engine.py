@@ -107,6 +107,17 @@ def _declared(field: str, reason: str) -> Callable[[Capabilities], str | None]:
     return lambda caps: None if getattr(caps, field) else reason
 
 
+def _fairness_focus(what: str) -> _Focus:
+    """The searches of the order of groups: the same steps, judged with or without the
+    tie-break (``focus_machine`` sets the model's ``ties``)."""
+    return _Focus(
+        what,
+        _CORE | _TIME | {"nack_now", "advance_to_deadline"},
+        needs=lambda caps: "fairness is declared unspecified" if caps.fairness == "unspecified" else None,
+        checks=frozenset({"fairness"}),
+    )
+
+
 PROPERTIES: dict[str, _Focus] = {
     "single-in-flight": _Focus(
         "a group whose head is leased or parked is not claimable, by any instance, "
@@ -139,11 +150,13 @@ PROPERTIES: dict[str, _Focus] = {
         stale_leases=True,
         concurrent=True,
     ),
-    "fairness": _Focus(
-        "the claimable group with the oldest fairness stamp goes first, ties by arrival (R4, R5)",
-        _CORE | _TIME | {"nack_now", "advance_to_deadline"},
-        needs=lambda caps: "fairness is declared unspecified" if caps.fairness == "unspecified" else None,
-        checks=frozenset({"fairness"}),
+    "fairness": _fairness_focus(
+        "round-robin: the claimable group with the oldest fairness stamp goes first (R4, R5; "
+        "the order of equal stamps is tie-break's)"
+    ),
+    "tie-break": _fairness_focus(
+        "groups with equal fairness stamps (never claimed, or claimed at one instant) go in "
+        "arrival order (R4)"
     ),
     "priority-floor": _Focus(
         "claim(min_priority=p) only takes groups of priority >= p (R4, R12)",
@@ -237,6 +250,8 @@ def focus_machine(
         model_acks="fenced" if property == "fencing" else None,
         after_stale="fencing" if property == "fencing" and caps.protocol == "harel" else None,
         consequences=CONSEQUENCES & {property},
+        ties="arrival" if property == "tie-break" else "any",
+        fairness_as="tie-break" if property == "tie-break" else "fairness",
         clock_slack=0.0 if (focus.exact_time or wall) else TICK,
         after_reopen="durability" if "reopen" in focus.rules else None,
         # A refused call that still changed the queue shows up at a later step.
@@ -284,8 +299,8 @@ def _watched(machine: type, search: _Search) -> type:
             search.examples += 1
             super().__init__()
 
-        def _diverge(self, *args):
-            divergence = super()._diverge(*args)
+        def _diverge(self, *args, **kwargs):
+            divergence = super()._diverge(*args, **kwargs)
             if search.first is None:
                 search.first = divergence
             return divergence

@@ -26,8 +26,8 @@ CONTRACT = frozenset({
     "durability", "no-loss", "contention",
 })
 """The properties of the ``contract`` level (SPEC.md R21): what harel itself promises of a
-transport.  The ``strict`` level is every property: fencing, bad input, close and routing are
-what harel-ref specifies beyond harel."""
+transport.  The ``strict`` level is every property: fencing, the tie-break, bad input, close
+and routing are what harel-ref specifies beyond harel."""
 
 LEVELS = {"contract": "harel contract", "strict": "harel-ref strict"}
 """The conformance levels, and how a report names them."""
@@ -111,9 +111,10 @@ class Report:
         return self.outcome_at(self.level)
 
     def outcome_at(self, level: str) -> Literal["passed", "failed", "unknown"]:
-        """failed if a property of ``level`` failed, else unknown if one is unknown, else passed."""
+        """failed if a property of ``level`` failed, else unknown if one is unknown (or none of
+        them was selected), else passed."""
         found = {v.verdict for v in self.verdicts if in_level(v.property, level)}
-        return "failed" if "failed" in found else "unknown" if "unknown" in found else "passed"
+        return "failed" if "failed" in found else "unknown" if "unknown" in found or not found else "passed"
 
     def failed_at(self, level: str) -> list[str]:
         return [v.property for v in self.verdicts if v.verdict == "failed" and in_level(v.property, level)]
@@ -124,6 +125,9 @@ class Report:
         parts = []
         for level, shown in LEVELS.items():
             failed = self.failed_at(level)
+            if not any(in_level(v.property, level) for v in self.verdicts):
+                parts.append(f"{shown}: unknown (none of its properties was selected)")
+                continue
             parts.append(f"{shown}: {self.outcome_at(level)}" + (f" ({', '.join(failed)})" if failed else ""))
         return "; ".join(parts)
 
