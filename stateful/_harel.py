@@ -106,10 +106,10 @@ class HarelAdapter:
         return to_lease(self.transport.claim(worker_id, visibility, min_priority))
 
     def ack(self, lease):
-        return self.transport.ack(to_harel_lease(lease))
+        self.transport.ack(to_harel_lease(lease))  # whatever it returns, harel ignores it
 
     def nack(self, lease, delay=0):
-        return self.transport.nack(to_harel_lease(lease), delay)
+        self.transport.nack(to_harel_lease(lease), delay)
 
     def close(self):
         return self.transport.close()
@@ -130,26 +130,36 @@ class AsyncHarelAdapter:
         return to_lease(await self.transport.claim(worker_id, visibility, min_priority))
 
     async def ack(self, lease):
-        return await self.transport.ack(to_harel_lease(lease))
+        await self.transport.ack(to_harel_lease(lease))  # whatever it returns, harel ignores it
 
     async def nack(self, lease, delay=0):
-        return await self.transport.nack(to_harel_lease(lease), delay)
+        await self.transport.nack(to_harel_lease(lease), delay)
 
     async def close(self):
         return await self.transport.close()
 
 
 def takes_namespace(factory: Any) -> bool:
-    """Whether ``factory`` takes ``(clock, namespace)``; else it is harel.testing's ``make(clock)``."""
+    """Whether ``factory`` takes a namespace (``factory(clock, namespace)``, also as a keyword
+    ``namespace=``); else it is harel.testing's ``make(clock)``."""
     try:
         parameters = list(inspect.signature(factory).parameters.values())
     except (TypeError, ValueError):  # a builtin without a signature: assume the full form
         return True
     positional = [p for p in parameters if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
-    return len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in parameters)
+    return (len(positional) >= 2 or any(p.kind == p.VAR_POSITIONAL for p in parameters)
+            or any(p.kind == p.KEYWORD_ONLY and p.name == "namespace" for p in parameters))
 
 
 def call_factory(factory: Any, clock: Any, namespace: str) -> Any:
     """``factory(clock, namespace)``, or ``factory(clock)`` for a one-argument factory (which
     must give a fresh, empty queue on every call)."""
-    return factory(clock, namespace) if takes_namespace(factory) else factory(clock)
+    if not takes_namespace(factory):
+        return factory(clock)
+    try:
+        parameters = inspect.signature(factory).parameters
+    except (TypeError, ValueError):
+        parameters = {}
+    if "namespace" in parameters and parameters["namespace"].kind == inspect.Parameter.KEYWORD_ONLY:
+        return factory(clock, namespace=namespace)
+    return factory(clock, namespace)

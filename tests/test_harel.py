@@ -21,9 +21,10 @@ from harel.engine.transport import Lease as HarelLease
 from harel.spec.states import Event
 from harel.testing import assert_transport_contract
 
+from examples.harel_protocol import ListTransport
 from broken import BROKEN, CONCURRENCY_BROKEN, broken_backend, broken_sqlite_backend
-from harel_ref.certify import certify
-from harel_ref.certify._target import Target
+from harel_ref.certify import CertificationError, certify
+from harel_ref.certify._target import Target, detect_protocol
 from harel_ref.transport import Lease
 from stateful import Capabilities
 from stateful.backends import load
@@ -196,3 +197,141 @@ def test_a_rust_panic_is_a_verdict_not_a_crash(tmp_path):
     assert run.returncode == 1, run.stdout + run.stderr[-3000:]
     close = json.loads((tmp_path / "report.json").read_text())["properties"][0]
     assert close["verdict"] == "failed" and "TransportPanic('PanicException" in close["failure"]["answered"]
+
+
+@pytest.mark.parametrize("name", ["harel-memory", "harel-memory-async", "harel-sqlite", "harel-sqlite-async",
+                                  "harel-libsql", "harel-libsql-async"])
+def test_every_bundled_harel_transport_is_certified_at_both_levels(name, tmp_path):
+    """``--bundled harel-*`` opens harel's real classes; FIFO holds for all of them."""
+    target = Target.from_bundled(name, tmp_path)
+    report = certify(target.factory, profile="quick", properties=["fifo", "durability"], _target=target)
+    assert report.verdict("fifo").verdict == "passed", report.verdict("fifo").reason
+    durable = name.startswith(("harel-sqlite", "harel-libsql"))
+    assert report.verdict("durability").verdict == ("passed" if durable else "not applicable")
+    assert report.level == "contract" and report.levels_line() == "harel contract: passed; harel-ref strict: passed"
+
+
+# --- harel transports that fence, or that identify messages by token ------------------------
+
+
+class FencedListTransport(ListTransport):
+    """examples/harel_protocol.py, fencing ack and nack on a token per claim (as harel's
+    RedisTransport does): correct under both levels' single-in-flight and no-loss."""
+
+    def claim(self, worker_id, visibility, min_priority=0):
+        lease = super().claim(worker_id, visibility, min_priority)
+        if lease is None:
+            return None
+        token = uuid.uuid4().hex
+        with self._lock:
+            self._message(lease)["locked_by"] = token
+        return HarelLease(self._seq_of(lease), lease.group_id, lease.event, token)
+
+    def ack(self, lease):
+        with self._lock:
+            group = self._groups.get(lease.group_id)
+            if group is None or group["messages"][0]["locked_by"] != lease.token:
+                return None
+            group["messages"].pop(0)
+            if not group["messages"]:
+                del self._groups[lease.group_id]
+
+    def nack(self, lease, delay=0.0):
+        with self._lock:
+            group = self._groups.get(lease.group_id)
+            if group is None or group["messages"][0]["locked_by"] != lease.token:
+                return
+            head = group["messages"][0]
+            head["locked_by"], head["lock_expiry"] = ("__parked__", self._clock() + delay) if delay > 0 else (None, 0.0)
+
+    def _message(self, lease):
+        return next(m for m in self._groups[lease.group_id]["messages"] if m["seq"] == lease.seq)
+
+    def _seq_of(self, lease):
+        return lease.seq
+
+
+class TokenOnlyTransport(FencedListTransport):
+    """Leases carry seq 0, the message known by its token alone (harel's Redis and SQS
+    transports): harel's Protocol promises nothing of seq."""
+
+    def _seq_of(self, lease):
+        return 0
+
+
+class RowcountTransport(FencedListTransport):
+    """ack answers a row count, which harel ignores."""
+
+    def ack(self, lease):
+        super().ack(lease)
+        return 1
+
+
+def make_fenced(clock):
+    return FencedListTransport(clock)
+
+
+def make_token_only(clock):
+    return TokenOnlyTransport(clock)
+
+
+def make_rowcount(clock):
+    return RowcountTransport(clock)
+
+
+CONTRACT_CHECKS = ["single-in-flight", "fifo", "no-loss", "fencing"]
+
+
+@pytest.mark.parametrize("make", [make_fenced, make_token_only, make_rowcount])
+def test_a_fenced_harel_transport_passes_when_it_says_so(make):
+    assert not harel_kit_catches_make(make)
+    report = certify(make, Capabilities.harel(acks="fenced"), profile="quick", properties=CONTRACT_CHECKS)
+    assert {v.property: v.verdict for v in report.verdicts} == dict.fromkeys(CONTRACT_CHECKS, "passed"), [
+        (v.property, v.reason) for v in report.verdicts if v.verdict != "passed"]
+
+
+def test_detection_keeps_what_the_command_line_says():
+    target = detect_protocol(Target.from_spec("test_harel:make_fenced", {"acks": "fenced"}))
+    assert (target.capabilities.protocol, target.capabilities.acks, target.capabilities.routing) == ("harel", "fenced", False)
+    assert "--acks fenced" in target.command("quick", 0)  # the replay says it too
+    untouched = detect_protocol(Target.from_spec("test_harel:make_fenced", {"protocol": "harel-ref"}))
+    assert untouched.capabilities.protocol == "harel-ref"
+
+
+def test_a_harel_ref_transport_behind_args_is_not_taken_for_harels():
+    from stateful.backends import load as load_bundled
+
+    memory = load_bundled("memory")(None).factory
+
+    def wrapped(clock, namespace):
+        transport = memory(clock, namespace)
+
+        class Wrapper:
+            def __getattr__(self, name):
+                return getattr(transport, name)
+
+            def claim(self, *args, **kwargs):
+                return transport.claim(*args, **kwargs)
+
+        return Wrapper()
+
+    assert detect_protocol(Target.from_factory(wrapped, None, False)).capabilities.protocol == "harel-ref"
+
+
+def test_how_stale_acks_behave_is_observed_not_assumed():
+    """Under harel's Protocol ack and nack answer nothing, so the model would follow a wrong
+    declaration blindly: the certifier first watches a stale ack and a stale nack (R20)."""
+    with pytest.raises(CertificationError, match="declared acks='by-seq', but a stale ack and nack did nothing"):
+        certify(make_fenced, Capabilities.harel(), profile="quick", properties=["no-loss"])
+    detected = detect_protocol(Target.from_factory(make_fenced, None, False))
+    assert (detected.capabilities.protocol, detected.capabilities.acks) == ("harel", "fenced")
+    by_seq = detect_protocol(Target.from_spec("examples.harel_protocol:make"))
+    assert (by_seq.capabilities.protocol, by_seq.capabilities.acks) == ("harel", "by-seq")
+
+
+def harel_kit_catches_make(make) -> bool:
+    try:
+        assert_transport_contract(make)
+    except AssertionError:
+        return True
+    return False

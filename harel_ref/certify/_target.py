@@ -53,6 +53,7 @@ class Target:
     cli_args: tuple[str, ...] | None  # how `harel-ref certify` names it, if it can
     setup: str  # Python that defines `factory` in a reproduction
     recipe: FactoryRecipe | None = None  # how another process builds the factory (--processes)
+    explicit: frozenset[str] = frozenset()  # capabilities declared or given, never to be detected
 
     # --- ways to get one ------------------------------------------------------------------
 
@@ -81,6 +82,7 @@ class Target:
         declared = declared_capabilities(obj)
         is_async = is_async or inspect.iscoroutinefunction(obj)
         return cls(
+            explicit=_explicit(obj, overrides),
             name=spec,
             factory=obj,
             capabilities=resolve(declared, overrides),
@@ -104,6 +106,7 @@ class Target:
         except Exception as exc:  # a missing driver, an unreachable server
             raise CertificationError(f"the bundled transport {name!r} is not available: {type(exc).__name__}: {exc}") from exc
         return cls(
+            explicit=frozenset(_FIELDS),  # a bundled backend declares all it is
             name=f"bundled {name}",
             factory=backend.factory,
             capabilities=resolve(backend.capabilities, overrides),
@@ -134,6 +137,7 @@ class Target:
         else:
             setup = "factory = ...  # the factory you certified (it cannot be imported by name)"
         return cls(
+            explicit=frozenset(_FIELDS) if capabilities is not None else _explicit(factory, None),
             name=spec or getattr(factory, "__qualname__", repr(factory)),
             factory=factory,
             capabilities=capabilities if capabilities is not None else declared,
@@ -212,17 +216,38 @@ class Target:
         ])
 
 
-def declared_capabilities(factory: Callable) -> Capabilities:
-    """``factory.capabilities``, else its module's ``HAREL_CAPABILITIES``, else defaults."""
+_FIELDS = tuple(f.name for f in dataclasses.fields(Capabilities))
+
+
+def _explicit(factory: Callable, overrides: Mapping[str, Any] | None) -> frozenset[str]:
+    """The capabilities that were said, not to be detected: every one if the factory declares
+    its capabilities, and those the command line overrides."""
+    said = {k for k, v in (overrides or {}).items() if v is not None}
+    if _declaration(factory) is not None:
+        said.update(_FIELDS)
+    return frozenset(said)
+
+
+def _declaration(factory: Callable) -> tuple[str, Any] | None:
+    """Where ``factory`` declares its capabilities, and what it declares there, if it does."""
     for where, found in (
         (f"{getattr(factory, '__qualname__', factory)}.capabilities", getattr(factory, "capabilities", None)),
         ("HAREL_CAPABILITIES", getattr(sys.modules.get(getattr(factory, "__module__", "")), "HAREL_CAPABILITIES", None)),
     ):
         if found is not None:
-            if not isinstance(found, Capabilities):
-                raise CertificationError(f"{where} must be a stateful.Capabilities, got {found!r}")
-            return found
-    return Capabilities()
+            return where, found
+    return None
+
+
+def declared_capabilities(factory: Callable) -> Capabilities:
+    """``factory.capabilities``, else its module's ``HAREL_CAPABILITIES``, else defaults."""
+    declaration = _declaration(factory)
+    if declaration is None:
+        return Capabilities()
+    where, found = declaration
+    if not isinstance(found, Capabilities):
+        raise CertificationError(f"{where} must be a stateful.Capabilities, got {found!r}")
+    return found
 
 
 def resolve(declared: Capabilities, overrides: Mapping[str, Any] | None) -> Capabilities:
@@ -262,12 +287,16 @@ def detect_protocol(target: Target) -> Target:
     """``target``, certified under harel's Protocol if its transport speaks it and nothing was
     said about the protocol; and checked for what a one-argument factory cannot do.
 
-    harel's ``claim(worker_id, visibility, min_priority=0)`` takes no ``routing_keys``: that is
-    how a transport of harel's Protocol is told from one of harel-ref's."""
+    harel's ``claim(worker_id, visibility, min_priority=0)`` takes at most three arguments,
+    harel-ref's four (``routing_keys``): that is how the two are told apart.  What the
+    Protocol implies (no routing keys, acks by seq) is applied where nothing else was said."""
     caps = target.capabilities
-    if caps.protocol == "harel-ref" and target.declared.protocol == "harel-ref" and _claims_without_routing(target):
-        caps = resolve(caps, {"protocol": "harel"})
+    if "protocol" not in target.explicit and _claims_like_harel(target):
+        kept = {name: getattr(caps, name) for name in ("routing", "acks") if name in target.explicit}
+        caps = resolve(caps, {"protocol": "harel", **kept})
         target = dataclasses.replace(target, capabilities=caps)
+    if caps.protocol == "harel" and caps.clock == "injectable":
+        target = _with_observed_acks(target)
     if not takes_namespace(target.factory) and (caps.durable or caps.shared):
         raise CertificationError(
             f"{target.name} is a one-argument factory(clock): it opens a fresh queue every call, so "
@@ -277,8 +306,67 @@ def detect_protocol(target: Target) -> Target:
     return target
 
 
-def _claims_without_routing(target: Target) -> bool:
-    """Open one transport (without adapting it) and look at its ``claim``'s parameters."""
+def _with_observed_acks(target: Target) -> Target:
+    """``target`` with ``acks`` as its transport behaves.  Under harel's Protocol ack and nack
+    answer nothing, so what a stale one does is seen only by what follows; the model follows
+    the declaration, so it is checked first (SPEC.md R20).  Two short probes, each on a fresh
+    namespace: a lease lapses and the message is claimed again; then the stale lease acks (or
+    nacks) and a third claim looks.  Acting by seq frees the group (the ack deleted the head, the
+    nack freed it); fenced, the group is still held by the second claim."""
+    seen = {release: _stale_release_acts(target, release) for release in ("ack", "nack")}
+    if None in seen.values():
+        return target  # a probe could not tell (the lease never lapsed, or a call failed)
+    if seen["ack"] != seen["nack"]:
+        raise CertificationError(
+            f"{target.name}: a stale ack {'acts' if seen['ack'] else 'does nothing'} but a stale nack "
+            f"{'acts' if seen['nack'] else 'does nothing'}; the model has one rule for both (acks='fenced' "
+            "or 'by-seq'), so this transport cannot be certified as it is"
+        )
+    observed = "by-seq" if seen["ack"] else "fenced"
+    if observed == target.capabilities.acks:
+        return target
+    if "acks" in target.explicit:
+        raise CertificationError(
+            f"{target.name} is declared acks={target.capabilities.acks!r}, but a stale ack and nack "
+            f"{'acted on the message another worker held' if seen['ack'] else 'did nothing'}: declare acks={observed!r}"
+        )
+    return dataclasses.replace(target, capabilities=dataclasses.replace(target.capabilities, acks=observed))
+
+
+def _stale_release_acts(target: Target, release: str) -> bool | None:
+    """One probe of :func:`_with_observed_acks`: True if the stale ``release`` acted, False if
+    it did nothing, None if the probe could not tell."""
+    import asyncio
+    import uuid
+
+    from stateful._async import open_transport
+    from stateful._machine import FakeClock
+    from stateful.parallel import close_all
+
+    clock = FakeClock()
+    loop = asyncio.new_event_loop() if target.is_async else None
+    transport = None
+    try:
+        transport = open_transport(target.factory, clock, f"harel_ref_probe_{uuid.uuid4().hex[:8]}", loop, "harel")
+        transport.publish("probe", "first")
+        transport.publish("probe", "second")
+        stale = transport.claim("probe-1", 1.0)
+        clock.now += 2.0
+        current = transport.claim("probe-2", 60.0)
+        if stale is None or current is None or (stale.event, current.event) != ("first", "first"):
+            return None
+        transport.ack(stale) if release == "ack" else transport.nack(stale, 0)
+        third = transport.claim("probe-3", 60.0)
+        return third is not None
+    except Exception:
+        return None  # the searches will say what is wrong
+    finally:
+        close_all([transport] if transport is not None else [], loop)
+
+
+def _claims_like_harel(target: Target) -> bool:
+    """Open one transport (without adapting it) and count its ``claim``'s parameters (one that
+    takes ``*args`` or ``**kwargs`` cannot be told: it is taken as harel-ref's)."""
     import asyncio
 
     from stateful._machine import FakeClock
@@ -299,7 +387,11 @@ def _claims_without_routing(target: Target) -> bool:
             closed = close() if callable(close) else None
             if inspect.isawaitable(closed) and loop is not None:
                 loop.run_until_complete(closed)
-        return "routing_keys" not in parameters and not any(p.kind == p.VAR_KEYWORD for p in parameters.values())
+        kinds = [p.kind for p in parameters.values()]
+        if inspect.Parameter.VAR_POSITIONAL in kinds or inspect.Parameter.VAR_KEYWORD in kinds:
+            return False
+        positional = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+        return sum(kind in positional for kind in kinds) <= 3
     except Exception:
         return False  # the factory cannot open a transport: preflight says so
     finally:
@@ -320,6 +412,11 @@ def capability_flags(caps: Capabilities, declared: Capabilities) -> list[str]:
             flags.append(f"--{field.name}" if value else f"--no-{field.name}")
         else:
             flags += [f"--{field.name}", str(value)]
+    if "--protocol" in flags:  # it implies routing and acks when parsed: say them, as they are
+        if f"--{'no-' if not caps.routing else ''}routing" not in flags:
+            flags.append("--routing" if caps.routing else "--no-routing")
+        if "--acks" not in flags:
+            flags += ["--acks", caps.acks]
     return flags
 
 
