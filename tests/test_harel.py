@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import uuid
@@ -335,3 +336,14 @@ def harel_kit_catches_make(make) -> bool:
     except AssertionError:
         return True
     return False
+
+
+def test_the_pytest_plugin_shows_a_failure_outside_the_level_as_xfail():
+    plugin = subprocess.run(
+        [sys.executable, "-m", "pytest", "--harel-transport", "examples.harel_protocol:make", "--harel-profile",
+         "quick", "--harel-only", "fifo", "--harel-only", "close", "-rA", "-q", "-p", "no:cacheprovider"],
+        cwd=ROOT, capture_output=True, text=True, timeout=300,
+    )
+    assert plugin.returncode == 0, plugin.stdout[-3000:]  # close is strict-only; contract is the default
+    assert re.search(r"^PASSED harel-certify::fifo", plugin.stdout, re.M), plugin.stdout[-2000:]
+    assert re.search(r"^XFAIL harel-certify::close.*outside the contract level", plugin.stdout, re.M), plugin.stdout[-2000:]
