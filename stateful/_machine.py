@@ -10,11 +10,12 @@ shrunk steps as runnable code above it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import itertools
 import math
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 from hypothesis import strategies as st
@@ -28,6 +29,7 @@ from hypothesis.stateful import (
 )
 
 from harel_ref.transport import Lease
+from harel_ref.transport._base import PARKED
 from model import Claimed, QueueModel, When
 
 from ._async import open_transport
@@ -49,15 +51,16 @@ WALL_SCALE = 0.05
 RULES = (
     "publish", "claim", "claim_any", "ack", "nack_now", "nack_later", "advance",
     "advance_to_deadline", "claim_at_deadline", "open_second_instance", "reopen", "bad_input",
-    "bad_delay",
+    "bad_release",
 )
 """The names of the machine's rules; :func:`make_machine` runs them all by default and can
 enable a subset of them, or add the focus rules below."""
 
-FOCUS_RULES = ("prefill", "release_stale")
+FOCUS_RULES = ("prefill", "release_stale", "step_back")
 """Rules that only a focused search enables (``make_machine(rules=...)``): an initial state
-that every example starts from, so a short search reaches deeper; and acks and nacks of old
-leases whose message another worker now holds, the calls whose effect fencing is about."""
+that every example starts from, so a short search reaches deeper; acks and nacks of old
+leases whose message another worker now holds, the calls whose effect fencing is about; and
+a clock that steps back (R3), which the lease-expiry search adds."""
 
 GROUPS = ("g1", "g2", "g3", "grüppe-✓")
 WORKERS = ("w1", "w2")
@@ -142,8 +145,44 @@ BAD_INPUT = {
     "claim with min_priority -1": (ValueError, "claim", ("w1", 1.0, -1)),
     "claim with routing_keys 5": (TypeError, "claim", ("w1", 1.0, 0, 5)),
     "claim with a non-str routing key": (TypeError, "claim", ("w1", 1.0, 0, [5])),
+    "publish with priority 2.0": (TypeError, "publish", ("g1", "e", 2.0)),
+    "claim with visibility None": (TypeError, "claim", ("w1", None)),
+    "claim with an empty routing key": (ValueError, "claim", ("w1", 1.0, 0, [""])),
 }
 """Each case: the error it must raise, the method, the arguments."""
+
+BAD_LEASES = {
+    "a token of None": (TypeError, Lease("g1", "e", 1, None)),
+    "an empty token": (ValueError, Lease("g1", "e", 1, "")),
+    "the park marker as token": (ValueError, Lease("g1", "e", 1, PARKED)),
+    "a token of 7": (TypeError, Lease("g1", "e", 1, 7)),
+    "seq 2**70": (ValueError, Lease("g1", "e", 2**70, "nobody:0")),
+    "seq 0": (ValueError, Lease("g1", "e", 0, "nobody:0")),
+    "seq -1": (ValueError, Lease("g1", "e", -1, "nobody:0")),
+    "seq '1'": (TypeError, Lease("g1", "e", "1", "nobody:0")),
+    "seq True": (TypeError, Lease("g1", "e", True, "nobody:0")),
+    "seq 1.0": (TypeError, Lease("g1", "e", 1.0, "nobody:0")),
+    "a group_id that is a list": (TypeError, Lease(["g1"], "e", 1, "nobody:0")),
+    "an empty group_id": (ValueError, Lease("", "e", 1, "nobody:0")),
+    "a lone surrogate in the group_id": (ValueError, Lease("g\udc80", "e", 1, "nobody:0")),
+    "a bytes event": (TypeError, Lease("g1", b"e", 1, "nobody:0")),
+}
+"""Forged leases, sent to ack and to nack: a Lease is a plain dataclass, so its fields are
+checked too (R13), not compared with what is stored.  The group, seq and token of a real
+message are not enough to get past the check with a token of None."""
+
+BAD_CLOCKS = {
+    "NaN": math.nan,
+    "an infinity": math.inf,
+    "a negative time": -1.0,
+    "the str '1000'": "1000",
+    "None": None,
+    "True": True,
+}
+"""What a broken clock answers.  A claim, and a nack that parks, must read the clock and
+refuse the reading with a ValueError (``ClockError``; the reading is not an argument of the
+call, so never a TypeError) before anything is written (R13)."""
+
 
 BAD_DELAYS = {
     "a negative delay": (ValueError, -1.0),
@@ -154,6 +193,71 @@ BAD_DELAYS = {
 }
 """Bad ``nack`` delays, sent with a real lease (current or stale): refused before anything is
 written, so a transport that frees or parks the message and then refuses is caught."""
+
+
+def _with_clock(reading: Any, call: Callable[[Any, Any], Any]) -> Callable[[Any, Any, Any], Any]:
+    """``call(transport, lease)`` made while ``clock.now`` is ``reading``, then put back."""
+
+    def made(transport, lease, clock):
+        good, clock.now = clock.now, reading
+        try:
+            return call(transport, lease)
+        finally:
+            clock.now = good
+
+    return made
+
+
+def _bad_calls() -> tuple[list[dict[str, BadCall]], list[dict[str, BadCall]]]:
+    """Every bad input as a call, in families: (those made without a lease, those made with a
+    real one)."""
+    arguments = {
+        case: (error, lambda t, lease, clock, method=method, args=args: getattr(t, method)(*args))
+        for case, (error, method, args) in BAD_INPUT.items()
+    }
+    clock_at_claim = {
+        f"claim while clock() answers {case}": (ValueError, _with_clock(reading, lambda t, lease: t.claim("w1", 1.0)))
+        for case, reading in BAD_CLOCKS.items()
+    }
+    delays = {
+        f"nack(lease) with {case}": (error, lambda t, lease, clock, delay=delay: t.nack(lease, delay))
+        for case, (error, delay) in BAD_DELAYS.items()
+    }
+    forged = {}
+    for case, (error, lease) in BAD_LEASES.items():
+        forged[f"ack(a Lease with {case})"] = (error, lambda t, real, clock, f=lease: t.ack(_aimed_at(f, real)))
+        forged[f"nack(a Lease with {case})"] = (error, lambda t, real, clock, f=lease: t.nack(_aimed_at(f, real), 0))
+    clock_at_park = {
+        f"nack(lease, delay=1.0) while clock() answers {case}": (ValueError, _with_clock(reading, lambda t, lease: t.nack(lease, 1.0)))
+        for case, reading in BAD_CLOCKS.items()
+    }
+    return [arguments, clock_at_claim], [delays, forged, clock_at_park]
+
+
+def _aimed_at(forged: Lease, lease: Any) -> Lease:
+    """The forged lease, pointed at the real lease's message where its own bad fields leave room
+    (so a transport that skips the checks and looks the message up has something to find)."""
+    if forged.group_id == "g1":
+        forged = dataclasses.replace(forged, group_id=lease.group_id)
+    if type(forged.seq) is int and forged.seq == 1:  # not True or 1.0: those are cases
+        forged = dataclasses.replace(forged, seq=lease.seq)
+    return forged
+
+
+BadCall = tuple[type[Exception], Callable[[Any, Any, Any], Any]]
+_BAD_CALL_FAMILIES, _BAD_RELEASE_FAMILIES = _bad_calls()
+BAD_CALLS = {case: call for family in _BAD_CALL_FAMILIES for case, call in family.items()}
+BAD_RELEASES = {case: call for family in _BAD_RELEASE_FAMILIES for case, call in family.items()}
+"""Every bad input of R13 as ``case -> (the error it must raise, call(transport, lease,
+clock))``: ``BAD_CALLS`` need no lease (``lease`` is ignored), ``BAD_RELEASES`` are acks and
+nacks made with a real lease (current or stale): with a bad delay, with a forged lease aimed at
+its message, or while the clock answers no time.  Rules ``bad_input`` and ``bad_release`` send
+them, a family first and then a case of it, so that a large family does not crowd out a small
+one; the clock is the machine's :class:`FakeClock`."""
+
+
+def _a_case_of(families: list[dict[str, BadCall]]) -> st.SearchStrategy[str]:
+    return st.one_of(*(st.sampled_from(sorted(family)) for family in families))
 
 
 class TransportMachine(RuleBasedStateMachine):
@@ -517,6 +621,13 @@ class TransportMachine(RuleBasedStateMachine):
         else:
             self.clock.now += seconds
 
+    @precondition(lambda self: not self.wall)
+    @rule(seconds=st.sampled_from(STEPS))
+    def step_back(self, seconds):
+        """The clock steps back (R3): leases and parks end at the moments they ended before, so
+        each one lasts longer, and a lapsed one nobody re-claimed is live again."""
+        self.clock.now -= seconds
+
     @precondition(lambda self: not self.wall and self.model.deadlines())
     @rule(which=st.integers(0, 3), past=st.booleans())
     def advance_to_deadline(self, which, past):
@@ -566,17 +677,24 @@ class TransportMachine(RuleBasedStateMachine):
 
     # --- bad input (R13) -----------------------------------------------------------------------
 
-    @rule(case=st.sampled_from(sorted(BAD_INPUT)), via=st.integers(0, 1))
+    @rule(case=_a_case_of(_BAD_CALL_FAMILIES), via=st.integers(0, 1))
     def bad_input(self, case, via):
         if self.answerless and "routing" in case:
             return  # harel's Protocol has no routing keys to send a bad one in
-        error, method, args = BAD_INPUT[case]
-        self._refused(error, case, getattr(self._instance(via), method), *args)
+        if self.wall and "clock" in case:
+            return  # the wall clock cannot be made to answer NaN
+        error, call = BAD_CALLS[case]
+        self._refused(error, case, call, self._instance(via), None, self.clock)
 
-    @rule(lease=leases, case=st.sampled_from(sorted(BAD_DELAYS)), via=st.integers(0, 1))
-    def bad_delay(self, lease, case, via):
-        error, delay = BAD_DELAYS[case]
-        self._refused(error, f"nack({_lease_ref(lease)}) with {case}", self._instance(via).nack, lease, delay)
+    @rule(lease=leases, case=_a_case_of(_BAD_RELEASE_FAMILIES), via=st.integers(0, 1))
+    def bad_release(self, lease, case, via):
+        if self.answerless and "a Lease with" in case:
+            return  # harel's Lease has other fields
+        if self.wall and "clock" in case:
+            return
+        error, call = BAD_RELEASES[case]
+        step = case.replace("(lease", f"({_lease_ref(lease)}", 1).replace("a Lease with", f"a Lease for {_lease_ref(lease)} with", 1)
+        self._refused(error, step, call, self._instance(via), lease, self.clock)
 
     def _refused(self, error: type[Exception], case: str, method, *args) -> None:
         """The call must raise ``error``; later steps show that it wrote nothing."""

@@ -33,3 +33,24 @@ def _import_every_project_module() -> None:
 
 
 _import_every_project_module()
+
+
+# --- counts: what the fault and bad-input tests measured, printed once at the end -------------
+# A test appends ("counts", "one line") or ("fault_counts", "one line") to
+# request.node.user_properties; xdist carries them to the controller with the report, so the
+# lines reach the CI log even under `pytest -n auto`.
+
+_counts: list[tuple[str, str]] = []
+
+
+def pytest_runtest_logreport(report):
+    if report.when == "call":
+        _counts.extend((report.nodeid, value) for name, value in report.user_properties if name in ("counts", "fault_counts"))
+
+
+def pytest_terminal_summary(terminalreporter):
+    if _counts:
+        terminalreporter.section("counts")
+        for nodeid, line in sorted(_counts):
+            for part in str(line).splitlines():
+                terminalreporter.write_line(f"{nodeid}: {part}")

@@ -10,7 +10,7 @@ from stateful import Divergence, make_machine
 # The unfocused machine names this failure by the later check that trips (an ack or nack that
 # answers False, a claim that gets a leased group...); the certifier's bad-input search blames
 # the refused call that caused it (tests/test_certify.py).
-LATER_CHECKS = {"ack", "nack", "fencing", "single-in-flight", "fifo", "no-loss"}
+LATER_CHECKS = {"ack", "nack", "fencing", "single-in-flight", "fifo", "no-loss", "parking"}
 PLAIN_MACHINE_PROPERTIES = {
     "a bad delay frees the lease": LATER_CHECKS,
     "ties by head seq": {"fairness"},  # the certifier's tie-break search names it tie-break

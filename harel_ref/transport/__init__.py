@@ -10,6 +10,7 @@ import importlib
 
 from ._base import (
     AsyncTransport,
+    ClockError,
     Lease,
     OutcomeUnknownError,
     StorageError,
@@ -24,6 +25,7 @@ __all__ = [
     "AsyncRqliteTransport",
     "AsyncSqliteTransport",
     "AsyncTransport",
+    "ClockError",
     "InMemoryStore",
     "InMemoryTransport",
     "Lease",

@@ -21,6 +21,7 @@ __all__ = [
     "PRIORITIES",
     "AsyncTransport",
     "Clock",
+    "ClockError",
     "Lease",
     "OutcomeUnknownError",
     "StorageError",
@@ -29,8 +30,10 @@ __all__ = [
     "TransportError",
     "check_claim_args",
     "check_delay",
+    "check_clock",
     "check_lease",
     "check_publish_args",
+    "read_clock",
 ]
 
 Clock = Callable[[], float]
@@ -65,6 +68,11 @@ class TransportError(Exception):
 
 class TransportClosedError(TransportError):
     """The transport was closed; open a new one to continue (SPEC.md R14)."""
+
+
+class ClockError(ValueError):
+    """``clock()`` answered something that is not a time: not a number, NaN, infinite or
+    negative.  Raised before anything is written (SPEC.md R13)."""
 
 
 class StorageError(TransportError):
@@ -215,14 +223,31 @@ def check_claim_args(
     return worker_id, visibility, min_priority, keys
 
 
+SEQS = range(1, 2**63)
+"""The seqs a message can have: SQLite's positive 64-bit integers (every backend keeps to them)."""
+
+
 def check_lease(lease: object) -> Lease:
-    """Check that ``ack``/``nack`` were given a Lease (as returned by ``claim``)."""
+    """Check that ``ack``/``nack`` were given a Lease as ``claim`` returns one.
+
+    Every field is checked, not only the class: a Lease is a plain dataclass anyone can build,
+    and a forged one (a token of None, a seq out of range) must be refused, not compared with
+    what is stored (R10, R13).
+    """
     if not isinstance(lease, Lease):
-        raise TypeError(f"expected a Lease returned by claim(), got {type(lease).__name__}: {lease!r:.80}")
+        raise TypeError(f"lease must be a Lease returned by claim(), got {type(lease).__name__}: {lease!r:.80}")
+    _check_text("lease.group_id", lease.group_id)
+    if not isinstance(lease.event, str):  # not used to find the message: no need to encode it
+        raise TypeError(f"lease.event must be a str, got {type(lease.event).__name__}: {lease.event!r:.80}")
+    if isinstance(lease.seq, bool) or not isinstance(lease.seq, int):
+        raise TypeError(f"lease.seq must be an int, got {type(lease.seq).__name__}: {lease.seq!r:.80}")
+    if lease.seq not in SEQS:
+        raise ValueError(f"lease.seq must be from 1 to 2**63 - 1, got {lease.seq}")
+    _check_text("lease.token", lease.token)
     if lease.token == PARKED:
         raise ValueError(
-            f"{PARKED!r} marks a parked message and is not a lease token; pass a Lease returned "
-            "by claim()"
+            f"lease.token {PARKED!r} marks a parked message and is not a lease token; pass a "
+            "Lease returned by claim()"
         )
     return lease
 
@@ -252,6 +277,48 @@ class ClosedGuard:
             raise TransportClosedError(
                 f"{type(self).__name__} is closed; open a new transport to continue"
             )
+
+
+def check_clock(clock: object) -> Clock:
+    """Check, when a transport is made, that ``clock`` can be called."""
+    if not callable(clock):
+        raise TypeError(f"clock must be a function returning seconds, got {type(clock).__name__}: {clock!r:.80}")
+    return clock
+
+
+def read_clock(clock: Clock) -> float:
+    """``clock()``, checked: a finite number of seconds >= 0, or an error that says so.
+
+    Transports read the clock before they write anything, so a clock that answers NaN, an
+    infinity, a negative number or something that is not a number stops the call with nothing
+    changed (SPEC.md R13).  A clock that steps back is accepted (R3): it only lengthens leases.
+    """
+    now = clock()
+    if isinstance(now, bool) or not isinstance(now, (int, float)):
+        raise ClockError(f"clock() must return a number of seconds, got {type(now).__name__}: {now!r:.80}")
+    if not math.isfinite(now) or now < 0:
+        raise ClockError(f"clock() must return a finite number of seconds >= 0, got {now}")
+    return float(now)
+
+
+class ClosesOnExit:
+    """Mixin: ``with transport:`` closes it at the end of the block, whatever happened."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+
+class AsyncClosesOnExit:
+    """Mixin: ``async with transport:`` closes it at the end of the block, whatever happened."""
+
+    async def __aenter__(self):
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
 
 
 def default_clock() -> float:

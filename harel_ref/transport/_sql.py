@@ -58,15 +58,19 @@ from typing import Any, TypeVar
 
 from ._base import (
     PARKED,
+    ClockError,
     ClosedGuard,
+    ClosesOnExit,
     Clock,
     Lease,
     StorageError,
     check_claim_args,
+    check_clock,
     check_delay,
     check_lease,
     check_publish_args,
     new_token,
+    read_clock,
 )
 
 __all__ = [
@@ -133,6 +137,11 @@ class Tables:
             raise ValueError(
                 f"prefix must be a letter or '_' followed by at most 40 letters, digits or '_' "
                 f"(it becomes part of table names), got {prefix!r:.80}"
+            )
+        elif (prefix + "_").lower().startswith("sqlite_"):
+            raise ValueError(
+                f"prefix must not be {prefix!r}: SQLite reserves the table names that begin "
+                "with 'sqlite_'"
             )
         else:
             head = prefix + "_"
@@ -447,7 +456,7 @@ def storage_errors(path: str, operation: str, driver_errors: tuple[type[BaseExce
     """Turn the driver's errors into :class:`StorageError` naming the path and the cause."""
     try:
         yield
-    except StorageError:
+    except (StorageError, ClockError):  # ClockError: libsql's driver errors include ValueError
         raise
     except driver_errors as exc:
         raise StorageError(
@@ -458,7 +467,7 @@ def storage_errors(path: str, operation: str, driver_errors: tuple[type[BaseExce
 # --- The synchronous transport, for any sqlite3-like driver ---------------------------------
 
 
-class SyncSqlTransport(ClosedGuard):
+class SyncSqlTransport(ClosedGuard, ClosesOnExit):
     """The synchronous transport over one DB-API connection; subclasses pick the driver.
 
     A subclass sets ``_driver_errors`` and implements ``_connect()``.  One connection is shared
@@ -473,7 +482,7 @@ class SyncSqlTransport(ClosedGuard):
     def __init__(self, path: str, *, clock: Clock, prefix: str | None, busy_timeout: float) -> None:
         self._tables = Tables.named(prefix)
         self._busy_timeout = check_busy_timeout(busy_timeout)
-        self._clock = clock
+        self._clock = check_clock(clock)
         self.path = path
         self._lock = threading.Lock()
         self._lock_wait = self._busy_timeout if self._lock_wait_in_python else 0.0
@@ -526,7 +535,7 @@ class SyncSqlTransport(ClosedGuard):
         delay = check_delay(delay)
         with self._lock:
             self._check_open()
-            now = self._clock()
+            now = read_clock(self._clock)
             return self._run("nack", nack_plan(self._tables, lease, now, delay), transaction=False)
 
     def close(self) -> None:
@@ -538,8 +547,9 @@ class SyncSqlTransport(ClosedGuard):
 
 def claim_now_plan(t: Tables, clock: Clock, token: str, visibility: float, min_priority: int, routing_keys) -> Plan[Lease | None]:
     """claim_plan, reading the clock only once the write lock is held (after BEGIN IMMEDIATE),
-    so that claims serialized by the lock also see time move forward in that order."""
-    now = clock()
+    so that claims serialized by the lock also see time move forward in that order.  A bad
+    reading raises there and the transaction rolls back: nothing is written."""
+    now = read_clock(clock)
     return (yield from claim_plan(t, token, now, visibility, min_priority, routing_keys))
 
 

@@ -48,7 +48,7 @@ import os
 from collections.abc import Iterable
 from typing import Any
 
-from ._base import ClosedGuard, Clock, Lease, default_clock
+from ._base import AsyncClosesOnExit, ClosedGuard, Clock, Lease, default_clock
 from ._sql import SyncSqlTransport
 
 __all__ = ["AsyncLibsqlTransport", "LibsqlTransport"]
@@ -107,7 +107,7 @@ class LibsqlTransport(SyncSqlTransport):
         return conn
 
 
-class AsyncLibsqlTransport(ClosedGuard):
+class AsyncLibsqlTransport(ClosedGuard, AsyncClosesOnExit):
     """The asyncio twin: a :class:`LibsqlTransport` whose calls run in a worker thread.
 
     The libsql package is synchronous, so each call goes through ``asyncio.to_thread``, one at a

@@ -16,13 +16,16 @@ from dataclasses import dataclass, field
 from ._base import (
     PARKED,
     ClosedGuard,
+    ClosesOnExit,
     Clock,
     Lease,
     check_claim_args,
     check_delay,
     check_lease,
+    check_clock,
     check_publish_args,
     default_clock,
+    read_clock,
     new_token,
 )
 
@@ -54,11 +57,11 @@ class InMemoryStore:
         self.last_seq = 0
 
 
-class InMemoryTransport(ClosedGuard):
+class InMemoryTransport(ClosedGuard, ClosesOnExit):
     """A thread-safe transport over an :class:`InMemoryStore` (a new one unless given)."""
 
     def __init__(self, clock: Clock = default_clock, store: InMemoryStore | None = None) -> None:
-        self._clock = clock
+        self._clock = check_clock(clock)
         self.store = store if store is not None else InMemoryStore()
 
     def publish(
@@ -87,7 +90,7 @@ class InMemoryTransport(ClosedGuard):
         )
         with self.store.lock:
             self._check_open()
-            now = self._clock()
+            now = self._now()
             for group_id, group in self._groups_in_claim_order():
                 if group.priority < min_priority:
                     continue
@@ -119,7 +122,7 @@ class InMemoryTransport(ClosedGuard):
         delay = check_delay(delay)
         with self.store.lock:
             self._check_open()
-            now = self._clock()
+            now = self._now()
             _, head = self._held_by(lease)
             if head is None:
                 return False
@@ -133,6 +136,9 @@ class InMemoryTransport(ClosedGuard):
         self._closed = True
 
     # --- helpers ----------------------------------------------------------------------------
+
+    def _now(self) -> float:
+        return read_clock(self._clock)  # a time, or ClockError before anything changes (R13)
 
     def _groups_in_claim_order(self) -> list[tuple[str, _Group]]:
         # sorted() is stable, so groups with equal last_claimed_at keep arrival order (R4).

@@ -25,15 +25,18 @@ from collections.abc import Iterable
 from typing import Any
 
 from ._base import (
+    AsyncClosesOnExit,
     ClosedGuard,
     Clock,
     Lease,
     check_claim_args,
+    check_clock,
     check_delay,
     check_lease,
     check_publish_args,
     default_clock,
     new_token,
+    read_clock,
 )
 from ._sql import (
     Plan,
@@ -79,7 +82,7 @@ class SqliteTransport(SyncSqlTransport):
         )
 
 
-class AsyncSqliteTransport(ClosedGuard):
+class AsyncSqliteTransport(ClosedGuard, AsyncClosesOnExit):
     """The asyncio twin of :class:`SqliteTransport`, over one ``aiosqlite`` connection.
 
     Build it with ``await AsyncSqliteTransport.create(path, ...)``.  A SQLite transaction
@@ -108,6 +111,7 @@ class AsyncSqliteTransport(ClosedGuard):
         import aiosqlite
 
         tables = Tables.named(prefix)
+        clock = check_clock(clock)
         busy_timeout = check_busy_timeout(busy_timeout)
         path = os.fspath(path)
         with storage_errors(path, "open", (sqlite3.Error,), busy_timeout):
@@ -161,7 +165,7 @@ class AsyncSqliteTransport(ClosedGuard):
         delay = check_delay(delay)
         async with self._lock:
             self._check_open()
-            now = self._clock()
+            now = read_clock(self._clock)
             return await self._run("nack", nack_plan(self._tables, lease, now, delay), transaction=False)
 
     async def close(self) -> None:
