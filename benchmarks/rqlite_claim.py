@@ -18,7 +18,7 @@ import argparse
 import time
 import uuid
 
-import requests
+import httpx
 
 from harel_ref.transport import RqliteTransport
 from harel_ref.transport._base import new_token
@@ -28,16 +28,16 @@ __all__ = ["SeedsClaim", "main"]
 
 
 class SeedsClaim:
-    """The seeds' three-request claim, as written there, on a transport's tables and session."""
+    """The seeds' three-request claim, as written there, on a transport's tables and client."""
 
     def __init__(self, transport: RqliteTransport, url: str) -> None:
-        self.session = transport.session
+        self.client = transport.client
         self.url = url
         self.t = transport._tables
         self.clock = transport._clock
 
     def _post(self, path: str, statements: list) -> list:
-        results = self.session.post(self.url + path, json=statements, timeout=10).json()["results"]
+        results = self.client.post(self.url + path, json=statements, timeout=10).json()["results"]
         for result in results:
             if "error" in result:
                 raise RuntimeError(result["error"])
@@ -73,16 +73,16 @@ def _backlog(transport: RqliteTransport, groups: int, per_group: int) -> None:
         for g in range(groups):
             batch += transport._publish_call(f"group-{g}", f"event-{g}-{n}", 0, None).statements
             if len(batch) >= 400:
-                transport.session.post(transport._nodes.urls[0] + "/db/execute?transaction", json=batch, timeout=60)
+                transport.client.post(transport._nodes.urls[0] + "/db/execute?transaction", json=batch, timeout=60)
                 batch = []
     if batch:
-        transport.session.post(transport._nodes.urls[0] + "/db/execute?transaction", json=batch, timeout=60)
+        transport.client.post(transport._nodes.urls[0] + "/db/execute?transaction", json=batch, timeout=60)
 
 
 def _drop(url: str, prefix: str) -> None:
     t = Tables.named(prefix)
-    requests.post(f"{url}/db/execute?transaction", timeout=30,
-                  json=[[f"DROP TABLE IF EXISTS {name}"] for name in (t.messages, t.groups, t.meta)])
+    httpx.post(f"{url}/db/execute?transaction", timeout=30,
+               json=[[f"DROP TABLE IF EXISTS {name}"] for name in (t.messages, t.groups, t.meta)])
 
 
 def main() -> None:

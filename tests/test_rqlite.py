@@ -13,10 +13,9 @@ import logging
 import traceback
 import uuid
 
+import httpx
 import pytest
-import requests
 from hypothesis import settings
-from requests.adapters import HTTPAdapter
 from rqlite_support import shared_cluster  # noqa: F401  (autouse fixture)
 
 from harel_ref.transport import (
@@ -47,7 +46,7 @@ def _prefix() -> str:
 def _drop(url: str, prefix: str) -> None:
     names = ("messages", "groups", "meta")
     statements = [[f"DROP TABLE IF EXISTS {prefix}_harel_transport_{name}"] for name in names]
-    requests.post(f"{url}/db/execute?transaction", json=statements, timeout=10).raise_for_status()
+    httpx.post(f"{url}/db/execute?transaction", json=statements, timeout=10).raise_for_status()
 
 
 @pytest.fixture
@@ -60,26 +59,25 @@ def queue(shared_cluster):  # noqa: F811
     _drop(shared_cluster[0], prefix)
 
 
-class CountingAdapter(HTTPAdapter):
-    """A real HTTP adapter that counts the requests it sends."""
+class Counter:
+    """An httpx request hook that counts the requests a client sends."""
 
-    sent = 0
+    def __init__(self, client: httpx.Client) -> None:
+        self.sent = 0
+        client.event_hooks["request"].append(self)
 
-    def send(self, request, **kwargs):
+    def __call__(self, request: httpx.Request) -> None:
         self.sent += 1
-        return super().send(request, **kwargs)
 
 
 def test_claim_ack_nack_are_one_request_each(queue):
     transport, clock = queue
-    adapter = CountingAdapter()
-    transport.session.mount("http://", adapter)
-    transport.session.mount("https://", adapter)
+    counter = Counter(transport.client)
 
     def requests_for(call, *args):
-        before = adapter.sent
+        before = counter.sent
         answer = call(*args)
-        return answer, adapter.sent - before
+        return answer, counter.sent - before
 
     assert requests_for(transport.publish, "g", "first") == (None, 1)
     transport.publish("g", "second")
@@ -127,8 +125,7 @@ def test_async_claim_ack_nack_are_one_request_each(shared_cluster):  # noqa: F81
 
 def test_bad_input_and_closed_transport_send_nothing(queue):
     transport, _ = queue
-    adapter = CountingAdapter()
-    transport.session.mount("http://", adapter)
+    counter = Counter(transport.client)
     lease = Lease("g", "e", 1, "w:0")
     for call, args in [
         (transport.publish, ("", "e")),
@@ -144,7 +141,7 @@ def test_bad_input_and_closed_transport_send_nothing(queue):
     for call, args in [(transport.publish, ("g", "e")), (transport.claim, ("w", 1.0)), (transport.ack, (lease,))]:
         with pytest.raises(TransportClosedError):
             call(*args)
-    assert adapter.sent == 0
+    assert counter.sent == 0
 
 
 def _leaks(text: str) -> bool:
@@ -225,7 +222,7 @@ def test_two_clients_upgrading_one_old_table_at_once_both_open_and_keep_every_me
     ]
     url = shared_cluster[0]
     try:
-        requests.post(f"{url}/db/execute?transaction", json=old_schema, timeout=10).raise_for_status()
+        httpx.post(f"{url}/db/execute?transaction", json=old_schema, timeout=10).raise_for_status()
 
         async def open_two_at_once_then_close():
             both = await asyncio.gather(

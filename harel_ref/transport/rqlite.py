@@ -37,54 +37,75 @@ Requests go to the first node that answers; writes sent to a follower are forwar
 to the leader.  The credentials (HTTP basic auth) are taken out of the URLs and sent as a
 header only; they never appear in ``repr``, error messages or logs.
 
-**When a request fails** (SPEC.md, "what a caller can rely on"):
+**When a request fails** (SPEC.md R17), the failure is looked up in a table read top to bottom
+(``_FAILURES`` here; docs/rqlite-failures.md prints it) and falls in one of three classes:
 
-- :class:`StorageError`: nothing happened.  The request never reached a node (connection
-  refused, connect timeout), or rqlite refused it before applying it ("leader not found", "not
-  leader", a follower that could not connect to the leader to forward it, HTTP 4xx such as
-  bad credentials), or SQLite rejected a statement and
-  the whole transaction was rolled back (HTTP 200 with ``{"error": ...}`` in a result).
-- :class:`OutcomeUnknownError`: the request may have been applied (read timeout, connection
-  dropped after sending, a forwarded write whose leader did not answer, Raft leadership lost
-  while committing).  A claim whose answer was lost leaves a lease nobody holds: the message is
-  claimable again when the lease lapses, so it is never lost.  An ack whose answer was lost
-  either removed the message or leaves it to be redelivered (at-least-once).
+- *not applied*: provably nothing happened (the connection or TLS handshake failed, so nothing
+  was sent; or rqlite answered that it had no leader and ran nothing).  The same request goes
+  to the next URL given, once round the list; when no node takes it: :class:`StorageError`.
+- *refused*: a definite answer that nothing was changed (SQLite rejected a statement and the
+  transaction rolled back, credentials refused, any HTTP 4xx): :class:`StorageError` at once.
+- *may have applied*: anything else (a read timeout, a connection or TLS error after the request
+  was sent, HTTP 503 without rqlite's "leader not found", any other 5xx or unexpected status,
+  an answer that is not the JSON rqlite sends): :class:`OutcomeUnknownError` at once, never
+  retried, because a retried publish could append twice and a retried ack would answer False.
+  A claim whose answer was lost leaves a lease nobody holds: the message is claimable again
+  when the lease lapses, so it is never lost.  (A read, at open, changed nothing whatever
+  happened: there this class is a :class:`StorageError`.)
 
-**Failover** is only for requests that provably did nothing: when a node refuses the
-connection, or answers that it has no leader, the same request goes to the next URL given, once
-round the list.  Every other failure is raised at once, without retrying, because a retried
-claim or ack could act twice.  In normal operation every call is exactly one request.
+In normal operation every call is exactly one request.
+
+**rqlite versions.**  The answers the table recognises by their text (``leader not found``,
+``not leader``, ``store not ready``, ``pool get:``, ``leader address:``, ``SQL rewrite:``) were
+read in rqlite's source for every release from 8.23.0 to 8.43.4 (the last 8.x) and are tested
+against 8.43.4, the version of the test cluster.  At open the transport reads the version the
+ready node reports (its ``X-RQLITE-VERSION`` header) once: older than 8.23, which has no
+``RETURNING``, is refused with a :class:`StorageError` naming the version; a version past
+8.43.4, or none, opens with a warning.  A text that changed in such a version cannot make a
+failure retried: an answer no row recognises falls to *may have applied*.
 """
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import json
+import logging
 import math
+import re
+import ssl
 import time
+import warnings
 from collections.abc import Callable, Generator, Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
+import httpx
+
 from ._base import (
+    AsyncClosesOnExit,
     ClosedGuard,
+    ClosesOnExit,
     Clock,
     Lease,
     OutcomeUnknownError,
     StorageError,
     check_claim_args,
+    check_clock,
     check_delay,
     check_lease,
     check_publish_args,
     default_clock,
     new_token,
+    read_clock,
 )
 from ._sql import Plan, Statement, Tables, ack_plan, nack_plan, open_plan, publish_plan
 
 __all__ = ["AsyncRqliteTransport", "RqliteTransport"]
 
 DEFAULT_TIMEOUT = 10.0
-"""Seconds one HTTP request may take (connect, then each read) before it fails."""
+"""Seconds one HTTP request may take (connect, each write, each read) before it fails."""
 
 DEFAULT_WAIT = 30.0
 """Seconds ``from_url`` waits for the cluster to have a leader."""
@@ -92,11 +113,11 @@ DEFAULT_WAIT = 30.0
 _EXECUTE = "/db/execute?transaction"
 _QUERY = "/db/query?level=strong"  # linearizable: served by the leader
 _READY = "/readyz"
+_VERSION_HEADER = "X-RQLITE-VERSION"
+_RETURNING_SINCE = (8, 23, 0)
+_KNOWN_VERSIONS = ((8, 23, 0), (8, 43, 4))  # the reply texts of _FAILURES, as in these releases
 
-# Answers meaning rqlite refused the write before applying it (service.go, store.go of 8.43):
-# no leader known, the node asked is not the leader, or a follower could not even get a
-# connection to the leader to forward the request ("pool get: dial tcp: ...").
-_NOT_APPLIED = ("leader not found", "not leader", "pool get:")
+_log = logging.getLogger(__name__)
 
 
 # --- Nodes and credentials --------------------------------------------------------------------
@@ -178,25 +199,166 @@ class _Call:
 
 
 @dataclass(frozen=True)
-class _Unsent:
-    """The request did not reach the node (refused, connect timeout): nothing happened."""
+class _Request:
+    """One HTTP request for a driver to send: it sends back the response, or the httpx error."""
 
-    reason: str
+    method: str
+    url: str
+    statements: list[list[Any]] | None = None
 
 
 @dataclass(frozen=True)
-class _Lost:
-    """The request may have reached the node, but its answer did not come back."""
+class _Sleep:
+    """A pause for a driver to take (while waiting for a leader); it sends back None."""
 
-    reason: str
-
-
-_Reply = tuple[int, str] | _Unsent | _Lost
-"""What a driver reports back for one attempt: (HTTP status, body), or how it failed."""
+    seconds: float
 
 
-class _NotApplied(Exception):
-    """rqlite answered that it refused the request before applying it (no leader)."""
+_Reply = httpx.Response | httpx.HTTPError | ssl.SSLError
+_FAILED = (httpx.HTTPError, ssl.SSLError)  # what a request raises when it fails
+_Steps = Generator[_Request | _Sleep, Any, Any]
+"""A conversation with the cluster: what to send, what came back, and finally the answer."""
+
+
+# --- When a request fails: the failure classes, as data ---------------------------------------
+
+_NOT_APPLIED = "not applied"  # provably nothing happened: the next node is tried
+_MAY_HAVE_APPLIED = "may have applied"  # OutcomeUnknownError (a read: StorageError)
+_REFUSED = "refused"  # a definite "no", nothing changed: StorageError, not retried
+
+
+class _Failure(NamedTuple):
+    """One row of :data:`_FAILURES`: what failed, and what that proves."""
+
+    match: type[Exception] | str
+    """An exception class (the request got no answer), or a regular expression that the
+    whole answer, spelled ``HTTP <status>: <body>`` or ``HTTP 200, <what>: <text>``, matches."""
+    outcome: str
+    """``_NOT_APPLIED``, ``_MAY_HAVE_APPLIED`` or ``_REFUSED``."""
+    failure: str
+    """The failure in words, and why it is in its class; error messages quote it."""
+
+
+_REMOTE = r"(node failed to process \w+ on remote node at \S+: )?"  # a follower forwarding
+
+_FAILURES: tuple[_Failure, ...] = (
+    # --- No answer: what httpx raised (an exception matches the first class it is an instance of)
+    _Failure(httpx.ConnectTimeout, _NOT_APPLIED,
+             "connect timeout: no TCP connection or TLS handshake within the timeout, so nothing was sent"),
+    _Failure(httpx.ConnectError, _NOT_APPLIED,
+             "connect failed: refused, unreachable, unknown host, or the TLS handshake failed "
+             "(certificate, protocol), so nothing was sent"),
+    _Failure(httpx.PoolTimeout, _NOT_APPLIED,
+             "pool timeout: no free connection in the client's pool, so nothing was sent"),
+    _Failure(httpx.ProxyError, _NOT_APPLIED,
+             "proxy error: the proxy would not open a tunnel to the node, so nothing was sent"),
+    _Failure(httpx.UnsupportedProtocol, _REFUSED,
+             "unsupported protocol: httpx cannot send to this URL, so nothing was sent, to any node"),
+    _Failure(httpx.LocalProtocolError, _REFUSED,
+             "local protocol error: httpx would not write this request, so it was never sent whole"),
+    _Failure(httpx.WriteTimeout, _MAY_HAVE_APPLIED,
+             "write timeout: time ran out while the request was being sent; what reached the node "
+             "is unknown"),
+    _Failure(httpx.WriteError, _MAY_HAVE_APPLIED,
+             "write error: the connection broke while the request was being sent"),
+    _Failure(httpx.ReadTimeout, _MAY_HAVE_APPLIED,
+             "read timeout: the request was sent and no answer came in time; the node may be "
+             "applying it"),
+    _Failure(httpx.ReadError, _MAY_HAVE_APPLIED,
+             "read error: the connection broke after the request was sent (reset, or a TLS error "
+             "after the handshake)"),
+    _Failure(httpx.RemoteProtocolError, _MAY_HAVE_APPLIED,
+             "remote protocol error: after the request was sent, the node closed the connection "
+             "or answered something that is not HTTP"),
+    _Failure(ssl.SSLError, _MAY_HAVE_APPLIED,
+             "TLS error: raised as it is, not as an httpx error, by httpx's asyncio backend when "
+             "TLS fails after the handshake (encode/httpx#3350), so after the request was sent"),
+    _Failure(httpx.HTTPError, _MAY_HAVE_APPLIED,
+             "other httpx error: raised after the request was sent (a body that cannot be "
+             "decoded, a failed close...)"),
+    # --- An answer: HTTP 200 from rqlite ------------------------------------------------------
+    _Failure(r"HTTP 200, statement error: .*", _REFUSED,
+             "statement error: SQLite rejected a statement and the whole transaction was rolled back"),
+    _Failure(rf"HTTP 200, error: {_REMOTE}(not leader|store not open|store not ready)", _NOT_APPLIED,
+             "not leader: the node asked, or the leader it forwarded to, was not the leader (or not "
+             "open, or not ready) and refused the write before Raft saw it"),
+    _Failure(rf"HTTP 200, error: {_REMOTE}pool get: .*", _NOT_APPLIED,
+             "leader unreachable: the node could not open a connection to the leader to forward "
+             "the request"),
+    _Failure(r"HTTP 200, error: .*", _MAY_HAVE_APPLIED,
+             "rqlite error: any other error of the store or of forwarding (leadership lost while "
+             "committing, an apply timeout, a leader that stopped answering)"),
+    _Failure(r"HTTP 200, unreadable: .*", _MAY_HAVE_APPLIED,
+             "unreadable answer: not JSON, truncated, or not the results of the statements sent"),
+    # --- An answer: any other status ----------------------------------------------------------
+    _Failure(r"HTTP 503: leader not found", _NOT_APPLIED,
+             "leader not found: the node knows no leader to forward the request to"),
+    _Failure(r"HTTP 500: leader address: .*", _NOT_APPLIED,
+             "leader address unknown: the node could not look up the leader's address to forward "
+             "the request"),
+    _Failure(r"HTTP 500: SQL rewrite: .*", _REFUSED,
+             "SQL rewrite failed: rqlite could not prepare the statements, so it ran none"),
+    _Failure(r"HTTP (401|403): .*", _REFUSED,
+             "credentials refused: check the user and password in the URL, and their permissions"),
+    _Failure(r"HTTP 4\d\d: .*", _REFUSED,
+             "client error: the request was rejected before it ran (malformed, wrong method, too "
+             "large...)"),
+    _Failure(r"HTTP \d+: .*", _MAY_HAVE_APPLIED,
+             "unexpected status: 5xx (a 503 from a proxy too), a 2xx other than 200, a 3xx: rqlite "
+             "does not promise it ran nothing"),
+)
+"""Every failure of one request, first match wins.  See the module's docstring."""
+
+
+@dataclass(frozen=True)
+class _Failed:
+    """A request that failed: its row of :data:`_FAILURES`, and the reply in short."""
+
+    row: _Failure
+    detail: str
+
+
+def _classify(reply: _Reply, call: _Call) -> _Failed | list[dict[str, Any]]:
+    """The results of ``call`` in a reply, or the failure it is."""
+    if isinstance(reply, Exception):
+        row = next(row for row in _FAILURES if isinstance(row.match, type) and isinstance(reply, row.match))
+        return _Failed(row, _describe(reply))
+    answer = _answer(reply.status_code, reply.text, call)
+    if not isinstance(answer, str):
+        return answer
+    row = next(row for row in _FAILURES if isinstance(row.match, str) and re.fullmatch(row.match, answer, re.DOTALL))
+    return _Failed(row, answer[:300])
+
+
+def _answer(status: int, body: str, call: _Call) -> list[dict[str, Any]] | str:
+    """The results of ``call``, or the answer spelled as :data:`_FAILURES` reads it."""
+    if status != 200:
+        return f"HTTP {status}: {body.strip()}"
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        return f"HTTP 200, unreadable: not JSON: {body.strip()!r}"
+    if not isinstance(answer, dict):
+        return f"HTTP 200, unreadable: not a JSON object: {body.strip()!r}"
+    if answer.get("error"):  # the store failed, not a statement: no leader, a Raft timeout...
+        return f"HTTP 200, error: {answer['error']}"
+    results = answer.get("results")
+    if not isinstance(results, list) or not all(isinstance(result, dict) for result in results):
+        return f"HTTP 200, unreadable: no list of results: {body.strip()!r}"
+    for statement, result in zip(call.statements, results):
+        if "error" in result:  # rqlite lists no results after the failing statement
+            return f"HTTP 200, statement error: {result['error']} in {statement[0][:80]!r}"
+    if len(results) != len(call.statements):
+        return f"HTTP 200, unreadable: {len(results)} results for {len(call.statements)} statements"
+    for statement, result in zip(call.statements, results):
+        if " RETURNING " in statement[0] and "columns" not in result:
+            # rqlite ran the statement but did not recognize its RETURNING clause.
+            return f"HTTP 200, unreadable: no rows for {statement[0][:80]!r}"
+    return results
+
+
+def _describe(exc: Exception) -> str:
+    return f"{type(exc).__module__.split('.')[0]}.{type(exc).__name__}: {str(exc)[:200] or 'no detail'}"
 
 
 def _rows(result: dict[str, Any]) -> list[list[Any]]:
@@ -278,25 +440,43 @@ def _claim_statements(t: Tables, token: str, now: float, visibility: float, min_
 
 
 class _Core(ClosedGuard):
-    """What the sync and async transports share: the requests to send and their reading."""
+    """What the sync and async transports share: every decision, as generators of
+    :class:`_Request` and :class:`_Sleep` steps.  The drivers (``_run``) only move bytes."""
 
     _nodes: _Nodes
     _tables: Tables
     _clock: Clock
     _timeout: float
+    _owns_client: bool
     _preferred: int = 0  # index of the node that answered last; tried first next time
 
     def _setup(self, url: str | Sequence[str], clock: Clock, prefix: str | None, timeout: float,
-               wait: float) -> float:
-        if not callable(clock):
-            raise TypeError(f"clock must be a function returning seconds, got {clock!r:.80}")
+               wait: float, client: Any, client_type: type) -> float:
+        self._clock = check_clock(clock)
         self._nodes = _parse_urls(url)
         self._tables = Tables.named(prefix)
-        self._clock = clock
         self._timeout = _check_seconds("timeout", timeout)
         if self._timeout == 0:
             raise ValueError("timeout must be > 0 seconds")
-        return _check_seconds("wait", wait)
+        wait = _check_seconds("wait", wait)
+        if client is None:  # no proxies or .netrc credentials picked up behind our back
+            self.client, self._owns_client = client_type(trust_env=False, verify=_default_tls()), True
+        elif isinstance(client, client_type):
+            self.client, self._owns_client = client, False
+        else:
+            raise TypeError(
+                f"client must be an httpx.{client_type.__name__} (or None for a new one), got "
+                f"{type(client).__name__}"
+            )
+        return wait
+
+    def _options(self) -> dict[str, Any]:
+        """Per request, so that a client passed in keeps its own settings for the rest."""
+        return {
+            "timeout": self._timeout,
+            "auth": self._nodes.auth or httpx.USE_CLIENT_DEFAULT,
+            "follow_redirects": False,  # a 3xx is a failure to classify, not a place to go
+        }
 
     def __repr__(self) -> str:
         nodes = ", ".join(self._nodes.urls)
@@ -318,7 +498,7 @@ class _Core(ClosedGuard):
             worker_id, visibility, min_priority, routing_keys
         )
         self._check_open()
-        token, now = new_token(worker_id), self._clock()
+        token, now = new_token(worker_id), read_clock(self._clock)
         statements = _claim_statements(self._tables, token, now, visibility, min_priority, routing_keys)
 
         def read(results):
@@ -343,7 +523,7 @@ class _Core(ClosedGuard):
         lease = check_lease(lease)
         delay = check_delay(delay)
         self._check_open()
-        (update,) = _statements(nack_plan(self._tables, lease, self._clock(), delay))
+        (update,) = _statements(nack_plan(self._tables, lease, read_clock(self._clock), delay))
         return _Call("nack", _EXECUTE, [_returning(update, "seq")], lambda results: bool(_rows(results[0])))
 
     def _statement_call(self, statement: Statement) -> _Call:
@@ -362,80 +542,109 @@ class _Core(ClosedGuard):
         n = len(self._nodes.urls)
         return [(self._preferred + i) % n for i in range(n)]
 
-    def _exchange(self, call: _Call) -> Generator[str, _Reply, Any]:
-        """Yield the URL to POST ``call`` to; be sent the reply; return the answer or raise.
-
-        The drivers (sync, async) only move bytes; every decision is made here.
-        """
-        refused = []
+    def _exchange(self, call: _Call) -> _Steps:
+        """Send ``call`` to the nodes in turn while it is provably not applied; return its
+        answer, or raise what the failure table says."""
+        not_applied = []
         for index in self._order():
             node = self._nodes.urls[index]
-            reply = yield node + call.path
-            if isinstance(reply, _Unsent):
-                refused.append(f"{node}: {reply.reason}")
-                continue
-            if isinstance(reply, _Lost):
-                raise self._lost(call, node, reply.reason)
-            try:
-                answer = self._read(call, node, *reply)
-            except _NotApplied as exc:
-                refused.append(f"{node}: {exc}")
-                continue
-            self._preferred = index
-            return answer
+            reply: _Reply = yield _Request("POST", node + call.path, call.statements)
+            outcome = _classify(reply, call)
+            if not isinstance(outcome, _Failed):
+                self._preferred = index
+                return call.read(outcome)
+            if outcome.row.outcome != _NOT_APPLIED:
+                raise _error(call, node, outcome)
+            _log.info("%s at %s: %s (%s); trying the next node", call.operation, node,
+                      outcome.row.failure, outcome.detail)
+            not_applied.append(f"{node}: {outcome.row.failure} ({outcome.detail})")
         raise StorageError(
             f"{call.operation} failed, nothing was changed: no rqlite node took the request "
-            f"({'; '.join(refused)})"
+            f"({'; '.join(not_applied)})"
         )
 
-    def _lost(self, call: _Call, node: str, reason: str) -> Exception:
-        if not call.writes:
-            return StorageError(f"{call.operation} failed at {node}: {reason} (a read; nothing was changed)")
-        return OutcomeUnknownError(
-            f"{call.operation} at {node}: {reason}; the request may or may not have been applied"
-            + (" (a lease taken by it lapses unheld, so the message comes back)" if call.operation == "claim" else "")
-        )
+    # --- opening: a leader, the version, the tables --------------------------------------------
 
-    def _read(self, call: _Call, node: str, status: int, body: str) -> Any:
-        """Map rqlite's HTTP answer to the operation's answer or to an error."""
-        text = body.strip()[:300]
-        if status in (401, 403):
-            raise StorageError(
-                f"{call.operation}: rqlite at {node} refused the credentials (HTTP {status}); "
-                f"check the user and password in the URL and their permissions"
-            )
-        if status == 503 or (status != 200 and any(marker in text.lower() for marker in _NOT_APPLIED)):
-            raise _NotApplied(f"HTTP {status} {text!r}")
-        if status in (502, 504):  # a proxy gave up waiting: the node may have applied it
-            raise self._lost(call, node, f"HTTP {status} {text!r}")
-        if status != 200:  # rqlite answers other errors before it applies anything
-            raise StorageError(f"{call.operation}: rqlite at {node} answered HTTP {status} {text!r}; nothing was changed")
-        try:
-            answer = json.loads(body)
-        except ValueError:
-            raise self._lost(call, node, f"an answer that is not JSON: {text!r}") from None
-        error = answer.get("error")
-        if error:  # the store failed, not a statement: a Raft timeout, a lost leadership...
-            if any(marker in error.lower() for marker in _NOT_APPLIED):
-                raise _NotApplied(error)
-            raise self._lost(call, node, f"rqlite error {error!r}")
-        results = answer.get("results") or []
-        for statement, result in zip(call.statements, results):
-            if "error" in result:
+    def _opening(self, wait: float) -> _Steps:
+        """Wait until a node is ready with a leader, check its version, create the tables."""
+        deadline = time.monotonic() + wait
+        while True:
+            seen = []
+            for node in self._nodes.urls:
+                reply = yield _Request("GET", node + _READY)
+                if isinstance(reply, Exception):
+                    seen.append(f"{node}: {_describe(reply)}")
+                elif reply.status_code in (401, 403):
+                    raise StorageError(
+                        f"rqlite at {node} refused the credentials (HTTP {reply.status_code}); "
+                        f"check the user and password in the URL"
+                    )
+                elif reply.status_code == 200:
+                    _check_version(node, reply.headers.get(_VERSION_HEADER))
+                    yield from self._create_tables()
+                    return
+                else:
+                    seen.append(f"{node}: HTTP {reply.status_code} {' '.join(reply.text.split())[:120]!r}")
+            if time.monotonic() >= deadline:
                 raise StorageError(
-                    f"{call.operation}: rqlite rejected {statement[0][:80]!r}: {result['error']} "
-                    f"(the transaction was rolled back; nothing was changed)"
+                    f"no rqlite node of {list(self._nodes.urls)} was ready with a leader within "
+                    f"{wait:g}s ({'; '.join(seen)}); is the cluster running? (`bash .ci/cluster up` "
+                    f"starts the test cluster)"
                 )
-        if len(results) != len(call.statements):
-            raise self._lost(call, node, f"{len(results)} results for {len(call.statements)} statements")
-        for statement, result in zip(call.statements, results):
-            if " RETURNING " in statement[0] and "columns" not in result:
-                # rqlite ran the statement but did not recognize its RETURNING clause.
-                raise self._lost(call, node, f"rqlite returned no rows for {statement[0][:80]!r}")
-        return call.read(results)
+            yield _Sleep(0.2)
+
+    def _create_tables(self) -> _Steps:
+        """The schema plan, one request per statement (its reads go through the leader)."""
+        plan, answer = self._schema_plan(), None
+        try:
+            while True:
+                statement = plan.send(answer)
+                try:
+                    answer = yield from self._exchange(self._statement_call(statement))
+                except StorageError as exc:
+                    answer = _raced_upgrade(statement, exc)
+        except StopIteration:
+            return
 
 
-# --- The synchronous transport ----------------------------------------------------------------
+def _error(call: _Call, node: str, failed: _Failed) -> Exception:
+    """What the caller sees for a failure that is not retried (see the module's docstring)."""
+    where = f"{call.operation} at {node}: {failed.row.failure} ({failed.detail})"
+    if failed.row.outcome == _REFUSED:
+        return StorageError(f"{where}; nothing was changed")
+    if not call.writes:
+        return StorageError(f"{where}; a read, so nothing was changed")
+    return OutcomeUnknownError(
+        f"{where}; the request may or may not have been applied"
+        + (" (a lease taken by it lapses unheld, so the message comes back)" if call.operation == "claim" else "")
+    )
+
+
+@functools.cache
+def _default_tls() -> ssl.SSLContext:
+    """The TLS settings of the transports' own clients (certifi's CAs, as httpx's default), made
+    once: loading the CAs takes a tenth of a second, and transports are opened by the dozen."""
+    return httpx.create_ssl_context(trust_env=False)
+
+
+def _check_version(node: str, reported: str | None) -> None:
+    """Refuse an rqlite without RETURNING; warn about one whose answers were not checked."""
+    found = re.fullmatch(r"v?(\d+)\.(\d+)\.(\d+)\S*", (reported or "").strip())
+    version = tuple(int(part) for part in found.groups()) if found else None
+    if version is not None and version < _RETURNING_SINCE:
+        raise StorageError(
+            f"rqlite {reported} at {node} is too old: this transport needs rqlite >= 8.23, whose "
+            f"UPDATE ... RETURNING makes a claim one request; upgrade the cluster"
+        )
+    low, high = _KNOWN_VERSIONS
+    if version is None or version > high:
+        shown = f"rqlite {reported}" if reported else f"rqlite (no {_VERSION_HEADER} header)"
+        warnings.warn(
+            f"{shown} at {node}: the failure classes of the rqlite transport are known for rqlite "
+            f"{'.'.join(map(str, low))} to {'.'.join(map(str, high))} (docs/rqlite-failures.md); "
+            f"an answer it does not recognise is reported as OutcomeUnknownError, never retried",
+            stacklevel=4,
+        )
 
 
 def _raced_upgrade(statement: Statement, error: StorageError) -> int:
@@ -447,19 +656,32 @@ def _raced_upgrade(statement: Statement, error: StorageError) -> int:
     raise error
 
 
-class RqliteTransport(_Core):
-    """The queue in an rqlite cluster, over a pooled ``requests.Session``.
+# --- The synchronous transport ----------------------------------------------------------------
+
+
+class RqliteTransport(_Core, ClosesOnExit):
+    """The queue in an rqlite cluster, over an ``httpx.Client``.
 
     - ``url``: ``http(s)://[user:password@]host:port``, or several (list or comma-separated).
     - ``clock``: the time source, read once per operation and sent to rqlite as a parameter.
     - ``prefix``: tables are named ``<prefix>_harel_transport_...``, so several queues (tests,
       tenants) can share one cluster.
-    - ``timeout``: seconds per HTTP request; ``wait``: seconds to wait for a leader at open.
+    - ``timeout``: seconds per HTTP request (connect, each write, each read, a pooled
+      connection); ``wait``: seconds to wait for a leader at open.
+    - ``client``: an ``httpx.Client`` to send through, for what the URL cannot say (a private
+      CA with ``verify=``, a proxy, event hooks, a ``MockTransport`` in tests).  The transport
+      still sets the timeout, the URL's credentials and ``follow_redirects=False`` on each
+      request, and does not close a client it was given.  Default: a client of its own, which
+      ignores the environment (no proxies or ``.netrc`` credentials behind your back).
 
-    Opening waits until the cluster has a leader, then creates the tables if they are missing.
-    Use one transport per thread (``requests.Session`` is not documented as thread-safe).
-    ``session`` is the underlying ``requests.Session``, for instrumentation (hooks, adapters).
+    Opening waits until the cluster has a leader, checks the rqlite version (see the module's
+    docstring), then creates the tables if they are missing.  ``with`` closes the transport at
+    the end of the block.  Use one transport per thread.
+    ``client`` is the ``httpx.Client`` in use, for instrumentation (``event_hooks``); it
+    replaces the ``requests.Session`` that earlier versions exposed as ``session``.
     """
+
+    client: httpx.Client
 
     def __init__(
         self,
@@ -469,19 +691,13 @@ class RqliteTransport(_Core):
         prefix: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         wait: float = DEFAULT_WAIT,
+        client: httpx.Client | None = None,
     ) -> None:
-        import requests
-
-        wait = self._setup(url, clock, prefix, timeout, wait)
-        self._requests = requests
-        self.session = requests.Session()
-        self.session.auth = self._nodes.auth
-        self.session.trust_env = False  # no proxies or .netrc credentials picked up behind our back
+        wait = self._setup(url, clock, prefix, timeout, wait, client, httpx.Client)
         try:
-            self._wait_for_leader(wait)
-            self._run_plan(self._schema_plan())
+            self._run(self._opening(wait))
         except BaseException:
-            self.session.close()
+            self._close_client()
             raise
 
     @classmethod
@@ -493,124 +709,65 @@ class RqliteTransport(_Core):
         prefix: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         wait: float = DEFAULT_WAIT,
+        client: httpx.Client | None = None,
     ) -> RqliteTransport:
         """Open the queue at ``url`` once the cluster has a leader (see the class)."""
-        return cls(url, clock=clock, prefix=prefix, timeout=timeout, wait=wait)
+        return cls(url, clock=clock, prefix=prefix, timeout=timeout, wait=wait, client=client)
 
     def publish(self, group_id: str, event: str, priority: int = 0, routing_key: str | None = None) -> None:
-        self._send(self._publish_call(group_id, event, priority, routing_key))
+        self._run(self._exchange(self._publish_call(group_id, event, priority, routing_key)))
 
     def claim(self, worker_id: str, visibility: float, min_priority: int = 0,
               routing_keys: Iterable[str] | None = None) -> Lease | None:
-        return self._send(self._claim_call(worker_id, visibility, min_priority, routing_keys))
+        return self._run(self._exchange(self._claim_call(worker_id, visibility, min_priority, routing_keys)))
 
     def ack(self, lease: Lease) -> bool:
-        return self._send(self._ack_call(lease))
+        return self._run(self._exchange(self._ack_call(lease)))
 
     def nack(self, lease: Lease, delay: float = 0) -> bool:
-        return self._send(self._nack_call(lease, delay))
+        return self._run(self._exchange(self._nack_call(lease, delay)))
 
     def close(self) -> None:
         if not self._closed:
             self._closed = True
-            self.session.close()
+            self._close_client()
 
-    # --- HTTP -------------------------------------------------------------------------------
+    def _close_client(self) -> None:
+        if self._owns_client:
+            self.client.close()
 
-    def _send(self, call: _Call) -> Any:
-        exchange = self._exchange(call)
-        url = next(exchange)
+    def _run(self, steps: _Steps) -> Any:
+        """Carry out the steps: send each request, sleep each pause; return the answer."""
+        reply = None
         while True:
             try:
-                response = self.session.post(url, json=call.statements, timeout=self._timeout)
-                reply: _Reply = (response.status_code, response.text)
-            except self._requests.RequestException as exc:
-                reply = _requests_failure(self._requests, exc)
-            try:
-                url = exchange.send(reply)
+                step = steps.send(reply)
             except StopIteration as done:
                 return done.value
-
-    def _run_plan(self, plan: Plan[Any]) -> None:
-        answer = None
-        try:
-            while True:
-                statement = plan.send(answer)
-                try:
-                    answer = self._send(self._statement_call(statement))
-                except StorageError as exc:
-                    answer = _raced_upgrade(statement, exc)
-        except StopIteration:
-            return
-
-    def _wait_for_leader(self, wait: float) -> None:
-        deadline = time.monotonic() + wait
-        while True:
-            seen = []
-            for node in self._nodes.urls:
-                try:
-                    response = self.session.get(node + _READY, timeout=self._timeout)
-                except self._requests.RequestException as exc:
-                    seen.append(f"{node}: {_requests_failure(self._requests, exc).reason}")
-                    continue
-                if _ready(node, response.status_code, response.text, seen):
-                    return
-            if time.monotonic() >= deadline:
-                raise _no_leader(self._nodes, wait, seen)
-            time.sleep(0.2)
-
-
-def _requests_failure(requests: Any, exc: Exception) -> _Unsent | _Lost:
-    """Did a failed ``requests`` call reach the node?  Only a failed connect surely did not."""
-    import urllib3.exceptions
-
-    reason = _describe(exc)
-    if isinstance(exc, (requests.ConnectTimeout, requests.exceptions.SSLError)):
-        return _Unsent(reason)
-    if isinstance(exc, requests.ConnectionError):
-        cause = exc.args[0] if exc.args else None
-        # NewConnectionError (refused, unreachable) is a ConnectTimeoutError in urllib3 2.
-        if isinstance(getattr(cause, "reason", None), urllib3.exceptions.ConnectTimeoutError):
-            return _Unsent(reason)
-    return _Lost(reason)
-
-
-def _describe(exc: Exception) -> str:
-    """A short reason for a failed ``requests`` call: urllib3's own reason when there is one."""
-    cause = getattr(exc.args[0], "reason", None) if exc.args else None
-    return f"{type(exc).__name__}: {str(cause or exc)[:200]}"
-
-
-def _ready(node: str, status: int, body: str, seen: list[str]) -> bool:
-    if status in (401, 403):
-        raise StorageError(
-            f"rqlite at {node} refused the credentials (HTTP {status}); check the user and "
-            f"password in the URL"
-        )
-    if status == 200:
-        return True
-    seen.append(f"{node}: HTTP {status} {' '.join(body.split())[:120]!r}")
-    return False
-
-
-def _no_leader(nodes: _Nodes, wait: float, seen: list[str]) -> StorageError:
-    return StorageError(
-        f"no rqlite node of {list(nodes.urls)} was ready with a leader within {wait:g}s "
-        f"({'; '.join(seen)}); is the cluster running? (`bash .ci/cluster up` starts the "
-        f"test cluster)"
-    )
+            if isinstance(step, _Sleep):
+                time.sleep(step.seconds)
+                reply = None
+                continue
+            try:
+                reply = self.client.request(step.method, step.url, json=step.statements, **self._options())
+            except _FAILED as exc:
+                reply = exc
 
 
 # --- The asyncio transport --------------------------------------------------------------------
 
 
-class AsyncRqliteTransport(_Core):
-    """The asyncio twin of :class:`RqliteTransport`, over one ``httpx.AsyncClient``.
+class AsyncRqliteTransport(_Core, AsyncClosesOnExit):
+    """The asyncio twin of :class:`RqliteTransport`, over an ``httpx.AsyncClient``.
 
-    Open it with ``await AsyncRqliteTransport.from_url(url, ...)`` (same arguments).  Each call
-    is one request and holds no state between requests, so tasks may share one transport.
-    ``client`` is the underlying ``httpx.AsyncClient``, for instrumentation (event hooks).
+    Open it with ``await AsyncRqliteTransport.from_url(url, ...)``: the same arguments, with
+    ``client`` an ``httpx.AsyncClient``; ``async with`` closes it at the end of the block.
+    Each call is one request and holds no state between requests, so tasks may share one
+    transport.  ``client`` is the ``httpx.AsyncClient`` in use, for instrumentation
+    (``event_hooks``).
     """
+
+    client: httpx.AsyncClient
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         raise TypeError("open an AsyncRqliteTransport with `await AsyncRqliteTransport.from_url(url, ...)`")
@@ -624,92 +781,53 @@ class AsyncRqliteTransport(_Core):
         prefix: str | None = None,
         timeout: float = DEFAULT_TIMEOUT,
         wait: float = DEFAULT_WAIT,
+        client: httpx.AsyncClient | None = None,
     ) -> AsyncRqliteTransport:
         """Open the queue at ``url`` once the cluster has a leader (see RqliteTransport)."""
-        import httpx
-
         self = cls.__new__(cls)
-        wait = self._setup(url, clock, prefix, timeout, wait)
-        self._httpx = httpx
-        self.client = httpx.AsyncClient(auth=self._nodes.auth, timeout=self._timeout, trust_env=False)
+        wait = self._setup(url, clock, prefix, timeout, wait, client, httpx.AsyncClient)
         try:
-            await self._wait_for_leader(wait)
-            await self._run_plan(self._schema_plan())
+            await self._run(self._opening(wait))
         except BaseException:
-            await self.client.aclose()
+            await self._close_client()
             raise
         return self
 
     async def publish(self, group_id: str, event: str, priority: int = 0, routing_key: str | None = None) -> None:
-        await self._send(self._publish_call(group_id, event, priority, routing_key))
+        await self._run(self._exchange(self._publish_call(group_id, event, priority, routing_key)))
 
     async def claim(self, worker_id: str, visibility: float, min_priority: int = 0,
                     routing_keys: Iterable[str] | None = None) -> Lease | None:
-        return await self._send(self._claim_call(worker_id, visibility, min_priority, routing_keys))
+        return await self._run(self._exchange(self._claim_call(worker_id, visibility, min_priority, routing_keys)))
 
     async def ack(self, lease: Lease) -> bool:
-        return await self._send(self._ack_call(lease))
+        return await self._run(self._exchange(self._ack_call(lease)))
 
     async def nack(self, lease: Lease, delay: float = 0) -> bool:
-        return await self._send(self._nack_call(lease, delay))
+        return await self._run(self._exchange(self._nack_call(lease, delay)))
 
     async def close(self) -> None:
         if not self._closed:
             self._closed = True
+            await self._close_client()
+
+    async def _close_client(self) -> None:
+        if self._owns_client:
             await self.client.aclose()
 
-    # --- HTTP -------------------------------------------------------------------------------
-
-    async def _send(self, call: _Call) -> Any:
-        exchange = self._exchange(call)
-        url = next(exchange)
+    async def _run(self, steps: _Steps) -> Any:
+        """Carry out the steps: send each request, sleep each pause; return the answer."""
+        reply = None
         while True:
             try:
-                response = await self.client.post(url, json=call.statements)
-                reply: _Reply = (response.status_code, response.text)
-            except self._httpx.HTTPError as exc:
-                reply = _httpx_failure(self._httpx, exc)
-            try:
-                url = exchange.send(reply)
+                step = steps.send(reply)
             except StopIteration as done:
                 return done.value
-
-    async def _run_plan(self, plan: Plan[Any]) -> None:
-        answer = None
-        try:
-            while True:
-                statement = plan.send(answer)
-                try:
-                    answer = await self._send(self._statement_call(statement))
-                except StorageError as exc:
-                    answer = _raced_upgrade(statement, exc)
-        except StopIteration:
-            return
-
-    async def _wait_for_leader(self, wait: float) -> None:
-        import asyncio
-
-        deadline = time.monotonic() + wait
-        while True:
-            seen = []
-            for node in self._nodes.urls:
-                try:
-                    response = await self.client.get(node + _READY)
-                except self._httpx.HTTPError as exc:
-                    seen.append(f"{node}: {_httpx_failure(self._httpx, exc).reason}")
-                    continue
-                if _ready(node, response.status_code, response.text, seen):
-                    return
-            if time.monotonic() >= deadline:
-                raise _no_leader(self._nodes, wait, seen)
-            await asyncio.sleep(0.2)
-
-
-def _httpx_failure(httpx: Any, exc: Exception) -> _Unsent | _Lost:
-    """Did a failed httpx call reach the node?  Only a failed connect (or no free connection
-    in the pool) surely did not."""
-    reason = f"{type(exc).__name__}: {str(exc)[:200] or 'no detail'}"
-    if isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout)):
-        return _Unsent(reason)
-    return _Lost(reason)
-
+            if isinstance(step, _Sleep):
+                await asyncio.sleep(step.seconds)
+                reply = None
+                continue
+            try:
+                reply = await self.client.request(step.method, step.url, json=step.statements, **self._options())
+            except _FAILED as exc:
+                reply = exc

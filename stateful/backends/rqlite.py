@@ -3,12 +3,12 @@
 Every namespace becomes a table prefix in one shared cluster, so parallel test workers and
 tests never see each other's queues.  The cluster is found in the environment:
 
-- ``HAREL_RQLITE_URLS``: several nodes, comma-separated (e.g. the three of ``compose.yaml``:
-  ``http://127.0.0.1:4001,http://127.0.0.1:4011,http://127.0.0.1:4021``).  Each time the
-  factory opens a transport it starts from the next node, so the machine's "reopen" and "second
-  instance" go through a different node than the one that wrote.
-- ``HAREL_RQLITE_URL``: one node, used when ``HAREL_RQLITE_URLS`` is not set
-  (default ``http://127.0.0.1:4001``).
+- ``HAREL_RQLITE_URLS``: the nodes, comma-separated.  Unset, the three nodes of
+  ``compose.yaml`` (``http://127.0.0.1:4001,http://127.0.0.1:4011,http://127.0.0.1:4021``), the
+  cluster ``bash .ci/cluster up`` starts.  Each time the factory opens a transport it starts
+  from the next node, so the machine's "reopen" and "second instance" go through a different
+  node than the one that wrote.
+- ``HAREL_RQLITE_URL``: one node, used when ``HAREL_RQLITE_URLS`` is not set.
 
 The clock is injectable: the transport sends ``clock()`` to rqlite as a parameter, so the
 machine's fake clock drives leases exactly.  Tables are left behind in the cluster; call
@@ -29,11 +29,12 @@ from harel_ref.transport._sql import Tables
 from .._backend import Backend, Capabilities
 
 __all__ = [
-    "DEFAULT_URL", "cluster_urls", "drop_opened_tables", "prefix_for", "rotating_opener", "rqlite",
+    "DEFAULT_URLS", "cluster_urls", "drop_opened_tables", "prefix_for", "rotating_opener", "rqlite",
     "rqlite_async",
 ]
 
-DEFAULT_URL = "http://127.0.0.1:4001"
+DEFAULT_URLS = ("http://127.0.0.1:4001", "http://127.0.0.1:4011", "http://127.0.0.1:4021")
+"""The three nodes of compose.yaml, on the loopback interface."""
 
 CAPABILITIES = Capabilities(durable=True, shared=True, fairness="claim", clock="injectable")
 
@@ -41,10 +42,14 @@ _opened: dict[str, Callable[[str], list[str]]] = {}  # prefix -> its tables, for
 
 
 def cluster_urls() -> list[str]:
-    """The node URLs from ``$HAREL_RQLITE_URLS``, else ``[$HAREL_RQLITE_URL or DEFAULT_URL]``."""
+    """The node URLs from ``$HAREL_RQLITE_URLS``, else ``[$HAREL_RQLITE_URL]``, else
+    :data:`DEFAULT_URLS`."""
     several = os.environ.get("HAREL_RQLITE_URLS", "")
     urls = [url.strip() for url in several.split(",") if url.strip()]
-    return urls or [os.environ.get("HAREL_RQLITE_URL") or DEFAULT_URL]
+    if urls:
+        return urls
+    one = os.environ.get("HAREL_RQLITE_URL", "").strip()
+    return [one] if one else list(DEFAULT_URLS)
 
 
 def prefix_for(namespace: str) -> str:
@@ -104,7 +109,7 @@ def drop_opened_tables(timeout: float = 10.0) -> int:
     """Drop the tables of every namespace the factories of this process opened; return how
     many namespaces.  The machine makes a namespace per example: without this they pile up
     in the cluster run after run."""
-    import requests
+    import httpx
 
     prefixes = sorted(_opened)
     if not prefixes:
@@ -112,13 +117,13 @@ def drop_opened_tables(timeout: float = 10.0) -> int:
     statements = []
     for prefix in prefixes:
         statements += [[f"DROP TABLE IF EXISTS {name}"] for name in _opened[prefix](prefix)]
-    with requests.Session() as session:
+    with httpx.Client(timeout=timeout) as client:
         for url in cluster_urls():
             try:
-                response = session.post(f"{url}/db/execute?transaction", json=statements, timeout=timeout)
-            except requests.ConnectionError:
-                continue  # a node down (a fault test?): try the next
-            if response.ok and "error" not in response.text:
+                response = client.post(f"{url}/db/execute?transaction", json=statements)
+            except httpx.TransportError:
+                continue  # a node down or cut off (a fault test?): try the next
+            if response.is_success and "error" not in response.text:
                 for prefix in prefixes:
                     _opened.pop(prefix, None)
                 return len(prefixes)
