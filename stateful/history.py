@@ -193,7 +193,10 @@ def load(*sources: str | os.PathLike[str] | Iterable[Record]) -> list[Record]:
 
 def _read_jsonl(path: Path) -> list[Record]:
     calls: dict[str, Record] = {}
-    for line in path.read_text(encoding="utf-8").splitlines():
+    text = path.read_text(encoding="utf-8", errors="replace")
+    if not text.endswith("\n"):
+        text = text[: text.rfind("\n") + 1]  # a line cut by a kill: that call was not recorded
+    for line in text.splitlines():
         if not line.strip():
             continue
         entry = json.loads(line)

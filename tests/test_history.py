@@ -199,3 +199,17 @@ def test_model_allows_what_a_wall_clock_window_allows():
     assert check(records, drained=[("g", "a")]).ok
     early = [publish(0, "g", "a"), claim(1, 2, first, visibility=3), claim(2.5, 3.5, second, worker="w2")]
     assert kinds(check(early, drained=[("g", "a")])) == ["model", "overlap"]
+
+
+def test_a_line_cut_by_a_kill_is_read_as_a_call_not_recorded(tmp_path):
+    """A worker killed while writing leaves half a line at the end of its history: that call
+    is unrecorded (its process died), and every whole line before it still counts."""
+    path = tmp_path / "history.jsonl"
+    history = History(path)
+    with history.record("w1", "publish", group_id="g1", event="e1") as call:
+        call.complete(None)
+    history.close()
+    with open(path, "a", encoding="utf-8") as file:
+        file.write('{"id": "w1-2", "worker": "w1", "op": "cl')
+    (record,) = load(path)
+    assert (record.op, record.ok) == ("publish", True)

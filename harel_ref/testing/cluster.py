@@ -11,7 +11,9 @@ Start the cluster first (``bash .ci/cluster up``), then::
     cluster.start(leader)               # the old leader rejoins as a follower
     cluster.disconnect("rqlite3")       # cut rqlite3 off the cluster network
     cluster.reconnect("rqlite3")
-    cluster.heal()                      # start, unpause and reconnect every node
+    cluster.add_latency("rqlite2", 0.2, 0.05)  # 150-250 ms on every packet it sends
+    cluster.remove_latency("rqlite2")
+    cluster.heal()                      # start, unpause, reconnect and undelay every node
     cluster.wait_ready()                # all three reachable, one agreed leader
 
 Nodes are named by their compose service: ``rqlite1``, ``rqlite2``, ``rqlite3``
@@ -30,6 +32,17 @@ What each fault means for rqlite:
   answering too (the port mapping lives on that network). A disconnected leader
   keeps believing it leads until its leader lease runs out; the other two elect
   a new one.
+- :meth:`Cluster.add_latency`: every packet the node sends (Raft to its peers,
+  HTTP answers to clients) leaves ``delay`` +- ``jitter`` seconds late. Done
+  from the host inside the container's network namespace (the image has no
+  ``tc``), with ``tc qdisc ... netem`` when the kernel has netem, else by
+  holding the packets in an NFQUEUE (an ``iptables`` rule in the container's
+  namespace) and releasing them from a thread of this process, in order. Only
+  the second works on a kernel built without ``CONFIG_NET_SCH_NETEM`` (as the
+  Firecracker VM kernel this was written on); it needs the ``iptables``
+  command (Debian's ``docker.io`` depends on it), ``nsenter`` (``util-linux``)
+  and ``CONFIG_NETFILTER_NETLINK_QUEUE``; netem needs ``tc`` (``iproute2``).
+  Both need root.
 
 Containers are found by the labels compose puts on them
 (``com.docker.compose.project`` and ``com.docker.compose.service``). The
@@ -38,13 +51,23 @@ project defaults to ``$COMPOSE_PROJECT_NAME`` or ``harel-ref`` (what
 project has the three services, that project is used.
 
 Needs the ``docker`` package: ``pip install 'harel-ref[docker]'``. The HTTP
-calls to rqlite use only the standard library.
+calls to rqlite and the NFQUEUE use only the standard library.
 """
 
 from __future__ import annotations
 
+import ctypes
+import errno
+import heapq
 import json
 import os
+import random
+import select
+import shutil
+import socket
+import struct
+import subprocess
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -122,6 +145,8 @@ class Cluster:
         self.project = self._find_project(project)
         # aliases a node had on the cluster network, remembered by disconnect()
         self._aliases: dict[str, list[str]] = {}
+        # node -> the latency added to it: "netem" (a qdisc) or the NFQUEUE thread holding packets
+        self._latency: dict[str, _Delay | str] = {}
 
     # ------------------------------------------------------------------ lookup
 
@@ -264,9 +289,68 @@ class Cluster:
 
     connect = reconnect
 
+    def pid(self, node: str) -> int:
+        """The host pid of ``node``'s rqlited (its network namespace is ``/proc/<pid>/ns/net``);
+        raises :class:`ClusterError` if the container does not run."""
+        pid = int(self.container(node).attrs.get("State", {}).get("Pid") or 0)
+        if pid <= 0:
+            raise ClusterError(f"{node} does not run (no process to find its network namespace by)")
+        return pid
+
+    def add_latency(self, node: str, delay: float = 0.2, jitter: float = 0.05, *,
+                    method: str = "auto") -> str:
+        """Delay every packet ``node`` sends on the cluster network by ``delay`` +- ``jitter``
+        seconds (uniformly), until :meth:`remove_latency` or :meth:`heal`.
+
+        ``method``: ``"netem"`` (``tc qdisc add dev <if> root netem delay ...`` in the
+        container's namespace, via ``nsenter``), ``"nfqueue"`` (an ``iptables -j NFQUEUE`` rule
+        there, the packets released by a thread of this process, in the order they were sent),
+        or ``"auto"``: netem if the kernel and host have it, else nfqueue. Returns the method
+        used. The NFQUEUE rule has ``--queue-bypass``: if this process dies, packets flow again
+        undelayed (the rule stays until :meth:`heal`). Needs root.
+        """
+        if not (delay >= 0 and jitter >= 0 and delay - jitter >= 0):
+            raise ValueError(f"need 0 <= jitter <= delay, got delay={delay}, jitter={jitter}")
+        if method not in ("auto", "netem", "nfqueue"):
+            raise ValueError(f"method must be 'auto', 'netem' or 'nfqueue', got {method!r}")
+        self.remove_latency(node)
+        pid = self.pid(node)
+        if method in ("auto", "netem"):
+            problem = _netem_add(pid, delay, jitter)
+            if problem is None:
+                self._latency[node] = "netem"
+                return "netem"
+            if method == "netem":
+                raise ClusterError(f"cannot add netem latency to {node}: {problem}")
+        self._latency[node] = _Delay(pid, delay, jitter)
+        return "nfqueue"
+
+    def remove_latency(self, node: str) -> int | None:
+        """Take away the latency :meth:`add_latency` added to ``node``, and any left in its
+        namespace by an earlier process (a netem qdisc, the NFQUEUE rule).  Returns how many
+        packets were delayed when that was done by NFQUEUE, else None."""
+        added = self._latency.pop(self._check(node), None)
+        if isinstance(added, _Delay):
+            added.stop()  # deletes its rule, then lets the held packets go
+        try:
+            pid = self.pid(node)
+        except ClusterError:
+            pid = 0  # no process, no namespace: nothing left to undo
+        if pid:
+            _netem_remove(pid)
+            while _iptables(pid, "-D", *_nfqueue_rule()) is None:
+                pass  # one rule per earlier add_latency that was never removed
+        return added.held if isinstance(added, _Delay) else None
+
+    def latency(self) -> dict[str, str]:
+        """The nodes with added latency, and how it was added (``"netem"`` or ``"nfqueue"``)."""
+        return {node: added if isinstance(added, str) else "nfqueue" for node, added in self._latency.items()}
+
     def heal(self) -> None:
-        """Undo every fault: start stopped nodes, unpause paused ones, reconnect all."""
+        """Undo every fault: remove added latency, start stopped nodes, unpause paused ones,
+        reconnect all."""
         for node in self.nodes:
+            self.remove_latency(node)
             c = self.container(node)
             if c.status == "paused":
                 c.unpause()
@@ -374,6 +458,245 @@ class Cluster:
 
     def __repr__(self) -> str:
         return f"Cluster(project={self.project!r}, ports={self.ports!r})"
+
+
+# ------------------------------------------------------------------ latency
+
+
+def _run_in(pid: int, *command: str) -> str | None:
+    """Run ``command`` in the network namespace of ``pid``; None if it succeeded, else why not."""
+    if shutil.which("nsenter") is None:
+        return "no nsenter on this host (Debian package util-linux)"
+    if shutil.which(command[0]) is None:
+        return f"no {command[0]} on this host"
+    done = subprocess.run(["nsenter", "-t", str(pid), "-n", *command], capture_output=True, text=True,
+                          timeout=30, check=False)
+    if done.returncode == 0:
+        return None
+    return f"`{' '.join(command)}` failed: {(done.stderr or done.stdout).strip()[:300]}"
+
+
+def _devices(pid: int) -> list[str]:
+    """The network interfaces in the namespace of ``pid``, other than loopback."""
+    with open(f"/proc/{pid}/net/dev", encoding="ascii") as table:
+        names = [line.split(":", 1)[0].strip() for line in table if ":" in line]
+    return [name for name in names if name != "lo"]
+
+
+def _netem_add(pid: int, delay: float, jitter: float) -> str | None:
+    try:
+        devices = _devices(pid)
+    except OSError as exc:
+        return f"cannot list its network interfaces: {exc}"
+    if not devices:
+        return "the container has no network interface (disconnected?)"
+    for i, device in enumerate(devices):
+        problem = _run_in(pid, "tc", "qdisc", "add", "dev", device, "root", "netem", "delay",
+                          f"{delay * 1000:.0f}ms", f"{jitter * 1000:.0f}ms")
+        if problem is not None:
+            for done in devices[:i]:
+                _run_in(pid, "tc", "qdisc", "del", "dev", done, "root")
+            return problem
+    return None
+
+
+def _netem_remove(pid: int) -> None:
+    if shutil.which("tc") is None or shutil.which("nsenter") is None:
+        return  # then no netem qdisc was added from this host
+    try:
+        for device in _devices(pid):
+            shown = subprocess.run(["nsenter", "-t", str(pid), "-n", "tc", "qdisc", "show", "dev", device],
+                                   capture_output=True, text=True, timeout=30, check=False)
+            if " netem " in shown.stdout:
+                _run_in(pid, "tc", "qdisc", "del", "dev", device, "root")
+    except OSError:
+        return  # the process is gone, or this user may not look into its namespace
+
+
+def _iptables(pid: int, action: str, *rule: str) -> str | None:
+    return _run_in(pid, "iptables", "-w", "5", action, *rule)
+
+
+_NFQUEUE = 4242
+"""The queue number the delaying rule sends packets to (queues are per network namespace)."""
+
+
+def _nfqueue_rule() -> tuple[str, ...]:
+    return ("OUTPUT", "!", "-o", "lo", "-m", "comment", "--comment", "harel-ref-latency",
+            "-j", "NFQUEUE", "--queue-num", str(_NFQUEUE), "--queue-bypass")
+
+
+# nfnetlink_queue, as <linux/netfilter/nfnetlink_queue.h> defines it
+_NETLINK_NETFILTER = 12
+_CLONE_NEWNET = 0x40000000
+_NFNL_SUBSYS_QUEUE = 3
+_NFQNL_MSG_PACKET, _NFQNL_MSG_VERDICT, _NFQNL_MSG_CONFIG = 0, 1, 2
+_NLM_F_REQUEST, _NLM_F_ACK = 1, 4
+_NLMSG_ERROR = 2
+_NFQA_CFG_CMD, _NFQA_CFG_PARAMS, _NFQA_CFG_QUEUE_MAXLEN, _NFQA_CFG_MASK, _NFQA_CFG_FLAGS = 1, 2, 3, 4, 5
+_NFQA_PACKET_HDR, _NFQA_VERDICT_HDR = 1, 2
+_NFQNL_CFG_CMD_BIND = 1
+_NFQNL_COPY_META = 1  # the packet's id and headers only, not its bytes
+_NFQA_CFG_F_FAIL_OPEN = 1  # a full queue lets packets through instead of dropping them
+_NF_ACCEPT = 1
+
+
+def _nlattr(kind: int, payload: bytes) -> bytes:
+    length = 4 + len(payload)
+    return struct.pack("=HH", length, kind) + payload + b"\0" * (-length % 4)
+
+
+def _nfq_message(kind: int, attributes: list[bytes], flags: int = _NLM_F_REQUEST, seq: int = 0) -> bytes:
+    body = struct.pack("!BBH", socket.AF_UNSPEC, 0, _NFQUEUE) + b"".join(attributes)
+    return struct.pack("=IHHII", 16 + len(body), (_NFNL_SUBSYS_QUEUE << 8) | kind, flags, seq, 0) + body
+
+
+def _packet_ids(data: bytes) -> Iterable[int]:
+    """The ids of the queued packets announced in one netlink datagram."""
+    offset = 0
+    while offset + 16 <= len(data):
+        length, kind = struct.unpack_from("=IH", data, offset)
+        if length < 16:
+            return
+        if kind == (_NFNL_SUBSYS_QUEUE << 8) | _NFQNL_MSG_PACKET:
+            at, end = offset + 20, offset + length  # after nlmsghdr (16) and nfgenmsg (4)
+            while at + 4 <= end:
+                size, attribute = struct.unpack_from("=HH", data, at)
+                if size < 4:
+                    break
+                if attribute & 0x3FFF == _NFQA_PACKET_HDR:
+                    yield struct.unpack_from("!I", data, at + 4)[0]
+                at += (size + 3) & ~3
+        offset += (length + 3) & ~3
+
+
+def _netlink_socket_in(pid: int) -> socket.socket:
+    """A netfilter netlink socket in the network namespace of ``pid`` (made by a short-lived
+    thread that enters the namespace: setns changes only the calling thread)."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    made: dict[str, Any] = {}
+
+    def enter_and_open() -> None:
+        try:
+            own = os.open("/proc/thread-self/ns/net", os.O_RDONLY)
+            try:
+                target = os.open(f"/proc/{pid}/ns/net", os.O_RDONLY)
+                try:
+                    if libc.setns(target, _CLONE_NEWNET) != 0:
+                        raise OSError(ctypes.get_errno(), f"setns into the network namespace of pid {pid}")
+                    try:
+                        made["socket"] = socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, _NETLINK_NETFILTER)
+                    finally:
+                        if libc.setns(own, _CLONE_NEWNET) != 0:  # the thread ends anyway; be tidy
+                            made["error"] = OSError(ctypes.get_errno(), "setns back")
+                finally:
+                    os.close(target)
+            finally:
+                os.close(own)
+        except BaseException as exc:  # reported to the caller below
+            made["error"] = exc
+
+    thread = threading.Thread(target=enter_and_open, name=f"netns-{pid}")
+    thread.start()
+    thread.join()
+    if "error" in made:
+        if "socket" in made:
+            made["socket"].close()
+        raise ClusterError(f"cannot open a netlink socket in the namespace of pid {pid} (root?): {made['error']}")
+    return made["socket"]
+
+
+class _Delay:
+    """Hold every packet a container sends for ``delay`` +- ``jitter`` seconds.
+
+    An ``iptables ... -j NFQUEUE`` rule in the container's namespace hands each outgoing packet
+    to the kernel queue; this object's thread reads the packets' ids from a netlink socket bound
+    to that queue and accepts each when its time comes, never before an earlier one (no
+    reordering, as netem with a rate).  The packets themselves stay in the kernel.
+    """
+
+    def __init__(self, pid: int, delay: float, jitter: float) -> None:
+        self.pid, self.delay, self.jitter = pid, delay, jitter
+        self.held = 0  # packets delayed so far
+        self._random = random.Random()
+        self._stop = threading.Event()
+        self._socket = _netlink_socket_in(pid)
+        try:
+            self._socket.bind((0, 0))
+            try:
+                self._socket.setsockopt(socket.SOL_SOCKET, 33, 8 << 20)  # SO_RCVBUFFORCE (root)
+            except OSError:
+                self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 8 << 20)
+            self._configure()
+            problem = _iptables(pid, "-I", *_nfqueue_rule())
+            if problem is not None:
+                raise ClusterError(f"cannot add the NFQUEUE rule in the namespace of pid {pid}: {problem}")
+        except BaseException:
+            self._socket.close()
+            raise
+        self._thread = threading.Thread(target=self._run, name=f"latency-{pid}", daemon=True)
+        self._thread.start()
+
+    def _configure(self) -> None:
+        bind = _nlattr(_NFQA_CFG_CMD, struct.pack("!BBH", _NFQNL_CFG_CMD_BIND, 0, 0))
+        params = [
+            _nlattr(_NFQA_CFG_PARAMS, struct.pack("!IB", 0, _NFQNL_COPY_META)),
+            _nlattr(_NFQA_CFG_QUEUE_MAXLEN, struct.pack("!I", 65536)),
+            _nlattr(_NFQA_CFG_MASK, struct.pack("!I", _NFQA_CFG_F_FAIL_OPEN)),
+            _nlattr(_NFQA_CFG_FLAGS, struct.pack("!I", _NFQA_CFG_F_FAIL_OPEN)),
+        ]
+        for seq, attributes in enumerate(([bind], params), start=1):
+            self._socket.send(_nfq_message(_NFQNL_MSG_CONFIG, attributes, _NLM_F_REQUEST | _NLM_F_ACK, seq))
+            answer = self._socket.recv(65536)
+            _, kind = struct.unpack_from("=IH", answer)
+            if kind == _NLMSG_ERROR:
+                (code,) = struct.unpack_from("=i", answer, 16)
+                if code:
+                    raise ClusterError(f"nfnetlink_queue refused its configuration: {os.strerror(-code)}"
+                                       " (a kernel without CONFIG_NETFILTER_NETLINK_QUEUE?)")
+
+    def _accept(self, packet: int) -> None:
+        verdict = _nlattr(_NFQA_VERDICT_HDR, struct.pack("!II", _NF_ACCEPT, packet))
+        self._socket.send(_nfq_message(_NFQNL_MSG_VERDICT, [verdict]))
+
+    def _run(self) -> None:
+        due: list[tuple[float, int]] = []  # (release time, packet id), a heap
+        last = 0.0
+        try:
+            while not self._stop.is_set():
+                wait = min(0.1, max(0.0, due[0][0] - time.monotonic())) if due else 0.1
+                readable, _, _ = select.select([self._socket], [], [], wait)
+                if readable:
+                    try:
+                        data = self._socket.recv(65536)
+                    except OSError as exc:
+                        if exc.errno == errno.ENOBUFS:  # announcements dropped: their packets
+                            continue                    # wait in the kernel till the queue closes
+                        raise
+                    for packet in _packet_ids(data):
+                        self.held += 1
+                        wanted = time.monotonic() + self._random.uniform(self.delay - self.jitter,
+                                                                         self.delay + self.jitter)
+                        last = max(last, wanted)
+                        heapq.heappush(due, (last, packet))
+                now = time.monotonic()
+                while due and due[0][0] <= now:
+                    self._accept(heapq.heappop(due)[1])
+            # Stopping: the rule is gone, so what was queued is all there is; let it go now.
+            for _, packet in sorted(due):
+                self._accept(packet)
+            while select.select([self._socket], [], [], 0.05)[0]:
+                for packet in _packet_ids(self._socket.recv(65536)):
+                    self._accept(packet)
+        except OSError:
+            pass  # the namespace is gone (the container stopped): so are its packets
+
+    def stop(self) -> None:
+        """Delete the rule, release the held packets, close the queue."""
+        _iptables(self.pid, "-D", *_nfqueue_rule())  # new packets are no longer queued
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._socket.close()  # unbinds the queue (the kernel drops what it still held: nothing)
 
 
 def wait_for_cluster(timeout: float = 120.0, **kwargs: Any) -> str:
