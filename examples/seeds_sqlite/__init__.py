@@ -22,7 +22,10 @@ Certify it from the repository root::
 
 from __future__ import annotations
 
+import atexit
+import functools
 import hashlib
+import shutil
 import sqlite3
 import tempfile
 import time
@@ -148,13 +151,18 @@ class SeedsSqliteTransport:
         self._conn.close()
 
 
-_DIRECTORY = Path(tempfile.mkdtemp(prefix="seeds-sqlite-"))
+@functools.cache
+def _directory() -> Path:
+    """Where the factory keeps its files: made on first use, removed when the process exits."""
+    directory = tempfile.mkdtemp(prefix="seeds-sqlite-")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return Path(directory)
 
 
 def factory(clock, namespace):
     """One database file per namespace: the same namespace reopens the same file."""
     digest = hashlib.sha256(namespace.encode("utf-8", "surrogatepass")).hexdigest()[:16]
-    return SeedsSqliteTransport(_DIRECTORY / f"{digest}.db", clock=clock)
+    return SeedsSqliteTransport(_directory() / f"{digest}.db", clock=clock)
 
 
 HAREL_CAPABILITIES = Capabilities(durable=True, shared=True)

@@ -7,8 +7,10 @@ and open a second instance on it (sharing).
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import re
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -34,8 +36,13 @@ def database_path(directory: Path, namespace: str, kind: str) -> Path:
 
 
 def directory_for(tmp_dir: Path | str | None) -> Path:
-    # Fixed once per Backend, so every factory call for a namespace finds the same file.
-    return Path(tmp_dir) if tmp_dir is not None else Path(tempfile.mkdtemp(prefix="harel-ref-"))
+    """``tmp_dir``, or a new temporary directory removed when the process exits.  Fixed once
+    per Backend, so every factory call for a namespace finds the same file."""
+    if tmp_dir is not None:
+        return Path(tmp_dir)
+    directory = tempfile.mkdtemp(prefix="harel-ref-")
+    atexit.register(shutil.rmtree, directory, ignore_errors=True)
+    return Path(directory)
 
 
 def _sync(name: str, transport_class, kind: str, tmp_dir: Path | str | None) -> Backend:

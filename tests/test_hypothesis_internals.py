@@ -1,0 +1,76 @@
+"""What the certifier relies on in Hypothesis beyond its documented API, one test each.
+
+pyproject.toml pins Hypothesis to the range these pass on.  If one fails after an upgrade, its
+message names the behaviour that changed and the code that relies on it: fix that code, or keep
+the pin below the new version.
+"""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings, strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
+
+from harel_ref.certify._engine import _OutOfTime, _raising_step, _steps
+
+
+class FailsOnTheThirdPoke(RuleBasedStateMachine):
+    def __init__(self):
+        super().__init__()
+        self.pokes = 0
+
+    @rule(amount=st.integers(1, 3))
+    def publish(self, amount):  # a name of the machine's rules: _raising_step looks for those
+        self.pokes += 1
+        if self.pokes == 3:
+            raise RuntimeError("third poke")
+
+
+def failing_machine_error() -> BaseException:
+    with pytest.raises(RuntimeError) as caught:
+        run_state_machine_as_test(
+            FailsOnTheThirdPoke,
+            settings=settings(max_examples=50, derandomize=True, database=None, deadline=None),
+        )
+    return caught.value
+
+
+def test_shrunk_steps_are_attached_as_notes():
+    steps = _steps(failing_machine_error())
+    assert steps[:1] == ["state = FailsOnTheThirdPoke()"] and steps[-1:] == ["state.teardown()"], (
+        "Hypothesis no longer attaches a failing state machine's steps to the exception as "
+        "__notes__ lines from 'state = Machine()' to 'state.teardown()'; "
+        f"harel_ref.certify._engine._steps relies on it to show a failure's steps (got {steps})"
+    )
+    assert sum(line.startswith("state.publish(") for line in steps) == 3, steps
+
+
+def test_a_rule_runs_in_a_frame_named_after_it():
+    step = _raising_step(failing_machine_error())
+    assert step == "state.publish(...)", (
+        "a rule no longer runs in a frame named after the rule with 'self' in its locals; "
+        "harel_ref.certify._engine._raising_step relies on it to name the step that raised "
+        f"(got {step!r})"
+    )
+
+
+def test_an_interrupt_subclass_stops_a_search_at_once_and_passes_through():
+    """The time budget stops a search by raising ``_OutOfTime``, a KeyboardInterrupt: Hypothesis
+    must let it through unchanged, not shrink it, retry it or report it as a failure."""
+    ran = []
+
+    @settings(max_examples=100, derandomize=True, database=None, deadline=None)
+    @given(st.integers())
+    def search(value):
+        ran.append(value)
+        if len(ran) == 3:
+            raise _OutOfTime()
+
+    with pytest.raises(BaseException) as caught:
+        search()
+    assert type(caught.value) is _OutOfTime and len(ran) == 3, (
+        "Hypothesis no longer passes a KeyboardInterrupt subclass raised inside a test through "
+        "unchanged and at once; harel_ref.certify._engine._OutOfTime relies on it to stop a "
+        f"search when the time budget is spent (got {type(caught.value).__name__} after "
+        f"{len(ran)} examples)"
+    )
