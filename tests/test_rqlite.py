@@ -267,3 +267,22 @@ def test_the_concurrent_searches_pass_with_branches_through_different_nodes(make
                      is_async=backend.is_async)
     assert {v.property: v.verdict for v in report.verdicts} == dict.fromkeys(concurrent, "passed"), report.to_markdown()
     assert len(set(first_nodes)) == len(shared_cluster) >= 3  # every node served some branch
+
+
+def test_with_and_async_with_close_the_transports(shared_cluster):  # noqa: F811
+    prefix = _prefix()
+    try:
+        with RqliteTransport.from_url(shared_cluster, prefix=prefix) as transport:
+            transport.publish("g1", "e")
+        with pytest.raises(TransportClosedError):
+            transport.publish("g1", "e")
+
+        async def scenario():
+            async with await AsyncRqliteTransport.from_url(shared_cluster, prefix=prefix) as queue:
+                assert (await queue.claim("w1", 5.0)).event == "e"
+            with pytest.raises(TransportClosedError):
+                await queue.publish("g1", "e")
+
+        asyncio.run(scenario())
+    finally:
+        _drop(shared_cluster[0], prefix)
