@@ -19,15 +19,28 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import TextIO
 
-from harel_ref.certify import EXIT_CODES, PROFILES, PROPERTIES, CertificationError, PropertyVerdict, certify
+from harel_ref.certify import (
+    DEFAULT_CALL_DEADLINE,
+    EXIT_CODES,
+    PROFILES,
+    PROPERTIES,
+    CertificationError,
+    Plan,
+    Profile,
+    Progress,
+    PropertyVerdict,
+    Report,
+    certify,
+)
 from harel_ref.certify._report import LEVELS
 from harel_ref.certify._target import Target
 
-__all__ = ["build_parser", "main"]
+__all__ = ["Console", "build_parser", "main", "profile_type"]
 
 DEFAULT_BUNDLED = "sqlite"
 
@@ -52,8 +65,10 @@ def build_parser() -> argparse.ArgumentParser:
     cert.add_argument("--async", dest="is_async", action="store_true",
                       help="the factory returns an awaitable / an asyncio transport "
                       "(detected for an async def factory)")
-    cert.add_argument("--profile", choices=list(PROFILES), default="standard",
-                      help="how hard to look (default: standard)")
+    cert.add_argument("--profile", type=profile_type, default="standard", metavar="|".join(PROFILES),
+                      help="how hard to look (default: standard); quick aims at about "
+                      f"{PROFILES['quick'].target:g} s and is fitted to a slower transport as quick/N, "
+                      "which can also be asked for")
     cert.add_argument("--seed", type=int, default=0, help="seed of every search (default: 0)")
     cert.add_argument("--only", metavar="PROPERTY", action="append", choices=list(PROPERTIES),
                       help="certify only this property (repeatable)")
@@ -71,7 +86,11 @@ def build_parser() -> argparse.ArgumentParser:
                       "Protocol, else strict. Both are reported")
     cert.add_argument("--report-dir", metavar="DIR", default="reports",
                       help="where report.json and REPORT.md go (default: ./reports)")
-    cert.add_argument("--quiet", action="store_true", help="no progress lines on stderr")
+    cert.add_argument("--call-deadline", metavar="SECONDS", type=_deadline, default=DEFAULT_CALL_DEADLINE,
+                      help=f"a call of the transport that takes longer is declared hung, a failure of the "
+                      f"property being searched (default: {DEFAULT_CALL_DEADLINE:g}; 'none': no deadline)")
+    cert.add_argument("--quiet", action="store_true",
+                      help="no header and no progress: print the verdicts at the end")
 
     caps = cert.add_argument_group(
         "capabilities", "override what the factory declares (factory.capabilities or the "
@@ -98,6 +117,29 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def profile_type(text: str) -> str:
+    """``--profile`` (and the plugin's ``--harel-profile``): a profile's name, or one divided
+    (``quick/3``)."""
+    try:
+        Profile.named(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _deadline(text: str) -> float | None:
+    """``--call-deadline``: seconds, or ``none``."""
+    if text.strip().lower() == "none":
+        return None
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds or 'none', got {text!r}") from None
+    if not 0 < seconds < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return seconds
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
@@ -122,39 +164,44 @@ def _certify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except OSError as exc:
         return _usage(parser, f"--report-dir {args.report_dir!r}: {exc}")
     directory = None
+    console = Console(sys.stdout, quiet=args.quiet)
     try:
         if args.target:
             target = Target.from_spec(args.target, overrides, is_async=args.is_async)
         else:
             directory = tempfile.mkdtemp(prefix="harel-ref-certify-")
             target = Target.from_bundled(args.bundled or DEFAULT_BUNDLED, directory, overrides)
-        progress = None if args.quiet else _Progress(sys.stderr)
         report = certify(
             target.factory, profile=args.profile, seed=args.seed, properties=args.only,
             time_budget=args.time_budget, processes=args.processes, soak=args.soak,
-            level=args.level, progress=progress, _target=target,
+            level=args.level, call_deadline=args.call_deadline, progress=console, _target=target,
         )
-    except (CertificationError, ValueError, TypeError) as exc:
-        return _usage(parser, str(exc))
+    except BaseException as exc:
+        partial = getattr(exc, "report", None)
+        if partial is None and isinstance(exc, (CertificationError, ValueError, TypeError)):
+            return _usage(parser, str(exc))  # refused before any search ran
+        if partial is not None:  # stopped, or the certifier failed: the verdicts so far stand
+            console.stopped(exc, *partial.write(args.report_dir))
+        raise
     finally:
-        if directory is not None:
-            shutil.rmtree(directory, ignore_errors=True)
-        if args.bundled and "rqlite" in args.bundled:  # the tables of its namespaces, in the cluster
-            from stateful.backends.rqlite import drop_opened_tables
-
-            drop_opened_tables()
-    json_path, md_path = report.write(args.report_dir)
-    width = max(len(v.property) for v in report.verdicts)
-    for v in report.verdicts:
-        print(f"{v.property:<{width}}  {v.verdict:<14}  {v.seconds:6.1f} s  {v.reason}")
-    print(f"levels: {report.levels_line()}")
-    print(f"outcome at the {LEVELS[report.level]} level: {report.outcome} "
-          f"({report.seconds:.1f} s, profile {report.profile.name}, seed {report.seed})")
-    print(f"report: {md_path} and {json_path}")
-    for failure in report.failures:
-        if failure.replay:
-            print(f"replay {failure.property}: {failure.replay}")
+        _clean_up(directory, args.bundled)
+    console.summary(report, *report.write(args.report_dir))
     return report.exit_code
+
+
+def _clean_up(directory: str | None, bundled: str | None) -> None:
+    """Remove what a bundled transport left: its temporary directory, or its tables in the
+    rqlite cluster.  A failure here is reported, never raised: the report is what matters."""
+    if directory is not None:
+        shutil.rmtree(directory, ignore_errors=True)
+    if bundled and "rqlite" in bundled:
+        from stateful.backends.rqlite import drop_opened_tables
+
+        try:
+            drop_opened_tables()
+        except Exception as exc:
+            print(f"harel-ref certify: warning: the rqlite tables it made were not all dropped: "
+                  f"{type(exc).__name__}: {exc}", file=sys.stderr)
 
 
 def _usage(parser: argparse.ArgumentParser, message: str) -> int:
@@ -163,23 +210,130 @@ def _usage(parser: argparse.ArgumentParser, message: str) -> int:
     return EXIT_CODES["usage"]
 
 
-class _Progress:
-    """One line per property on stderr; on a terminal, a "searching" line first."""
+class Console(Progress):
+    """What ``harel-ref certify`` prints on stdout, each verdict once.
 
-    def __init__(self, stream: TextIO) -> None:
+    - A header: the transport, the profile, the properties, an estimate of the time.
+    - A line per property as its verdict is reached.  On a terminal, the property being
+      searched has a live line first (its search, examples done of the most it will run,
+      seconds), redrawn in place and replaced by the verdict.  Elsewhere (a pipe, a CI log)
+      there is no live line and no control character: only the verdict lines.
+    - A summary: both conformance levels, the outcome, where the report is, how to replay.
+
+    ``quiet``: no header and nothing live; the verdict lines come together before the summary.
+    """
+
+    REDRAW = 0.1  # seconds between two redraws of the live line
+
+    def __init__(self, stream: TextIO, *, quiet: bool = False) -> None:
         self.stream = stream
-        self.tty = stream.isatty()
+        self.quiet = quiet
+        self.live = not quiet and stream.isatty()
+        self.verdicts: list[PropertyVerdict] = []
+        self._drawn = False  # a live line is on the screen
+        self._began = self._last_draw = 0.0
 
-    def __call__(self, prop: str, verdict: PropertyVerdict | None) -> None:
-        if verdict is None:
-            if self.tty:
-                self.stream.write(f"  {prop:<17} searching...")
-                self.stream.flush()
+    # --- what certify says -----------------------------------------------------------------
+
+    def planned(self, plan: Plan) -> None:
+        if self.quiet:
             return
-        if self.tty and verdict.verdict != "not applicable":
-            self.stream.write("\r\033[K")
-        self.stream.write(f"  {prop:<17} {verdict.verdict:<14} {verdict.seconds:6.1f} s\n")
+        profile, caps = plan.profile, plan.capabilities
+        declared = [name for name in ("priority", "routing", "parking", "durable", "shared") if getattr(caps, name)]
+        applicable = [p for p in plan.properties if p not in plan.not_applicable]
+        branches = "processes" if plan.processes else "tasks" if plan.is_async else "threads"
+        budget = f"; time budget {plan.time_budget:g} s" if plan.time_budget else ""
+        deadline = f"{plan.call_deadline:g} s" if plan.call_deadline else "none"
+        fitted = ""
+        if plan.fitted_from is not None:
+            fitted = (f" ({plan.fitted_from.name} made smaller, to come near its {plan.fitted_from.target:g} s "
+                      "with a transport this slow)")
+        self._print(
+            f"harel-ref certify {plan.transport} ({'async' if plan.is_async else 'sync'}; "
+            f"{', '.join(declared) or 'no optional capability'}; fairness {caps.fairness}; "
+            f"clock {caps.clock}; protocol {caps.protocol})",
+            f"profile {profile.name}{fitted}: {profile.max_examples} examples × {profile.step_count} steps per "
+            f"lockstep search, {profile.programs} programs × {profile.repeats} runs per parallel search "
+            f"(branches in {branches}){f'; a soak of {plan.soak:g} s' if plan.soak else ''}; seed {plan.seed}; "
+            f"call deadline {deadline}{budget}",
+            f"properties: {len(applicable)} to search ({', '.join(applicable) or 'none'})"
+            + (f"; not applicable: {', '.join(plan.not_applicable)}" if plan.not_applicable else ""),
+            f"expected time: about {_duration(plan.estimate)} (an estimate from the profile and how fast "
+            "the transport answered a few calls)",
+            "",
+        )
+
+    def started(self, prop: str) -> None:
+        self._began = time.monotonic()
+        self._draw(prop, "searching")
+
+    def searching(self, prop: str, search: str, done: int, total: int) -> None:
+        what = "programs" if search in ("contention", "concurrent") else "examples"
+        detail = "soaking" if search == "soak" else f"{search} search: {what} {done}/{total}"
+        self._draw(prop, detail)
+
+    def finished(self, verdict: PropertyVerdict) -> None:
+        self.verdicts.append(verdict)
+        if not self.quiet:
+            self._clear()
+            self._print(self._verdict_line(verdict))
+
+    def stopped(self, error: BaseException, json_path: Path, md_path: Path) -> None:
+        """The certification was stopped, or failed: where the verdicts so far are."""
+        self._clear()
         self.stream.flush()
+        print(f"harel-ref certify: stopped by {type(error).__name__}; the report so far: {md_path} and {json_path}",
+              file=sys.stderr)
+
+    def summary(self, report: Report, json_path: Path, md_path: Path) -> None:
+        """After the verdicts: the outcome, the report, the replays (and, when quiet, the
+        verdicts themselves, which were not shown as they came)."""
+        lines = [self._verdict_line(v) for v in report.verdicts] if self.quiet else [""]
+        lines += [
+            f"levels: {report.levels_line()}",
+            f"outcome at the {LEVELS[report.level]} level: {report.outcome} "
+            f"({report.seconds:.1f} s, profile {report.profile.name}, seed {report.seed})",
+            f"report: {md_path} and {json_path}",
+        ]
+        lines += [f"replay {f.property}: {f.replay}" for f in report.failures if f.replay]
+        self._print(*lines)
+
+    # --- drawing ---------------------------------------------------------------------------
+
+    @staticmethod
+    def _verdict_line(v: PropertyVerdict) -> str:
+        return f"  {v.property:<17} {v.verdict:<14} {v.seconds:6.1f} s  {v.reason}"
+
+    def _draw(self, prop: str, detail: str) -> None:
+        """Redraw the live line (on a terminal, at most every REDRAW seconds)."""
+        now = time.monotonic()
+        if not self.live or (self._drawn and now - self._last_draw < self.REDRAW):
+            return
+        width = shutil.get_terminal_size((100, 24)).columns - 1
+        line = f"  {prop:<17} {detail} · {now - self._began:.1f} s"
+        self.stream.write("\r\033[K" + line[:width])
+        self.stream.flush()
+        self._drawn, self._last_draw = True, now
+
+    def _clear(self) -> None:
+        if self._drawn:
+            self.stream.write("\r\033[K")
+            self._drawn = False
+
+    def _print(self, *lines: str) -> None:
+        for line in lines:
+            self.stream.write(line + "\n")
+        self.stream.flush()
+
+
+def _duration(seconds: float) -> str:
+    """``40 s``, ``3 min 20 s``, ``1 h 5 min``."""
+    seconds = max(1, round(seconds))
+    if seconds < 60:
+        return f"{seconds} s"
+    if seconds < 3600:
+        return f"{seconds // 60} min {seconds % 60} s" if seconds < 600 else f"{round(seconds / 60)} min"
+    return f"{seconds // 3600} h {round(seconds % 3600 / 60)} min"
 
 
 if __name__ == "__main__":  # pragma: no cover

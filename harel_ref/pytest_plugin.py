@@ -10,10 +10,11 @@ certification once and shows one test per property, named ``harel-certify::<prop
 
 Options: ``--harel-async``, ``--harel-profile``, ``--harel-seed``, ``--harel-only``,
 ``--harel-time-budget``, ``--harel-processes``, ``--harel-soak``, ``--harel-level``,
-``--harel-report-dir`` and ``--harel-capabilities`` (a comma list such as
+``--harel-call-deadline``, ``--harel-report-dir`` and ``--harel-capabilities`` (a comma list such as
 ``durable,shared,no-routing,fairness=ack,wall-clock,protocol=harel,acks=by-seq``), matching
 ``harel-ref certify``.  A property that failed but is not part of the chosen level (say fencing,
-certifying at harel's ``contract`` level) is shown XFAIL, its reason saying so.
+certifying at harel's ``contract`` level) is shown XFAIL, its reason saying so.  A run that is
+interrupted still writes ``--harel-report-dir``, with the verdicts reached so far.
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ NODE = "harel-certify"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from harel_ref.certify import PROFILES, PROPERTIES
+    from harel_ref._cli import profile_type
+    from harel_ref.certify import DEFAULT_CALL_DEADLINE, PROFILES, PROPERTIES
 
     group = parser.getgroup("harel-ref", "certify a harel transport (harel-ref)")
     group.addoption("--harel-transport", metavar="MODULE:FACTORY",
@@ -37,8 +39,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--harel-bundled", metavar="NAME",
                     help="certify a bundled transport (memory, sqlite, libsql, ...) instead")
     group.addoption("--harel-async", action="store_true", help="the factory is asyncio")
-    group.addoption("--harel-profile", choices=list(PROFILES), default="standard",
-                    help="quick, standard (default) or thorough")
+    group.addoption("--harel-profile", type=profile_type, default="standard", metavar="|".join(PROFILES),
+                    help="quick, standard (default) or thorough, or one divided (quick/3); quick is "
+                    "fitted to a transport too slow for it")
     group.addoption("--harel-seed", type=int, default=0, help="seed of every search (default 0)")
     group.addoption("--harel-only", action="append", choices=list(PROPERTIES), metavar="PROPERTY",
                     help="certify only this property (repeatable)")
@@ -53,6 +56,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--harel-level", choices=["contract", "strict"],
                     help="the conformance level that fails the session (default: contract for harel's "
                     "Protocol, else strict)")
+    group.addoption("--harel-call-deadline", type=float, metavar="SECONDS", default=DEFAULT_CALL_DEADLINE,
+                    help="a call of the transport that takes longer is declared hung (default "
+                    f"{DEFAULT_CALL_DEADLINE:g})")
     group.addoption("--harel-report-dir", metavar="DIR",
                     help="also write report.json and REPORT.md there")
 
@@ -191,17 +197,25 @@ class _PropertyFailed(Exception):
 def _run(config: pytest.Config):
     from harel_ref.certify import certify
 
-    report = certify(
-        config.stash[_TARGET].factory,
-        profile=config.getoption("harel_profile"),
-        seed=config.getoption("harel_seed"),
-        properties=config.getoption("harel_only"),
-        time_budget=config.getoption("harel_time_budget"),
-        processes=config.getoption("harel_processes"),
-        soak=config.getoption("harel_soak"),
-        level=config.getoption("harel_level"),
-        _target=config.stash[_TARGET],
-    )
-    if config.getoption("harel_report_dir"):
-        report.write(config.getoption("harel_report_dir"))
+    directory = config.getoption("harel_report_dir")
+    try:
+        report = certify(
+            config.stash[_TARGET].factory,
+            profile=config.getoption("harel_profile"),
+            seed=config.getoption("harel_seed"),
+            properties=config.getoption("harel_only"),
+            time_budget=config.getoption("harel_time_budget"),
+            processes=config.getoption("harel_processes"),
+            soak=config.getoption("harel_soak"),
+            level=config.getoption("harel_level"),
+            call_deadline=config.getoption("harel_call_deadline"),
+            _target=config.stash[_TARGET],
+        )
+    except BaseException as stop:  # interrupted, or the certifier failed: keep the verdicts so far
+        partial = getattr(stop, "report", None)
+        if directory and partial is not None:
+            partial.write(directory)
+        raise
+    if directory:
+        report.write(directory)
     return report

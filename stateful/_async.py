@@ -1,96 +1,307 @@
 """Open transports for the checkers: drive an asyncio transport from synchronous code (so one
-machine checks both twins), speak harel's Protocol, and contain a transport's panics."""
+machine checks both twins), speak harel's Protocol, and contain whatever a transport does.
+
+Every transport the checkers open (:func:`open_transport`) is *guarded*: the checkers see one
+of three things from each call, never anything else.
+
+- **An answer, or an** ``Exception``: the call's outcome, which the checkers judge.
+- **A** :class:`TransportFault` (an ``Exception`` too), when the transport did something no
+  answer covers.  Its message starts with what happened:
+
+  - ``panicked: PanicException: ...``: the call raised a ``BaseException`` that is not an
+    ``Exception`` and not a request to stop, such as pyo3's ``PanicException`` (a Rust panic
+    in a binding like ``libsql``'s): :class:`TransportPanic`;
+  - ``crashed: claim ended the thread it ran on (SystemExit: 3)``: the call raised
+    ``SystemExit`` on a thread of its own (below), which ends that thread, as Python ends any
+    thread but the main one: :class:`TransportCrashed` (a branch process that dies is one too,
+    see :mod:`stateful._processes`);
+  - ``hung: claim did not return within 30 s``: :class:`TransportHung`.
+
+- ``KeyboardInterrupt``, and ``SystemExit`` raised where the checker runs: requests to stop,
+  passed on as they are.  An asyncio transport's ``SystemExit`` is one, too: asyncio raises it
+  out of the event loop, which runs on the checker's thread.
+
+**The call deadline.**  Inside :func:`limit_calls` (the certifier's searches run in one), each
+call must return within ``deadline`` seconds.  A synchronous call runs on a *call thread*: a
+daemon thread per calling thread (so a transport that is not thread-safe is still called from
+one thread at a time, and from the thread that opened it), which the caller stops waiting for
+at the deadline.  A hung call cannot be stopped in Python: its thread is abandoned, never joined,
+and does not keep the interpreter from exiting.  An asyncio call runs as a task; at the
+deadline the task is cancelled and not waited for (a transport that swallows the cancellation
+is abandoned the same way).  What no deadline can catch: an asyncio transport that blocks its
+event loop (a ``time.sleep`` inside ``async def``), and native code that hangs holding the GIL.
+
+After a hang the transport cannot be trusted to answer again (a lock may still be held), so
+the :class:`CallLimits` is marked *broken*: every later call under it fails at once with the
+same fault, and the certifier stops the search there instead of hanging once more per call.
+Outside :func:`limit_calls` there is no deadline and calls run in-line on the caller's thread.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import contextvars
 import inspect
+import queue
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from ._harel import AsyncHarelAdapter, HarelAdapter, call_factory
 
-__all__ = ["AsyncPanicGuard", "BlockingTransport", "PanicGuard", "TransportPanic", "open_transport"]
+__all__ = [
+    "AsyncGuarded",
+    "BlockingTransport",
+    "CallLimits",
+    "Guarded",
+    "TransportCrashed",
+    "TransportFault",
+    "TransportHung",
+    "TransportPanic",
+    "current_limits",
+    "limit_calls",
+    "open_transport",
+    "release_call_thread",
+]
+
+METHODS = ("publish", "claim", "ack", "nack", "close")
 
 
-class TransportPanic(Exception):
-    """The transport raised a ``BaseException`` that is not a request to stop, such as pyo3's
-    ``PanicException`` (a Rust panic in a binding like ``libsql``'s).  The checkers report it
-    as the call's failure, as they would any other error."""
+class TransportFault(RuntimeError):
+    """The transport did something no answer covers (it panicked, crashed or hung).  The
+    checkers report it as the failure of the call that did it; its message says which."""
 
 
-class PanicGuard:
-    """A transport whose calls raise :class:`TransportPanic` instead of a foreign
-    ``BaseException``: one that escaped would stop a whole certification, losing every verdict
-    already found."""
-
-    def __init__(self, transport: Any) -> None:
-        self.transport = transport
-
-    def publish(self, *args, **kwargs):
-        return _contained(self.transport.publish, args, kwargs)
-
-    def claim(self, *args, **kwargs):
-        return _contained(self.transport.claim, args, kwargs)
-
-    def ack(self, *args, **kwargs):
-        return _contained(self.transport.ack, args, kwargs)
-
-    def nack(self, *args, **kwargs):
-        return _contained(self.transport.nack, args, kwargs)
-
-    def close(self, *args, **kwargs):
-        return _contained(self.transport.close, args, kwargs)
+class TransportPanic(TransportFault):
+    """The transport raised a ``BaseException`` that is not an ``Exception`` and not a request
+    to stop: ``panicked: <its class>: <its message>``."""
 
 
-class AsyncPanicGuard:
-    """:class:`PanicGuard` for an asyncio transport (what :class:`BlockingTransport` drives,
-    and what the parallel search and the soak await directly as its ``transport``)."""
-
-    def __init__(self, transport: Any) -> None:
-        self.transport = transport
-
-    async def publish(self, *args, **kwargs):
-        return await _contained_async(self.transport.publish, args, kwargs)
-
-    async def claim(self, *args, **kwargs):
-        return await _contained_async(self.transport.claim, args, kwargs)
-
-    async def ack(self, *args, **kwargs):
-        return await _contained_async(self.transport.ack, args, kwargs)
-
-    async def nack(self, *args, **kwargs):
-        return await _contained_async(self.transport.nack, args, kwargs)
-
-    async def close(self, *args, **kwargs):
-        return await _contained_async(self.transport.close, args, kwargs)
+class TransportCrashed(TransportFault):
+    """The transport ended the thread its call ran on, or the process a branch ran in:
+    ``crashed: ...``."""
 
 
-_STOPS = (Exception, KeyboardInterrupt, SystemExit, GeneratorExit, asyncio.CancelledError)
-"""What passes a guard unchanged: errors, and requests to stop."""
+class TransportHung(TransportFault):
+    """A call did not return within the call deadline: ``hung: ...``."""
 
 
-def _contained(method, args, kwargs):
+@dataclass
+class CallLimits:
+    """The call deadline of the transports opened under :func:`limit_calls`, and whether one of
+    them is broken (it hung, or a branch process died): from then on every call fails at once."""
+
+    deadline: float | None = None
+    broken: TransportFault | None = None
+
+    def declare(self, fault: TransportFault) -> TransportFault:
+        """Record that the transport is broken (the first fault is kept); return ``fault``."""
+        if self.broken is None:
+            self.broken = fault
+        return fault
+
+    def refuse(self, what: str) -> None:
+        """Raise at once if the transport is broken, instead of calling it again."""
+        if self.broken is not None:
+            raise type(self.broken)(f"{self.broken} (so {what} was not called)")
+
+
+_LIMITS: contextvars.ContextVar[CallLimits | None] = contextvars.ContextVar("harel_ref_call_limits", default=None)
+
+
+@contextlib.contextmanager
+def limit_calls(deadline: float | None) -> Iterator[CallLimits]:
+    """Give every transport opened inside (in this thread) a call deadline of ``deadline``
+    seconds (None: no deadline), and one :class:`CallLimits`: once one of them is broken,
+    all are.  The limits are taken when a transport is opened, so threads that call a
+    transport opened here are bound by them too."""
+    token = _LIMITS.set(CallLimits(deadline))
     try:
-        return method(*args, **kwargs)
-    except _STOPS:
-        raise
-    except BaseException as exc:
-        raise TransportPanic(f"{type(exc).__name__}: {exc}") from exc
+        yield _LIMITS.get()
+    finally:
+        _LIMITS.reset(token)
 
 
-async def _contained_async(method, args, kwargs):
+def current_limits() -> CallLimits:
+    """The limits of :func:`limit_calls` in force here; outside one, limits of one's own (no
+    deadline, broken for nobody else)."""
+    return _LIMITS.get() or CallLimits()
+
+
+# --- what a call that raised becomes ----------------------------------------------------------
+
+
+def _contained(what: str, error: BaseException, *, own_thread: bool) -> BaseException:
+    """What the checkers see when the call ``what`` raised ``error`` (see the module docstring):
+    ``error`` itself, or the fault it is.  ``own_thread``: the call ran on a call thread."""
+    if isinstance(error, (Exception, KeyboardInterrupt)):
+        return error
+    if isinstance(error, SystemExit):
+        if not own_thread:
+            return error
+        code = f": {error.code}" if error.code is not None else ""
+        return TransportCrashed(f"crashed: {what} ended the thread it ran on (SystemExit{code})")
+    return TransportPanic(f"panicked: {type(error).__name__}: {error}")
+
+
+def _raise_contained(what: str, error: BaseException, *, own_thread: bool):
+    contained = _contained(what, error, own_thread=own_thread)
+    if contained is error:
+        raise error
+    raise contained from error
+
+
+def _hung(limits: CallLimits, what: str) -> TransportHung:
+    return limits.declare(TransportHung(f"hung: {what} did not return within {limits.deadline:g} s"))
+
+
+# --- synchronous calls: in-line, or on a call thread with a deadline ---------------------------
+
+
+class _CallThread:
+    """A daemon thread that makes the calls of one calling thread, one at a time.  It ends
+    when it is released, or soon after the thread it serves has ended."""
+
+    def __init__(self, owner: threading.Thread) -> None:
+        self._owner = owner
+        self._abandoned = False  # to a call that hung: it ends if that call ever returns
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._serve, name=f"harel-ref-calls-{owner.name}", daemon=True).start()
+
+    def call(self, limits: CallLimits, what: str, function: Callable[[], Any]) -> Any:
+        """``function()`` made on this thread; :class:`TransportHung` if it has not returned
+        within the deadline (this thread is then abandoned to it)."""
+        done, outcome = threading.Event(), []
+        self._jobs.put((function, outcome, done))
+        if not done.wait(limits.deadline):
+            self._abandoned = True
+            _calls.thread = None  # the caller's next call gets a new thread
+            raise _hung(limits, what)
+        returned, value = outcome[0]
+        if returned:
+            return value
+        _raise_contained(what, value, own_thread=True)
+
+    def release(self) -> None:
+        self._jobs.put(None)
+
+    def _serve(self) -> None:
+        while True:
+            try:
+                job = self._jobs.get(timeout=1.0)
+            except queue.Empty:
+                if self._owner.is_alive():
+                    continue
+                return
+            if job is None:
+                return
+            function, outcome, done = job
+            try:
+                outcome.append((True, function()))
+            except BaseException as exc:  # delivered to the caller, who decides
+                outcome.append((False, exc))
+            done.set()
+            del job, function, outcome, done  # hold nothing of a call between calls
+            if self._abandoned:
+                return
+
+
+_calls = threading.local()  # .thread: the current thread's _CallThread
+
+
+def _call_thread() -> _CallThread:
+    thread = getattr(_calls, "thread", None)
+    if thread is None:
+        thread = _calls.thread = _CallThread(threading.current_thread())
+    return thread
+
+
+def release_call_thread() -> None:
+    """End the current thread's call thread now (a thread that is about to end calls this, so
+    its call thread does not linger)."""
+    thread = getattr(_calls, "thread", None)
+    if thread is not None:
+        _calls.thread = None
+        thread.release()
+
+
+def _call(limits: CallLimits, what: str, function: Callable[[], Any]) -> Any:
+    """``function()``, contained, within the deadline of ``limits``."""
+    limits.refuse(what)
+    if limits.deadline is None:
+        try:
+            return function()
+        except BaseException as exc:
+            _raise_contained(what, exc, own_thread=False)
+    return _call_thread().call(limits, what, function)
+
+
+async def _call_async(limits: CallLimits, what: str, function: Callable[[], Any]) -> Any:
+    """``await function()``, contained, within the deadline of ``limits``, as a task."""
+    limits.refuse(what)
     try:
-        answer = method(*args, **kwargs)
-        if not inspect.isawaitable(answer):
-            raise TypeError(
-                f"{type(method.__self__).__name__} was declared async, but {method.__name__}() returned "
-                f"{answer!r} instead of an awaitable; declare the backend sync instead"
-            )
-        return await answer
-    except _STOPS:
-        raise
+        awaitable = function()
     except BaseException as exc:
-        raise TransportPanic(f"{type(exc).__name__}: {exc}") from exc
+        _raise_contained(what, exc, own_thread=False)
+    if not inspect.isawaitable(awaitable):
+        raise TypeError(
+            f"the transport was declared async, but {what} returned {awaitable!r} instead of an "
+            "awaitable; declare the backend sync instead"
+        )
+    task = asyncio.ensure_future(awaitable)
+    try:
+        done, _ = await asyncio.wait({task}, timeout=limits.deadline)
+    except BaseException:  # this call itself was cancelled or closed: the transport's goes too
+        task.cancel()
+        raise
+    if not done:
+        task.cancel()
+        task._log_destroy_pending = False  # abandoned on purpose, not forgotten
+        raise _hung(limits, what)
+    try:
+        return task.result()
+    except BaseException as exc:  # CancelledError too: nothing here cancelled the task
+        _raise_contained(what, exc, own_thread=False)
+
+
+def _guarded(name: str):
+    def method(self, *args, **kwargs):
+        return _call(self._limits, name, lambda: getattr(self.transport, name)(*args, **kwargs))
+
+    method.__name__ = name
+    return method
+
+
+def _guarded_async(name: str):
+    async def method(self, *args, **kwargs):
+        return await _call_async(self._limits, name, lambda: getattr(self.transport, name)(*args, **kwargs))
+
+    method.__name__ = name
+    return method
+
+
+class Guarded:
+    """A transport whose calls are contained (see the module docstring): what the checkers
+    call instead of the transport itself."""
+
+    def __init__(self, transport: Any, limits: CallLimits) -> None:
+        self.transport = transport
+        self._limits = limits
+
+    publish, claim, ack, nack, close = (_guarded(name) for name in METHODS)
+
+
+class AsyncGuarded:
+    """:class:`Guarded` for an asyncio transport (what :class:`BlockingTransport` drives, and
+    what the parallel search and the soak await directly as its ``transport``)."""
+
+    def __init__(self, transport: Any, limits: CallLimits) -> None:
+        self.transport = transport
+        self._limits = limits
+
+    publish, claim, ack, nack, close = (_guarded_async(name) for name in METHODS)
 
 
 class BlockingTransport:
@@ -130,17 +341,25 @@ class BlockingTransport:
 
 def open_transport(factory, clock, namespace, loop: asyncio.AbstractEventLoop | None,
                    protocol: str = "harel-ref") -> Any:
-    """Call ``factory(clock, namespace)`` (or ``factory(clock)``); with a ``loop``, await it and
-    wrap the async result.  A transport of harel's ``protocol`` is adapted to this package's
-    (:mod:`stateful._harel`)."""
-    made = call_factory(factory, clock, namespace)
+    """Call ``factory(clock, namespace)`` (or ``factory(clock)``) under the current call limits,
+    and guard what it opens; with a ``loop``, await it and wrap the async result.  A transport
+    of harel's ``protocol`` is adapted to this package's (:mod:`stateful._harel`)."""
+    limits = current_limits()
+    what = "opening the transport"
     if loop is None:
+        made = _call(limits, what, lambda: call_factory(factory, clock, namespace))
         if inspect.isawaitable(made):
+            if inspect.iscoroutine(made):
+                made.close()  # never awaited, on purpose
             raise TypeError(
                 "the factory returned an awaitable: declare the backend async (is_async=True "
                 "or --async) so the checker awaits it"
             )
-        return PanicGuard(HarelAdapter(made) if protocol == "harel" else made)
+        return Guarded(HarelAdapter(made) if protocol == "harel" else made, limits)
+    try:
+        made = call_factory(factory, clock, namespace)
+    except BaseException as exc:
+        _raise_contained(what, exc, own_thread=False)
     if inspect.isawaitable(made):
-        made = loop.run_until_complete(made)
-    return BlockingTransport(AsyncPanicGuard(AsyncHarelAdapter(made) if protocol == "harel" else made), loop)
+        made = loop.run_until_complete(_call_async(limits, what, lambda: made))
+    return BlockingTransport(AsyncGuarded(AsyncHarelAdapter(made) if protocol == "harel" else made, limits), loop)

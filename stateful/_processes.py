@@ -7,6 +7,13 @@ the parent sends every worker its branch; each opens its own transport on the ru
 with a frozen clock, waits at a barrier shared by the workers, runs its calls, closes the
 transport and sends back its records.  Invoke and complete times are ``time.perf_counter``,
 which is the same system-wide monotonic clock in every process on Linux.
+
+A worker makes its calls under the call deadline it was given (:func:`stateful._async.limit_calls`)
+and sends a :class:`~stateful._async.TransportFault` back as one, so the parent raises the same
+fault.  A worker that dies (a segfault in a C extension, ``os._exit``) or gives no answer at all
+breaks the pool: the run raises :class:`~stateful._async.TransportCrashed` or
+:class:`~stateful._async.TransportHung`, declared on the parent's call limits (the search stops
+there), and the pool starts fresh workers for its next run.
 """
 
 from __future__ import annotations
@@ -15,6 +22,7 @@ import asyncio
 import importlib
 import multiprocessing
 import os
+import signal
 import sys
 import time
 import uuid
@@ -22,10 +30,21 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from ._async import TransportCrashed, TransportFault, TransportHung, TransportPanic, current_limits, limit_calls
+
 __all__ = ["BranchProcesses", "FactoryRecipe"]
 
 TIMEOUT = 120.0
-"""Seconds a worker may take over one branch before the run is abandoned as hung."""
+"""Seconds a worker may take over one branch before the run is abandoned as hung, when calls
+have no deadline (with one, see :func:`branch_timeout`)."""
+
+_FAULTS = {cls.__name__: cls for cls in (TransportPanic, TransportCrashed, TransportHung)}
+
+
+def branch_timeout(deadline: float | None) -> float:
+    """How long the parent waits for a branch: opening, up to four calls and closing, each
+    within the call ``deadline``, with room to spare."""
+    return TIMEOUT if deadline is None else 6 * deadline + 30.0
 
 
 @dataclass(frozen=True)
@@ -57,18 +76,25 @@ class BranchProcesses:
     """``branches`` worker processes; use as a context manager, or call :meth:`close`."""
 
     def __init__(self, recipe: FactoryRecipe, *, branches: int = 3, is_async: bool = False,
-                 protocol: str = "harel-ref") -> None:
+                 protocol: str = "harel-ref", deadline: float | None = None) -> None:
+        self._recipe = recipe
+        self._branches = branches
         self._is_async = is_async
         self._protocol = protocol
-        self._broken: str | None = None  # why the pool cannot run branches any more
+        self._deadline = deadline
+        self._pipes: list[Any] = []
+        self._workers: list[Any] = []
+        self._start()
+
+    def _start(self) -> None:
+        """Start the workers (again, after a fault stopped them)."""
         context = multiprocessing.get_context("spawn")
-        self._barriers = {parties: context.Barrier(parties) for parties in range(2, branches + 1)}
-        self._pipes = []
-        self._workers = []
-        for number in range(branches):
+        self._barriers = {parties: context.Barrier(parties) for parties in range(2, self._branches + 1)}
+        for number in range(self._branches):
             mine, theirs = context.Pipe()
             worker = context.Process(
-                target=_worker, args=(recipe, number, theirs, self._barriers, is_async, protocol),
+                target=_worker,
+                args=(self._recipe, number, theirs, self._barriers, self._is_async, self._protocol, self._deadline),
                 name=f"harel-ref-branch-{number}", daemon=True,
             )
             worker.start()
@@ -86,17 +112,25 @@ class BranchProcesses:
             visibility: float, delay: float) -> list[Any]:
         """Run ``program``'s branches, one per worker, at once; return their records.
         ``frozen`` is the clock of the branches, or None for the wall clock."""
-        if self._broken is not None:
-            raise RuntimeError(self._broken)
         parties = len(program.branches)
-        if parties > len(self._workers):
-            raise ValueError(f"this pool has {len(self._workers)} workers, the program {parties} branches")
+        if parties > self._branches:
+            raise ValueError(f"this pool has {self._branches} workers, the program {parties} branches")
+        if not self._workers:
+            self._start()
         for pipe, ops in zip(self._pipes, program.branches):
             pipe.send(("branch", namespace, frozen, ops, leases, visibility, delay, parties))
         answers = [self._answer(number) for number in range(parties)]
+        faults = [detail for kind, detail in answers if kind == "fault"]
         failed = [detail for kind, detail in answers if kind == "error"]
-        if failed:
+        if faults or failed:
             self._barriers[parties].reset()
+        if faults:
+            name, message = faults[0]
+            if name == TransportHung.__name__:  # its worker is stuck in the call
+                self._stop()
+                raise current_limits().declare(TransportHung(message))
+            raise _FAULTS[name](message)
+        if failed:
             raise RuntimeError(f"a branch process failed: {failed[0]}")
         return [record for _, records in answers for record in records]
 
@@ -108,6 +142,8 @@ class BranchProcesses:
         namespace = f"harel_ref_probe_{uuid.uuid4().hex[:8]}"
         self._pipes[0].send(("probe", namespace))
         kind, detail = self._answer(0)
+        if kind == "fault":
+            kind, detail = "error", detail[1]
         if kind == "error":
             raise RuntimeError(f"a worker process could not open and publish: {detail}")
         loop = asyncio.new_event_loop() if self._is_async else None
@@ -132,8 +168,12 @@ class BranchProcesses:
                 pipe.send(None)
             except (BrokenPipeError, OSError):
                 pass
+        self._stop(grace=10.0)
+
+    def _stop(self, grace: float = 0.0) -> None:
+        """Stop every worker (killed after ``grace`` seconds); the next run starts new ones."""
         for worker in self._workers:
-            worker.join(timeout=10)
+            worker.join(timeout=grace)
             if worker.is_alive():
                 worker.kill()
                 worker.join(timeout=5)
@@ -142,25 +182,48 @@ class BranchProcesses:
         self._pipes, self._workers = [], []
 
     def _answer(self, number: int) -> tuple[str, Any]:
-        """Worker ``number``'s answer.  A worker that hangs or dies breaks the pool: every later
-        run raises the same error (the pipes may hold answers out of step)."""
+        """Worker ``number``'s answer: ``("ok", records)``, ``("error", text)`` or ``("fault",
+        (class name, message))``.  A worker that dies or gives no answer in time is a fault of
+        the transport: the workers are stopped (the pipes may hold answers out of step), and
+        the fault is declared and raised."""
         pipe, worker = self._pipes[number], self._workers[number]
+        timeout = branch_timeout(self._deadline)
         try:
-            if pipe.poll(TIMEOUT):
+            if pipe.poll(timeout):
                 return pipe.recv()
-            self._broken = f"branch process {number} gave no answer within {TIMEOUT:g} s: the transport hangs"
+            fault: TransportFault = TransportHung(
+                f"hung: branch process {number} gave no answer within {timeout:g} s (in pid {worker.pid})")
         except (EOFError, OSError):
             worker.join(timeout=5)
-            self._broken = (f"branch process {number} died (exit code {worker.exitcode}) while running a "
-                            "branch: the transport crashed the process")
-        raise RuntimeError(self._broken)
+            fault = TransportCrashed(
+                f"crashed: worker process died with {_exit_cause(worker.exitcode)} (branch process {number} died "
+                f"(exit code {worker.exitcode}) while running a branch)")
+        self._stop()
+        raise current_limits().declare(fault)
 
 
-def _worker(recipe: FactoryRecipe, number: int, pipe: Any, barriers: dict, is_async: bool, protocol: str) -> None:
-    """A branch process: build the factory, then run the branches it is sent until None."""
+def _exit_cause(exitcode: int | None) -> str:
+    """``SIGSEGV`` for a process a signal killed (exit code -11), else ``exit code N``."""
+    if exitcode is not None and exitcode < 0:
+        try:
+            return signal.Signals(-exitcode).name
+        except ValueError:
+            return f"signal {-exitcode}"
+    return f"exit code {exitcode}"
+
+
+def _worker(recipe: FactoryRecipe, number: int, pipe: Any, barriers: dict, is_async: bool, protocol: str,
+            deadline: float | None = None) -> None:
+    """A branch process: build the factory, then run the branches it is sent until None, each
+    call within ``deadline`` seconds."""
+    with limit_calls(deadline):
+        _serve(recipe, number, pipe, barriers, is_async, protocol)
+
+
+def _serve(recipe: FactoryRecipe, number: int, pipe: Any, barriers: dict, is_async: bool, protocol: str) -> None:
     from stateful._async import open_transport
     from stateful._machine import FakeClock
-    from stateful.parallel import _Calls, _Recorder
+    from stateful.parallel import _Calls, _Recorder, close_all
 
     try:
         factory = recipe.load()
@@ -191,11 +254,15 @@ def _worker(recipe: FactoryRecipe, number: int, pipe: Any, barriers: dict, is_as
                 else:
                     calls.run(ops, transport, frozen, errors_raise=False)
             finally:
-                transport.close()
+                close_all([transport], None)  # quietly: what the branch ran into is the error
             pipe.send(("ok", calls.recorder.records))
         except BaseException as exc:
             if job[0] == "branch":
                 barriers[job[-1]].abort()  # the other branches must not wait for this one
-            pipe.send(("error", f"{type(exc).__name__}: {exc} (in process {os.getpid()})"))
+            where = f"in branch process {number}, pid {os.getpid()}"
+            if isinstance(exc, TransportFault):
+                pipe.send(("fault", (type(exc).__name__, f"{exc} ({where})")))
+            else:
+                pipe.send(("error", f"{type(exc).__name__}: {exc} ({where})"))
     if loop is not None:
         loop.close()

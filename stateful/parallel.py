@@ -17,7 +17,9 @@ first claim of branch 1.  An ack or nack of a lease whose claim got nothing is n
 
 How one run goes (:func:`run_program`):
 
-1. a fresh namespace; the prefix runs on one instance, the clock moved only by ``Lapse``;
+1. an empty queue: a fresh namespace, or the one the run before left empty (the runs of one
+   program share their transports while they can, see :class:`Bench`); the prefix runs on one
+   instance, the clock moved only by ``Lapse``;
 2. the clock is frozen, and the branches run at once: each on its own instance opened on the
    same namespace when the transport is ``shared``, all on the first one otherwise; threads
    wait at a barrier so that they start together (tasks on one event loop for an asyncio
@@ -39,6 +41,9 @@ Two judgements, two searches in the certifier:
 - ``contention=True``: no branch call may raise.  A run where one did is run again with the
   branches one after another; if the same error comes again, it is not contention (the
   lockstep searches own it) and the run counts as passed.
+
+A call that hangs (:class:`~stateful._async.TransportHung`, under a call deadline) is no
+answer at all: it is not recorded as an error but raised, and the run stops there.
 """
 
 from __future__ import annotations
@@ -55,7 +60,7 @@ from typing import Any
 
 from hypothesis import strategies as st
 
-from ._async import open_transport
+from ._async import TransportHung, open_transport, release_call_thread
 from ._backend import Capabilities
 from ._linearize import DIAGNOSES, DRAIN_WORKER, check_linearizable
 from ._machine import START, Divergence, FakeClock
@@ -297,6 +302,8 @@ class _Calls:
                 return
             try:
                 outcome = (method(), None)
+            except TransportHung:
+                raise  # not an answer: the transport cannot be called again (stateful._async)
             except Exception as exc:
                 outcome = (None, exc)
 
@@ -310,6 +317,8 @@ class _Calls:
                 return
             try:
                 outcome = (await method(), None)
+            except TransportHung:
+                raise
             except Exception as exc:
                 outcome = (None, exc)
 
@@ -323,6 +332,38 @@ class Run:
     how: str  # "threads", "tasks", "processes", "one after another", or the soak's workload
 
 
+class Bench:
+    """The queue a run is made on: a fresh namespace, the clock, the event loop of an asyncio
+    transport, the first instance (the prefix's, the drain's) and, opened when a run asks, one
+    instance per branch.
+
+    :func:`check_program` keeps one bench for the runs of a program as long as each leaves the
+    queue as it found it, empty: every call answered and the drain ended with nothing left to
+    claim (the checker made sure it was what the model holds).  Opening transports again for
+    every run would cost a networked store several requests each, for nothing new."""
+
+    def __init__(self, factory: Callable, capabilities: Capabilities, is_async: bool) -> None:
+        self.factory, self.capabilities = factory, capabilities
+        self.wall = capabilities.clock == "wall"
+        self.clock = time.time if self.wall else FakeClock(START)
+        self.namespace = f"ns_{uuid.uuid4().hex[:12]}"
+        self.loop = asyncio.new_event_loop() if is_async else None
+        self.opened: list[Any] = []
+
+    def instance(self, number: int) -> Any:
+        """Instance ``number`` (0: the first), opened on the namespace the first time."""
+        while len(self.opened) <= number:
+            self.opened.append(open_transport(self.factory, self.clock, self.namespace, self.loop,
+                                              self.capabilities.protocol))
+        return self.opened[number]
+
+    def now(self) -> float | None:
+        return None if self.wall else self.clock.now
+
+    def close(self) -> None:
+        close_all(self.opened, self.loop)
+
+
 def run_program(
     factory: Callable,
     program: Program,
@@ -331,26 +372,19 @@ def run_program(
     is_async: bool = False,
     processes: Any = None,
     concurrently: bool = True,
+    bench: Bench | None = None,
 ) -> Run:
     """Run ``program`` once on a fresh namespace (see the module docstring) and return its
     history.  ``processes`` is a :class:`~stateful._processes.BranchProcesses` pool;
-    ``concurrently=False`` runs the branches one after another instead."""
-    wall = capabilities.clock == "wall"
-    clock = time.time if wall else FakeClock(START)
+    ``concurrently=False`` runs the branches one after another instead.  ``bench``: run on
+    that :class:`Bench` (an empty queue, its transports left open), not on a new one."""
+    own = bench is None
+    if own:
+        bench = Bench(factory, capabilities, is_async)
+    wall, clock, loop, now = bench.wall, bench.clock, bench.loop, bench.now
     visibility, delay = (WALL_VISIBILITY, WALL_VISIBILITY) if wall else (VISIBILITY, None)
-    namespace = f"ns_{uuid.uuid4().hex[:12]}"
-    loop = asyncio.new_event_loop() if is_async else None
-    opened: list[Any] = []
-
-    def open_one() -> Any:
-        opened.append(open_transport(factory, clock, namespace, loop, capabilities.protocol))
-        return opened[-1]
-
-    def now() -> float | None:
-        return None if wall else clock.now
-
     try:
-        first = open_one()
+        first = bench.instance(0)
         leases: dict[str, Any] = {}
         prefix = _Calls(_Recorder("prefix", wall), leases, "p", visibility, delay)
         for op in program.prefix:
@@ -365,10 +399,10 @@ def run_program(
         ]
         if processes is not None and concurrently:
             how = "processes"
-            records = processes.run(namespace, frozen, program, leases, visibility, delay)
+            records = processes.run(bench.namespace, frozen, program, leases, visibility, delay)
         else:
             if capabilities.shared and concurrently:
-                instances = [open_one() for _ in program.branches]
+                instances = [bench.instance(1 + n) for n in range(len(program.branches))]
             else:
                 instances = [first] * len(program.branches)
             if not concurrently:
@@ -392,7 +426,15 @@ def run_program(
         drain = _drain(first, visibility, now(), wall, limit=sum(isinstance(op, Publish) for op in _all_ops(program)))
         return Run(program, (*prefix.recorder.records, *records, *drain), how)
     finally:
-        close_all(opened, loop)
+        if own:
+            bench.close()
+
+
+def _left_empty(run: Run) -> bool:
+    """Whether ``run`` surely left its queue empty: no call raised, and the drain's last claim
+    found nothing."""
+    drained = [r for r in run.records if r.worker == DRAIN_WORKER and r.op == "claim"]
+    return bool(drained) and drained[-1].result is None and all(r.error is None for r in run.records)
 
 
 def close_all(transports: Sequence[Any], loop: asyncio.AbstractEventLoop | None) -> None:
@@ -441,9 +483,11 @@ def _run_threads(branches: list[_Calls], programs_: Sequence[Sequence[Op]], inst
         try:
             barrier.wait(timeout=30)
             calls.run(ops, instance, at, errors_raise=False)
-        except BaseException as exc:  # the barrier broke: report it, do not hang
+        except BaseException as exc:  # the barrier broke, or a call hung: report it, do not hang
             failures.append(exc)
             barrier.abort()
+        finally:
+            release_call_thread()
 
     threads = [threading.Thread(target=branch, args=args, daemon=True) for args in zip(branches, programs_, instances)]
     for thread in threads:
@@ -587,14 +631,23 @@ def check_program(
     if inspect.iscoroutinefunction(factory):
         is_async = True
     capabilities = capabilities if capabilities is not None else Capabilities()
-    for number in range(1, repeats + 1):
-        run = run_program(factory, program, capabilities, is_async=is_async, processes=processes)
-        failure = judge(run, contention=contention, runs=number, ignore=ignore, capabilities=capabilities)
-        if failure is None:
-            continue
-        if contention and _also_alone(factory, program, capabilities, is_async, failure):
-            continue  # the same error without concurrency: not contention (module docstring)
-        raise failure
+    bench = None
+    try:
+        for number in range(1, repeats + 1):
+            bench = bench or Bench(factory, capabilities, is_async)
+            run = run_program(factory, program, capabilities, is_async=is_async, processes=processes, bench=bench)
+            failure = judge(run, contention=contention, runs=number, ignore=ignore, capabilities=capabilities)
+            if ignore or not _left_empty(run):  # the next run on a queue surely empty (Bench)
+                bench.close()
+                bench = None
+            if failure is None:
+                continue
+            if contention and _also_alone(factory, program, capabilities, is_async, failure):
+                continue  # the same error without concurrency: not contention (module docstring)
+            raise failure
+    finally:
+        if bench is not None:
+            bench.close()
     return repeats
 
 

@@ -6,7 +6,7 @@ names the right property.  ``BROKEN[name] = (transport class, property it breaks
 
 from __future__ import annotations
 
-from harel_ref.transport import InMemoryStore, InMemoryTransport
+from harel_ref.transport import InMemoryStore, InMemoryTransport, Lease
 from harel_ref.transport._base import check_claim_args, check_delay, check_lease
 from harel_ref.transport._base import PARKED
 from stateful import Backend, Capabilities
@@ -161,6 +161,51 @@ class BadDelayFreesTheLease(InMemoryTransport):
         return super().nack(lease, delay)
 
 
+def _lease_of_the_right_class(lease):
+    """The check before SPEC.md R13 covered a lease's fields: only the class."""
+    if not isinstance(lease, Lease) or lease.token == PARKED:
+        raise TypeError(f"expected a Lease, got {lease!r}")
+    return lease
+
+
+class ForgedLeaseAccepted(InMemoryTransport):
+    """ack and nack check that they got a Lease, not its fields: a forged ``Lease(group, e,
+    seq, None)`` matches a message nobody holds (holder None), and the ack deletes it (R10,
+    R13)."""
+
+    def ack(self, lease):
+        lease = _lease_of_the_right_class(lease)
+        with self.store.lock:
+            self._check_open()
+            group, head = self._held_by(lease) if isinstance(lease.group_id, str) else (None, None)
+            if head is None:
+                return False
+            group.messages.popleft()
+            if not group.messages:
+                del self.store.groups[lease.group_id]
+            return True
+
+    def nack(self, lease, delay=0):
+        lease = _lease_of_the_right_class(lease)
+        delay = check_delay(delay)
+        with self.store.lock:
+            self._check_open()
+            now = self._now()
+            _, head = self._held_by(lease) if isinstance(lease.group_id, str) else (None, None)
+            if head is None:
+                return False
+            head.holder, head.until = (None, None) if delay == 0 else (PARKED, now + delay)
+            return True
+
+
+class ClockUnchecked(InMemoryTransport):
+    """The clock's answer is used as it comes: with NaN every lease looks lapsed (``now <=
+    until`` is False), so two claims get the same head (R2, R13)."""
+
+    def _now(self):
+        return self._clock()
+
+
 BROKEN = {
     "unfenced ack": (UnfencedAck, "fencing"),
     "lease live one tick too long": (LeaseOneTickTooLong, "lease-expiry"),
@@ -175,6 +220,8 @@ BROKEN = {
     "a later publish sets the priority": (LaterPublishSetsPriority, "priority-floor"),
     "a re-created group keeps its place": (RecreatedGroupKeepsItsPlace, "fairness"),
     "a bad delay frees the lease": (BadDelayFreesTheLease, "bad-input"),
+    "a forged lease is accepted": (ForgedLeaseAccepted, "bad-input"),
+    "the clock is not checked": (ClockUnchecked, "bad-input"),
 }
 
 
@@ -297,3 +344,151 @@ def exits_in_a_branch_process(clock, namespace):
     from stateful.backends.sql import database_path
 
     return ExitsInABranchProcess(database_path(os.environ["HAREL_BROKEN_DIR"], namespace, "sqlite"), clock=clock)
+
+
+# --- Transports that do what no answer covers: panic, hang, kill their thread or process -------
+# (issue 12) The certifier must survive each, and fail the property being searched with a
+# message that says what happened.  Each breaks only nack, so the searches that never nack
+# (close) pass: the certifier moves on.  FAULTS[name] = (factory, the failure's message).
+
+import _thread  # noqa: E402
+import asyncio  # noqa: E402
+import queue  # noqa: E402
+import threading  # noqa: E402
+
+from stateful.backends.memory import AsyncInMemoryTransport  # noqa: E402
+
+
+class PanicException(BaseException):
+    """What pyo3 raises for a Rust panic: a BaseException, not an Exception."""
+
+
+class PanicsOnNack(InMemoryTransport):
+    """nack panics (as harel 0.9.0's libsql transport does after close)."""
+
+    def nack(self, lease, delay=0):
+        raise PanicException("called `Option::unwrap()` on a `None` value")
+
+
+RELEASE_HUNG = threading.Event()
+"""Set by a test when it is done, so the threads abandoned in hung calls end."""
+
+
+class HangsOnNack(InMemoryTransport):
+    """nack never returns (a lock that is never released)."""
+
+    def nack(self, lease, delay=0):
+        RELEASE_HUNG.wait()
+        raise RuntimeError("released by the test")
+
+
+class AsyncHangsOnNack(AsyncInMemoryTransport):
+    """An asyncio nack that never returns (an await on something that never happens)."""
+
+    async def nack(self, lease, delay=0):
+        await asyncio.Event().wait()
+
+
+class ExitsItsThreadOnNack(InMemoryTransport):
+    """nack raises SystemExit, which ends the thread it runs on (``sys.exit()`` in a library)."""
+
+    def nack(self, lease, delay=0):
+        raise SystemExit(3)
+
+
+class WorkerThreadDiesOnNack(InMemoryTransport):
+    """Calls are made by a worker thread of the transport's own, which nack kills with
+    ``_thread.exit()``: the caller waits for an answer that never comes."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._jobs: queue.SimpleQueue = queue.SimpleQueue()
+        threading.Thread(target=self._work, daemon=True).start()
+
+    def _work(self):
+        while True:
+            job, answer = self._jobs.get()
+            if job is None:
+                _thread.exit()
+            answer.put(job())
+
+    def nack(self, lease, delay=0):
+        answer: queue.SimpleQueue = queue.SimpleQueue()
+        self._jobs.put((None, answer))
+        return answer.get()  # never comes: the worker is gone
+
+
+def _memory_factory(cls):
+    stores: dict[str, InMemoryStore] = {}
+
+    def factory(clock, namespace):
+        return cls(clock=clock, store=stores.setdefault(namespace, InMemoryStore()))
+
+    return factory
+
+
+def _async_memory_factory(cls):
+    stores: dict[str, InMemoryStore] = {}
+
+    async def factory(clock, namespace):
+        return cls(clock, stores.setdefault(namespace, InMemoryStore()))
+
+    return factory
+
+
+FAULTS = {
+    "panics": (PanicsOnNack, "panicked: PanicException: called `Option::unwrap()` on a `None` value"),
+    "hangs": (HangsOnNack, "hung: nack did not return within 0.5 s"),
+    "hangs, asyncio": (AsyncHangsOnNack, "hung: nack did not return within 0.5 s"),
+    "exits its thread": (ExitsItsThreadOnNack, "crashed: nack ended the thread it ran on (SystemExit: 3)"),
+    "its worker thread dies": (WorkerThreadDiesOnNack, "hung: nack did not return within 0.5 s"),
+}
+
+
+def fault_backend(name: str) -> Backend:
+    """A :class:`Backend` for the variant ``FAULTS[name]``, declared like the real one."""
+    cls, _ = FAULTS[name]
+    is_async = issubclass(cls, AsyncInMemoryTransport)
+    factory = (_async_memory_factory if is_async else _memory_factory)(cls)
+    return Backend(f"broken-{cls.__name__}", factory, Capabilities(durable=True, shared=True), is_async=is_async)
+
+
+class SegfaultsInABranchProcess(SqliteTransport):
+    """Claims crash the process they run in with a segmentation fault when it is not the one
+    that started the test (as a bug in a C extension would)."""
+
+    def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
+        import ctypes
+        import multiprocessing
+
+        if multiprocessing.parent_process() is not None:
+            ctypes.string_at(0)  # reads address 0: SIGSEGV
+        return super().claim(worker_id, visibility, min_priority, routing_keys)
+
+
+def segfaults_in_a_branch_process(clock, namespace):
+    """Factory of :class:`SegfaultsInABranchProcess`, importable by branch processes (files in
+    the directory named by ``$HAREL_BROKEN_DIR``)."""
+    import os
+
+    from stateful.backends.sql import database_path
+
+    return SegfaultsInABranchProcess(database_path(os.environ["HAREL_BROKEN_DIR"], namespace, "sqlite"), clock=clock)
+
+
+class InterruptedOnNack(InMemoryTransport):
+    """nack raises KeyboardInterrupt, as a Ctrl-C arriving then would: the certification stops."""
+
+    def nack(self, lease, delay=0):
+        raise KeyboardInterrupt
+
+
+_interrupted_stores: dict[str, InMemoryStore] = {}
+
+
+def interrupted_on_nack(clock, namespace):
+    """Factory of :class:`InterruptedOnNack`, importable as ``broken:interrupted_on_nack``."""
+    return InterruptedOnNack(clock=clock, store=_interrupted_stores.setdefault(namespace, InMemoryStore()))
+
+
+interrupted_on_nack.capabilities = Capabilities(durable=True, shared=True)

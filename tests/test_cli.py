@@ -1,10 +1,13 @@
 """`harel-ref certify` and the pytest plugin: exit codes, reports, agreement, documentation."""
 
 import dataclasses
+import io
 import json
 import re
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -110,14 +113,14 @@ def test_capability_flags_override_what_the_factory_declares(tmp_path, monkeypat
 
 def test_cli_and_pytest_plugin_agree_on_the_seeds_example(tmp_path):
     cli = subprocess.run(
-        ["harel-ref", "certify", SEEDS, "--profile", "quick", "--report-dir", str(tmp_path)],
+        ["harel-ref", "certify", SEEDS, "--profile", "quick/1", "--report-dir", str(tmp_path)],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
     assert cli.returncode == 1, cli.stderr
     cli_verdicts, _ = _report(tmp_path)
 
     plugin = subprocess.run(
-        [sys.executable, "-m", "pytest", "--harel-transport", SEEDS, "--harel-profile", "quick",
+        [sys.executable, "-m", "pytest", "--harel-transport", SEEDS, "--harel-profile", "quick/1",
          "-rA", "-q", "-p", "no:cacheprovider"],
         cwd=ROOT, capture_output=True, text=True, timeout=300,
     )
@@ -169,3 +172,130 @@ def test_every_capability_is_documented():
     section = README.split("## Certify your transport", 1)[1].split("\n## ", 1)[0]
     missing = [f.name for f in dataclasses.fields(Capabilities) if f"`{f.name}`" not in section]
     assert not missing, f"document these capabilities in README.md: {missing}"
+
+
+# --- what `harel-ref certify` prints: a header, each verdict once (issue 12) -------------------
+
+
+def _verdict_lines(text, prop):
+    return re.findall(rf"^  {re.escape(prop)} +(passed|failed|not applicable|unknown) ", text, re.M)
+
+
+def test_certify_prints_a_header_then_each_verdict_once(tmp_path, capsys):
+    code = main(["certify", "--bundled", "memory", "--profile", "quick", "--only", "fifo", "--only", "routing",
+                 "--only", "close", "--no-routing", "--report-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    header = out.split("\n\n", 1)[0]
+    assert header.startswith("harel-ref certify bundled memory (sync; ")
+    assert "profile quick: 50 examples × 20 steps per lockstep search, 20 programs × 20 runs" in header
+    assert "properties: 2 to search (fifo, close); not applicable: routing" in header
+    assert re.search(r"^expected time: about \d+ (s|min)", header, re.M)
+    for prop, verdict in (("fifo", "passed"), ("routing", "not applicable"), ("close", "passed")):
+        assert _verdict_lines(out, prop) == [verdict], out
+    assert "\r" not in out and "\033" not in out  # not a terminal: no live line
+    assert "outcome at the harel-ref strict level: passed" in out
+
+
+def test_certify_quiet_prints_each_verdict_once_at_the_end(tmp_path, capsys):
+    main(["certify", "--bundled", "memory", "--profile", "quick", "--only", "fifo", "--quiet",
+          "--report-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert not out.startswith("harel-ref certify")  # no header
+    assert _verdict_lines(out, "fifo") == ["passed"]
+
+
+class _Terminal(io.StringIO):
+    def isatty(self):
+        return True
+
+
+def _screen(written: str) -> str:
+    """What a terminal shows for ``written``: each line as its last carriage return left it."""
+    return "\n".join(line.rsplit("\r", 1)[-1].replace("\033[K", "") for line in written.split("\n"))
+
+
+def test_on_a_terminal_the_searched_property_has_a_live_line_replaced_by_its_verdict(monkeypatch):
+    from harel_ref._cli import Console
+    from harel_ref.certify import Profile, certify
+    from stateful.backends import load
+
+    terminal = _Terminal()
+    console = Console(terminal)
+    monkeypatch.setattr(Console, "REDRAW", 0.0)  # draw every example
+    backend = load("memory")()
+    certify(backend.factory, backend.capabilities, profile=Profile("tiny", 5, 5, programs=3, repeats=2),
+            properties=["fifo", "contention"], progress=console)
+    written = terminal.getvalue()
+    assert "\r\033[K  fifo              lockstep search: examples 5/5 · " in written
+    assert "\r\033[K  contention        contention search: programs 3/3 · " in written
+    shown = _screen(written)
+    for prop in ("fifo", "contention"):
+        assert _verdict_lines(shown, prop) == ["passed"], shown
+    assert "search:" not in shown  # every live line was replaced
+
+
+def test_an_interrupted_run_writes_the_report_so_far_then_stops(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(ROOT / "tests")  # broken:interrupted_on_nack
+    with pytest.raises(KeyboardInterrupt):
+        main(["certify", "broken:interrupted_on_nack", "--profile", "quick", "--only", "priority-floor",
+              "--only", "fifo", "--only", "close", "--report-dir", str(tmp_path)])
+    verdicts, data = _report(tmp_path)
+    assert verdicts == {"priority-floor": "passed", "fifo": "unknown", "close": "unknown"}
+    assert data["properties"][1]["reason"] == "interrupted: the certification was stopped by KeyboardInterrupt"
+    assert "stopped by KeyboardInterrupt; the report so far" in capsys.readouterr().err
+
+
+def test_a_failure_of_the_certifier_writes_the_report_so_far_then_raises(tmp_path, monkeypatch):
+    from harel_ref.certify import _engine
+
+    def judge_fails(prop, *args, **kwargs):
+        raise RuntimeError("a bug in the certifier")
+
+    monkeypatch.setattr(_engine, "_judge", judge_fails)
+    with pytest.raises(RuntimeError, match="a bug in the certifier"):
+        main(["certify", "--bundled", "memory", "--profile", "quick", "--only", "fifo", "--quiet",
+              "--report-dir", str(tmp_path)])
+    verdicts, _ = _report(tmp_path)
+    assert verdicts == {"fifo": "unknown"}
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT")
+def test_ctrl_c_writes_the_report_so_far(tmp_path):
+    """A real SIGINT while a search runs (its calls on a call thread): the verdicts so far
+    are written before the command stops."""
+    command = subprocess.Popen(
+        [sys.executable, "-m", "harel_ref._cli", "certify", "--bundled", "memory", "--profile", "standard",
+         "--only", "close", "--only", "single-in-flight", "--report-dir", str(tmp_path)],
+        cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )
+    try:
+        for line in command.stdout:
+            if line.startswith("  close "):
+                break
+        time.sleep(1.0)  # inside single-in-flight's search
+        command.send_signal(signal.SIGINT)
+        _, err = command.communicate(timeout=60)
+    finally:
+        command.kill()
+    assert command.returncode != 0
+    assert "stopped by KeyboardInterrupt" in err, err[-2000:]
+    verdicts, _ = _report(tmp_path)
+    assert verdicts == {"close": "passed", "single-in-flight": "unknown"}
+
+
+def test_call_deadline_option(tmp_path, capsys):
+    assert main(["certify", "--bundled", "memory", "--profile", "quick", "--only", "close", "--call-deadline",
+                 "none", "--report-dir", str(tmp_path)]) == 0
+    assert "call deadline none" in capsys.readouterr().out
+    with pytest.raises(SystemExit):
+        main(["certify", "--call-deadline", "0"])
+
+
+def test_profile_option_takes_a_profile_divided(tmp_path, capsys):
+    assert main(["certify", "--bundled", "memory", "--profile", "quick/5", "--only", "close",
+                 "--report-dir", str(tmp_path)]) == 0
+    assert "profile quick/5: 10 examples × 20 steps per lockstep search, 20 programs × 4 runs" in capsys.readouterr().out
+    assert _report(tmp_path)[1]["profile"]["name"] == "quick/5"
+    with pytest.raises(SystemExit):
+        main(["certify", "--profile", "quick/0"])

@@ -197,7 +197,7 @@ def test_a_rust_panic_is_a_verdict_not_a_crash(tmp_path):
     )
     assert run.returncode == 1, run.stdout + run.stderr[-3000:]
     close = json.loads((tmp_path / "report.json").read_text())["properties"][0]
-    assert close["verdict"] == "failed" and "TransportPanic('PanicException" in close["failure"]["answered"]
+    assert close["verdict"] == "failed" and "panicked: PanicException" in close["failure"]["answered"]
 
 
 @pytest.mark.parametrize("name", ["harel-memory", "harel-memory-async", "harel-sqlite", "harel-sqlite-async",

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
-from harel_ref.certify._engine import _OutOfTime, _raising_step, _steps
+from harel_ref.certify._engine import _Stop, _raising_step, _steps
 
 
 class FailsOnTheThirdPoke(RuleBasedStateMachine):
@@ -55,8 +55,9 @@ def test_a_rule_runs_in_a_frame_named_after_it():
 
 
 def test_an_interrupt_subclass_stops_a_search_at_once_and_passes_through():
-    """The time budget stops a search by raising ``_OutOfTime``, a KeyboardInterrupt: Hypothesis
-    must let it through unchanged, not shrink it, retry it or report it as a failure."""
+    """A spent time budget or a broken transport stops a search by raising ``_Stop``, a
+    KeyboardInterrupt: Hypothesis must let it through unchanged, not shrink it, retry it or
+    report it as a failure."""
     ran = []
 
     @settings(max_examples=100, derandomize=True, database=None, deadline=None)
@@ -64,13 +65,13 @@ def test_an_interrupt_subclass_stops_a_search_at_once_and_passes_through():
     def search(value):
         ran.append(value)
         if len(ran) == 3:
-            raise _OutOfTime()
+            raise _Stop()
 
     with pytest.raises(BaseException) as caught:
         search()
-    assert type(caught.value) is _OutOfTime and len(ran) == 3, (
+    assert type(caught.value) is _Stop and len(ran) == 3, (
         "Hypothesis no longer passes a KeyboardInterrupt subclass raised inside a test through "
-        "unchanged and at once; harel_ref.certify._engine._OutOfTime relies on it to stop a "
-        f"search when the time budget is spent (got {type(caught.value).__name__} after "
+        "unchanged and at once; harel_ref.certify._engine._Stop relies on it to stop a "
+        f"search when the time budget is spent or the transport broke (got {type(caught.value).__name__} after "
         f"{len(ran)} examples)"
     )

@@ -20,14 +20,30 @@ seeded Hypothesis search over the lockstep machine, narrowed to what that proper
 transport that breaks fencing still gets a verdict on FIFO.  A failure carries the shrunk steps
 as runnable Python (built on :func:`focus_machine`) and the model's expectation beside the
 transport's answer.
+
+Whatever the transport does, the certification goes on: a call that panics, crashes or hangs
+past ``call_deadline`` is a failure of the property being searched.  A :class:`Progress` passed
+as ``progress`` is told the plan (with an estimate of the time), each example as it starts and
+each verdict as it is reached.
 """
 
-from ._engine import PROFILES, PROPERTIES, Profile, certify, default_level, focus_machine
+from ._engine import (
+    DEFAULT_CALL_DEADLINE,
+    PROFILES,
+    PROPERTIES,
+    Plan,
+    Profile,
+    Progress,
+    certify,
+    default_level,
+    focus_machine,
+)
 from ._report import CONTRACT, EXIT_CODES, LEVELS, VERDICTS, Failure, PropertyVerdict, Report
 from ._target import CertificationError
 
 __all__ = [
     "CONTRACT",
+    "DEFAULT_CALL_DEADLINE",
     "EXIT_CODES",
     "LEVELS",
     "PROFILES",
@@ -35,7 +51,9 @@ __all__ = [
     "VERDICTS",
     "CertificationError",
     "Failure",
+    "Plan",
     "Profile",
+    "Progress",
     "PropertyVerdict",
     "Report",
     "certify",

@@ -25,6 +25,14 @@ by the linearizability checker.
   verdicts need both their lockstep search and it, and it records what it finds under the
   property the checker names.  It runs once, for the first of them.
 - With ``soak=SECONDS``, a soak (:mod:`stateful.soak`) is shared the same way by those four.
+
+The certifier survives anything a transport does (:mod:`stateful._async`): every call is made
+under a deadline (``call_deadline``), and a call that panics, crashes its thread or its branch
+process, or hangs is a failure of the property being searched, named by what happened
+(``panicked: PanicException: ...``, ``hung: claim did not return within 30 s``).  A hang or a
+dead branch process stops that search at once (the transport is not called again), so its
+example is reported as found, not shrunk.  A run stopped by KeyboardInterrupt or SystemExit, or
+by a failure of the certifier itself, still has a report: the exception carries it.
 """
 
 from __future__ import annotations
@@ -34,6 +42,7 @@ import dataclasses
 import math
 import time
 import traceback
+import uuid
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -43,33 +52,82 @@ from hypothesis.errors import FlakyFailure, HypothesisException
 from hypothesis.stateful import run_state_machine_as_test
 
 from stateful import Backend, Capabilities, Divergence, make_machine
-from stateful._async import open_transport
+from stateful._async import (
+    CallLimits,
+    TransportCrashed,
+    TransportHung,
+    TransportPanic,
+    limit_calls,
+    open_transport,
+)
 from stateful._machine import FOCUS_RULES, RULES, TICK, FakeClock, property_of
 from stateful._processes import BranchProcesses
-from stateful.parallel import ConcurrencyFailure, check_program, programs
+from stateful.parallel import ConcurrencyFailure, check_program, close_all, programs
 from stateful.soak import soak as run_soak
 
 from ._report import LEVELS, Failure, PropertyVerdict, Report
 from ._target import CertificationError, Target, detect_protocol
 
-__all__ = ["PROFILES", "PROPERTIES", "Profile", "certify", "default_level", "focus_machine"]
+__all__ = [
+    "DEFAULT_CALL_DEADLINE", "PROFILES", "PROPERTIES", "Plan", "Profile", "Progress", "certify", "default_level",
+    "focus_machine",
+]
+
+DEFAULT_CALL_DEADLINE = 30.0
+"""Seconds a transport call may take before it is declared hung.  Not scaled by the profile:
+a profile says how many calls to make, not how long one may take.  Generous for a networked
+store (an rqlite call takes milliseconds); tests of a hanging transport pass a smaller one."""
 
 
 @dataclass(frozen=True)
 class Profile:
     """How hard each search looks: Hypothesis's ``max_examples`` and ``stateful_step_count``
     for every lockstep search; for the two parallel searches, ``programs`` examples, each
-    program run up to ``repeats`` times (races are rare events)."""
+    program run up to ``repeats`` times (races are rare events).
+
+    ``target``: the seconds a certification with this profile aims at, whatever the transport
+    (quick's).  A transport too slow for it, such as a networked store, whose every call and
+    every opening is a round trip, gets the profile :meth:`fitted` to it: fewer examples and
+    runs per search, the same steps and programs."""
 
     name: str
     max_examples: int
     step_count: int
     programs: int = 10
     repeats: int = 10
+    target: float | None = None
 
     def __post_init__(self) -> None:
         if min(self.max_examples, self.step_count, self.programs, self.repeats) < 1:
             raise ValueError(f"every count of a Profile must be >= 1, got {self}")
+
+    def divided(self, by: int) -> Profile:
+        """This profile with its searches ``by`` times smaller: the examples of each lockstep
+        search (at least 5) and the runs of each parallel program (at least 2); named
+        ``NAME/by`` (what ``--profile quick/3`` asks for).  It is never fitted again: ``quick/1``
+        is quick as it is, whatever the transport."""
+        return Profile(f"{self.name}/{by}", max(5, math.ceil(self.max_examples / by)), self.step_count,
+                       self.programs, max(2, math.ceil(self.repeats / by)))
+
+    def fitted(self, estimate: float) -> Profile:
+        """What runs for a transport estimated to take ``estimate`` seconds with this profile:
+        the profile itself, unless it has a ``target`` and the estimate is more than twice that;
+        then :meth:`divided` by the smallest of :data:`FITS` that brings the estimate under the
+        target.  The margin keeps an in-process transport on a busy machine, whose estimate
+        swells, from being fitted one run and not the next; a networked store, whose every call
+        is a round trip, is well beyond it."""
+        if self.target is None or estimate <= 2 * self.target:
+            return self
+        return self.divided(next((by for by in FITS if estimate / by <= self.target), FITS[-1]))
+
+    @classmethod
+    def named(cls, name: str) -> Profile:
+        """``quick``, ``standard``, ``thorough``, or one of them divided: ``quick/3``."""
+        base, slash, by = name.partition("/")
+        if base not in PROFILES or (slash and not (by.isdigit() and int(by) >= 1)):
+            raise ValueError(f"unknown profile {name!r}; choose from {list(PROFILES)}, or one divided "
+                             f"by a whole number (quick/3)")
+        return PROFILES[base].divided(int(by)) if slash else PROFILES[base]
 
     @property
     def shrink_repeats(self) -> int:
@@ -78,8 +136,11 @@ class Profile:
         return max(3, self.repeats // 3)
 
 
+FITS = (2, 3, 4, 6, 8)
+"""What a profile with a target may be divided by to fit a slow transport (Profile.fitted)."""
+
 PROFILES = {
-    "quick": Profile("quick", max_examples=50, step_count=20, programs=20, repeats=20),
+    "quick": Profile("quick", max_examples=50, step_count=20, programs=20, repeats=20, target=75.0),
     "standard": Profile("standard", max_examples=120, step_count=35, programs=40, repeats=30),
     "thorough": Profile("thorough", max_examples=500, step_count=60, programs=150, repeats=50),
 }
@@ -131,8 +192,9 @@ PROPERTIES: dict[str, _Focus] = {
         _CORE | {"nack_now", "nack_later", "claim_at_deadline"},
     ),
     "lease-expiry": _Focus(
-        "a lease (or park) is live while now <= its end, and claimable one tick after (R3, R9)",
-        _CORE | {"nack_later", "advance_to_deadline", "claim_at_deadline"},
+        "a lease (or park) is live while now <= its end, and claimable one tick after, also "
+        "when the clock steps back (R3, R9)",
+        _CORE | {"nack_later", "advance_to_deadline", "claim_at_deadline", "step_back"},
         # The boundary rules step the clock to a lease's exact end: a wall clock cannot.
         needs=lambda caps: "exact lease boundaries need an injectable clock (this one is the wall clock)"
         if caps.clock == "wall" else None,
@@ -188,8 +250,9 @@ PROPERTIES: dict[str, _Focus] = {
         search="contention",
     ),
     "bad-input": _Focus(
-        "bad arguments raise ValueError/TypeError and write nothing (R13)",
-        _CORE | _TIME | {"bad_input", "bad_delay"},
+        "bad arguments, forged leases and a clock that answers no time raise "
+        "ValueError/TypeError and write nothing (R13)",
+        _CORE | _TIME | {"bad_input", "bad_release"},
     ),
     "close": _Focus(
         "after close() every call raises; close() twice is harmless (R14)",
@@ -255,7 +318,7 @@ def focus_machine(
         clock_slack=0.0 if (focus.exact_time or wall) else TICK,
         after_reopen="durability" if "reopen" in focus.rules else None,
         # A refused call that still changed the queue shows up at a later step.
-        after_bad_input="bad-input" if "bad_input" in focus.rules else None,  # and bad_delay
+        after_bad_input="bad-input" if "bad_input" in focus.rules else None,  # and bad_release
         check_close=property == "close",  # so a close bug leaves the other verdicts standing
         name=name,
     )
@@ -266,25 +329,42 @@ def focus_machine(
 
 @dataclass
 class _Search:
-    """What one focused search saw: its outcome and the bookkeeping for the time budget."""
+    """What one focused search saw: its outcome, and the bookkeeping that decides whether the
+    next example may start (the time budget, a transport that broke)."""
 
     deadline: float  # time.monotonic() after which no new example starts
     grace: float  # extra time to finish shrinking a failure already found
+    limits: CallLimits = dataclasses.field(default_factory=CallLimits)  # the transport's calls
+    on_example: Callable[[int], None] | None = None  # told the number of each example it starts
     examples: int = 0
     cut_short: bool = False
-    first: Divergence | None = None  # the first divergence seen, before shrinking
+    first: BaseException | None = None  # the first divergence or crash seen, before shrinking
     error: BaseException | None = None
 
-    def out_of_time(self) -> bool:
+    def next_example(self) -> None:
+        """Count the example about to start, or raise :class:`_Stop`: the transport broke (it
+        hung, or a branch process died: the first such fault is the search's failure, as found),
+        or the time is up."""
+        if self.limits.broken is not None:
+            self.first = self.first or self.limits.broken
+            raise _Stop
         now = time.monotonic()
-        if now <= self.deadline or (self.first is not None and now <= self.deadline + self.grace):
-            return False
-        self.cut_short = True
-        return True
+        if now > self.deadline and (self.first is None or now > self.deadline + self.grace):
+            self.cut_short = True
+            raise _Stop
+        self.examples += 1
+        if self.on_example is not None:
+            self.on_example(self.examples)
+
+    def outcome(self) -> BaseException | None:
+        """What the search ended with: Hypothesis's (shrunk) failure, else the first one seen
+        (its shrinking was stopped), else a fault the transport showed outside any judged call
+        (a close that hung at teardown), else None."""
+        return self.error or self.first or self.limits.broken
 
 
-class _OutOfTime(KeyboardInterrupt):
-    """Stops a search when its time is up.  Hypothesis lets an interrupt through at once
+class _Stop(KeyboardInterrupt):
+    """Stops a search before its next example.  Hypothesis lets an interrupt through at once
     (anything else it would count as a failure, or as inconsistent data generation)."""
 
 
@@ -294,9 +374,7 @@ def _watched(machine: type, search: _Search) -> type:
 
     class Watched(machine):
         def __init__(self) -> None:
-            if search.out_of_time():
-                raise _OutOfTime
-            search.examples += 1
+            search.next_example()
             super().__init__()
 
         def _diverge(self, *args, **kwargs):
@@ -335,8 +413,8 @@ def _settings(profile: Profile) -> settings:
 def _run_search(machine: type, profile: Profile, run_seed: int, search: _Search) -> None:
     try:
         run_state_machine_as_test(seed(run_seed)(_watched(machine, search)), settings=_settings(profile))
-    except _OutOfTime:
-        pass  # search.cut_short says so; search.first holds a failure found before
+    except _Stop:
+        pass  # search.cut_short or search.limits say why; search.first holds a failure found before
     except Exception as exc:  # a divergence, the transport raising, or Hypothesis giving up
         search.error = exc
 
@@ -349,9 +427,7 @@ def _run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed
     (failures of the properties in ``ignore`` aside)."""
 
     def concurrent(program):
-        if search.out_of_time():
-            raise _OutOfTime
-        search.examples += 1
+        search.next_example()
         repeats = profile.repeats if search.first is None else profile.shrink_repeats
         try:
             check_program(target.factory, program, caps, is_async=target.is_async, repeats=repeats,
@@ -368,7 +444,7 @@ def _run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed
     test = settings(_settings(profile), max_examples=profile.programs)(test)
     try:
         seed(run_seed)(test)()
-    except _OutOfTime:
+    except _Stop:
         pass
     except Exception as exc:
         search.error = exc
@@ -389,6 +465,89 @@ def _steps(exc: BaseException) -> list[str]:
 # --- the whole certification -------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Speed:
+    """How fast the transport answered the preflight: seconds to open one on a fresh namespace,
+    and seconds per call.  What the time estimate is made of."""
+
+    open: float
+    call: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a certification is about to do, for a front-end's header: told to
+    :meth:`Progress.planned` before the first search."""
+
+    transport: str
+    capabilities: Capabilities
+    is_async: bool
+    profile: Profile  # what runs
+    fitted_from: Profile | None  # the profile asked for, when it was fitted to the transport
+    seed: int
+    properties: tuple[str, ...]  # the selected properties, in the order they are searched
+    not_applicable: tuple[str, ...]  # those of them that will not be searched
+    processes: bool
+    soak: float | None
+    time_budget: float | None
+    call_deadline: float | None
+    estimate: float  # seconds: a rough estimate (estimate_seconds)
+
+
+class Progress:
+    """What :func:`certify` says as it goes, for a front-end to show (the CLI's console shows
+    all of it).  Every method does nothing here: override the ones you need."""
+
+    def planned(self, plan: Plan) -> None:
+        """Before the first search: what will be certified, and about how long it will take."""
+
+    def started(self, prop: str) -> None:
+        """The searches of ``prop`` begin."""
+
+    def searching(self, prop: str, search: str, done: int, total: int) -> None:
+        """Within ``prop``: its ``search`` (``"lockstep"``, ``"contention"``, ``"concurrent"``
+        or ``"soak"``) starts example (program) ``done`` of at most ``total``."""
+
+    def finished(self, verdict: PropertyVerdict) -> None:
+        """The verdict on a property: once per selected property, in order (a property that is
+        not applicable gets its verdict without having started)."""
+
+
+class _CallbackProgress(Progress):
+    """``progress(property, verdict)``, the older form: called with None as a property's
+    searches start and with its verdict when they end."""
+
+    def __init__(self, callback: Callable[[str, PropertyVerdict | None], None]) -> None:
+        self.callback = callback
+
+    def started(self, prop: str) -> None:
+        self.callback(prop, None)
+
+    def finished(self, verdict: PropertyVerdict) -> None:
+        self.callback(verdict.property, verdict)
+
+
+def estimate_seconds(profile: Profile, caps: Capabilities, speed: Speed, *, lockstep: int, parallel: int,
+                     processes: bool = False, soak: float | None = None) -> float:
+    """A rough estimate of a certification's time when nothing fails: ``lockstep`` lockstep
+    searches and ``parallel`` parallel ones, at the ``speed`` the preflight measured.
+
+    A lockstep search runs about a quarter more examples than ``max_examples`` (Hypothesis
+    counts only the valid ones); each opens a transport, now and then a second, and makes
+    about one call per step plus the prefill and the drain.  A run of a parallel program makes
+    about a dozen calls, some at once; its transports are opened once per program (see
+    stateful.parallel.Bench), or per run in each branch process.  The per-step and per-run
+    overheads are the checker's own (Hypothesis, the model, threads), measured with the
+    in-memory transport."""
+    wall = 0.05 if caps.clock == "wall" else 0.0  # lapses and leases pass by sleeping
+    example = (1.5 * speed.open + (profile.step_count + 4) * speed.call
+               + profile.step_count * (0.0007 + wall) + 0.003)
+    opens = (1 + 2.5 * caps.shared) / profile.repeats + (1.0 if processes else 0.0)  # branch processes: at once
+    run = opens * speed.open + 12 * speed.call + (0.008 if processes else 0.0035) + 2 * wall
+    return (lockstep * 1.25 * profile.max_examples * example
+            + parallel * profile.programs * profile.repeats * run + (soak or 0.0))
+
+
 def certify(
     factory: Callable,
     capabilities: Capabilities | None = None,
@@ -401,7 +560,8 @@ def certify(
     processes: bool = False,
     soak: float | None = None,
     level: str | None = None,
-    progress: Callable[[str, PropertyVerdict | None], None] | None = None,
+    call_deadline: float | None = DEFAULT_CALL_DEADLINE,
+    progress: Progress | Callable[[str, PropertyVerdict | None], None] | None = None,
     name: str | None = None,
     _target: Target | None = None,
 ) -> Report:
@@ -412,7 +572,10 @@ def certify(
       instance).  Async transports: an ``async def`` factory, or ``is_async=True``.
     - ``capabilities``: what the transport supports; by default what the factory declares
       (``factory.capabilities``, else the module's ``HAREL_CAPABILITIES``), else the defaults.
-    - ``profile``: ``"quick"``, ``"standard"``, ``"thorough"`` or a :class:`Profile`.
+    - ``profile``: ``"quick"``, ``"standard"``, ``"thorough"`` (or one divided, ``"quick/3"``)
+      or a :class:`Profile`.  Quick aims at :attr:`Profile.target` seconds: for a transport
+      too slow for that (a networked store) it runs fitted (:meth:`Profile.fitted`), unless a
+      ``time_budget`` is given; the report names the profile that ran.
     - ``seed``: every search is seeded with it, so the same call finds the same examples.
     - ``properties``: certify only these (names from :data:`PROPERTIES`).
     - ``time_budget``: seconds for the whole run, shared fairly among the searches left;
@@ -425,77 +588,185 @@ def certify(
       ``"contract"`` (what harel promises) or ``"strict"`` (all of harel-ref's spec); by
       default ``contract`` for a transport of harel's Protocol, else ``strict`` (SPEC.md R21).
       Both levels are always reported.
+    - ``call_deadline``: seconds each call of the transport may take (opening it too) before
+      it is declared hung, a failure of the property being searched (default
+      :data:`DEFAULT_CALL_DEADLINE`; None: no deadline, calls run on the caller's thread).
+    - ``progress``: a :class:`Progress` told what happens as it happens (or a callable
+      ``progress(property, verdict)``, called with None as a property's searches start and
+      with its verdict when they end).
 
-    - ``progress(property, verdict)``: called with ``None`` as a search starts and with its
-      verdict when it ends.
+    Whatever the transport does, the certification goes on (see the module docstring).  If it
+    is stopped (KeyboardInterrupt, SystemExit) or the certifier itself fails, the exception is
+    raised again carrying the report so far as its ``report`` attribute: the verdicts reached,
+    the property being searched and those not reached ``unknown``.
 
     A transport of harel's own Protocol (``harel.engine.transport``) is certified as it is:
     declare ``Capabilities(protocol="harel")`` (or ``Capabilities.harel()``), or let the
     certifier see it (a ``claim`` without ``routing_keys``).  Its factory may be harel.testing's
     ``make(clock)``, which must open a fresh queue on every call (SPEC.md R20).
     """
-    target = _target if _target is not None else Target.from_factory(factory, capabilities, is_async)
-    target = detect_protocol(target)
     if isinstance(profile, str):
-        if profile not in PROFILES:
-            raise ValueError(f"unknown profile {profile!r}; choose from {list(PROFILES)}")
-        profile = PROFILES[profile]
+        profile = Profile.named(profile)
     chosen = list(PROPERTIES) if properties is None else list(dict.fromkeys(properties))
     unknown = [p for p in chosen if p not in PROPERTIES]
     if unknown:
         raise ValueError(f"unknown properties {unknown}; choose from {list(PROPERTIES)}")
-    if time_budget is not None and not (time_budget > 0 and math.isfinite(time_budget)):
-        raise ValueError(f"time_budget must be a positive number of seconds, got {time_budget}")
-    if soak is not None and not (soak > 0 and math.isfinite(soak)):
-        raise ValueError(f"soak must be a positive number of seconds, got {soak}")
+    for option, value in (("time_budget", time_budget), ("soak", soak), ("call_deadline", call_deadline)):
+        if value is not None and not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
+            raise ValueError(f"{option} must be a positive number of seconds (or None), got {value!r}")
     if level is not None and level not in LEVELS:
         raise ValueError(f"unknown level {level!r}; choose from {list(LEVELS)}")
     if soak is not None and not SOAK_PROPERTIES & set(chosen):
         raise ValueError(f"a soak counts for {sorted(SOAK_PROPERTIES)}: select one of them, or drop the soak")
-    caps = target.capabilities
-    preflight(target)
-    pool = _branch_processes(target) if processes else None
-    try:
-        report = _certify(target, caps, profile, seed, chosen, time_budget, pool, soak, progress, name)
-        return dataclasses.replace(report, level=level or default_level(caps))
-    finally:
-        if pool is not None:
-            pool.close()
+    if progress is not None and not isinstance(progress, Progress):
+        if not callable(progress):
+            raise TypeError(f"progress must be a harel_ref.certify.Progress or a callable, got {progress!r}")
+        progress = _CallbackProgress(progress)
+    with limit_calls(call_deadline) as limits:
+        target = _target if _target is not None else Target.from_factory(factory, capabilities, is_async)
+        target = detect_protocol(target)
+        caps = target.capabilities
+        speed = preflight(target)
+        applicable = [p for p in chosen if PROPERTIES[p].needs(caps) is None]
+        searches = dict(lockstep=sum(PROPERTIES[p].search == "lockstep" for p in applicable),
+                        parallel=int("contention" in applicable) + int(any(PROPERTIES[p].concurrent for p in applicable)),
+                        processes=processes, soak=soak)
+        asked = profile
+        if time_budget is None:  # with a budget, the time is the caller's to share
+            profile = profile.fitted(estimate_seconds(profile, caps, speed, **searches))
+        estimate = estimate_seconds(profile, caps, speed, **searches)
+        if time_budget is not None:
+            estimate = min(estimate, time_budget + (soak or 0.0))
+        progress = progress or Progress()
+        progress.planned(Plan(
+            transport=name or target.name, capabilities=caps, is_async=target.is_async, profile=profile,
+            fitted_from=asked if profile is not asked else None, seed=seed, properties=tuple(chosen),
+            not_applicable=tuple(p for p in chosen if p not in applicable), processes=processes, soak=soak,
+            time_budget=time_budget, call_deadline=call_deadline, estimate=estimate,
+        ))
+        pool = _branch_processes(target, call_deadline) if processes else None
+        try:
+            run = _Certification(target, profile, seed, chosen, time_budget, pool, soak, limits,
+                                 progress, name, level or default_level(caps))
+            return run.all()
+        finally:
+            if pool is not None:
+                pool.close()
 
 
-def _certify(target, caps, profile, run_seed, chosen, time_budget, pool, soak_seconds, progress, name) -> Report:
-    started = time.monotonic()
-    end = math.inf if time_budget is None else started + time_budget
-    failures: dict[str, list[Failure]] = {}
-    searched: dict[str, tuple[str, str, float, int]] = {}  # property -> (verdict, reason, s, n)
-    shared: dict[str, Any] = {}  # once run: "concurrent" -> its verdict; "soak" -> property -> verdict
-    wanted = ["concurrent"] + (["soak"] if soak_seconds else [])
+class _Certification:
+    """One certification under way: the searches run so far, and what they found."""
 
-    def budgeted_searches_left(index: int) -> int:
-        applicable = [p for p in chosen[index:] if PROPERTIES[p].needs(caps) is None]
-        return len(applicable) + int("concurrent" not in shared and any(PROPERTIES[p].concurrent for p in applicable))
+    def __init__(self, target: Target, profile: Profile, run_seed: int, chosen: list[str],
+                 time_budget: float | None, pool: BranchProcesses | None, soak_seconds: float | None,
+                 limits: CallLimits, progress: Progress, name: str | None, level: str) -> None:
+        self.target, self.caps, self.profile, self.seed = target, target.capabilities, profile, run_seed
+        self.chosen, self.pool, self.soak_seconds, self.limits = chosen, pool, soak_seconds, limits
+        self.progress, self.name, self.level = progress, name, level
+        self.started = time.monotonic()
+        self.end = math.inf if time_budget is None else self.started + time_budget
+        self.time_budget = time_budget
+        self.failures: dict[str, list[Failure]] = {}
+        self.searched: dict[str, tuple[str, str, float, int]] = {}  # property -> (verdict, reason, s, n)
+        self.shared: dict[str, Any] = {}  # once run: "concurrent" -> its verdict; "soak" -> property -> verdict
+        self.wanted = ["concurrent"] + (["soak"] if soak_seconds else [])
+        self.current: str | None = None  # the property being searched
 
-    def run(kind: str, index: int) -> tuple[str, str, float, int]:
-        """A property's own search (lockstep or contention), or a shared one."""
+    def all(self) -> Report:
+        """Search every chosen property; the report.  If the run is stopped or fails, the
+        exception carries the report so far (``report``)."""
+        try:
+            for index, prop in enumerate(self.chosen):
+                self.current = prop
+                self.property(index, prop)
+            self.current = None
+        except BaseException as stop:
+            why = f"the certification was stopped by {type(stop).__name__}"
+            if not isinstance(stop, (KeyboardInterrupt, SystemExit)):
+                why = f"the certifier failed: {type(stop).__name__}: {stop}"
+            for prop in self.chosen:
+                if prop not in self.searched:
+                    reached = "interrupted" if prop == self.current else "not reached"
+                    self.searched[prop] = ("unknown", f"{reached}: {why}", 0.0, 0)
+            stop.report = self.report()
+            raise
+        return self.report()
+
+    def report(self) -> Report:
+        order = self.chosen + [p for p in PROPERTIES if p in self.failures and p not in self.chosen]
+        verdicts = tuple(_verdict(p, self.searched.get(p, ("unknown", "not selected", 0.0, 0)), self.failures)
+                         for p in order)
+        return Report(
+            transport=self.name or self.target.name,
+            capabilities=self.caps,
+            is_async=self.target.is_async,
+            profile=self.profile,
+            seed=self.seed,
+            verdicts=verdicts,
+            seconds=time.monotonic() - self.started,
+            replay=self.target.command(self.profile.name, self.seed, processes=self.pool is not None,
+                                       soak=self.soak_seconds),
+            descriptions={p: PROPERTIES[p].what for p in order},
+            processes=self.pool is not None,
+            soak=self.soak_seconds,
+            level=self.level,
+        )
+
+    def property(self, index: int, prop: str) -> None:
+        """The verdict on ``prop``: its own search, and the shared ones it needs."""
+        focus = PROPERTIES[prop]
+        if (reason := focus.needs(self.caps)) is not None:
+            self.searched[prop] = ("not applicable", reason, 0.0, 0)
+            self.progress.finished(_verdict(prop, self.searched[prop], self.failures))
+            return
+        self.progress.started(prop)
+        parts = [("own", self.run(prop, prop, index))]
+        for kind in self.wanted if prop in SOAK_PROPERTIES else ():
+            if kind == "concurrent" and not focus.concurrent:
+                continue
+            first = kind not in self.shared
+            if first:
+                self.shared[kind] = self.run(prop, kind, index)
+            found = self.shared[kind][prop] if kind == "soak" else self.shared[kind]  # the soak judges each
+            parts.append((kind, found if first else (*found[:2], 0.0, 0)))
+        self.searched[prop] = _combine(parts)
+        self.progress.finished(_verdict(prop, self.searched[prop], self.failures))
+
+    def budgeted_searches_left(self, index: int) -> int:
+        applicable = [p for p in self.chosen[index:] if PROPERTIES[p].needs(self.caps) is None]
+        concurrent = "concurrent" not in self.shared and any(PROPERTIES[p].concurrent for p in applicable)
+        return len(applicable) + int(concurrent)
+
+    def run(self, prop: str, kind: str, index: int) -> tuple[str, str, float, int]:
+        """A property's own search (lockstep or contention), or a shared one, for ``prop``."""
         if kind == "soak":
-            return _soak(target, caps, soak_seconds, run_seed, failures)
+            self.progress.searching(prop, "soak", 0, 1)
+            self.limits.broken = None
+            return _soak(self.target, self.caps, self.soak_seconds, self.seed, self.failures)
         if kind == "concurrent":
-            return run_concurrent(index)
-        return search_once(kind, index)
+            return self.run_concurrent(prop, index)
+        return self.search_once(prop, kind, index)
 
-    def search_once(kind: str, index: int, ignore: frozenset[str] = frozenset()) -> tuple[str, str, float, int]:
+    def search_once(self, prop: str, kind: str, index: int,
+                    ignore: frozenset[str] = frozenset()) -> tuple[str, str, float, int]:
         began = time.monotonic()
-        if began >= end:
+        if began >= self.end:
             return "unknown", "not reached: the time budget was spent", 0.0, 0
-        share = (end - began) / budgeted_searches_left(index)  # a fair share of what is left
-        search = _Search(deadline=began + share, grace=share)
-        if kind in PROPERTIES and PROPERTIES[kind].search == "lockstep":
-            _run_search(focus_machine(target.factory, kind, caps, is_async=target.is_async), profile, run_seed, search)
+        share = (self.end - began) / self.budgeted_searches_left(index)  # a fair share of what is left
+        lockstep = kind in PROPERTIES and PROPERTIES[kind].search == "lockstep"
+        shown = "lockstep" if lockstep else kind
+        total = self.profile.max_examples if lockstep else self.profile.programs
+        self.limits.broken = None  # a transport that broke in an earlier search gets another chance
+        search = _Search(deadline=began + share, grace=share, limits=self.limits,
+                         on_example=lambda done: self.progress.searching(prop, shown, done, total))
+        target, caps, profile = self.target, self.caps, self.profile
+        if lockstep:
+            _run_search(focus_machine(target.factory, kind, caps, is_async=target.is_async), profile, self.seed, search)
         else:
-            _run_parallel(target, caps, profile, run_seed, search, contention=kind == "contention",
-                          processes=pool, ignore=ignore)
-        verdict, reason = _judge(kind, search, target, profile, run_seed, failures, pool is not None)
-        if kind not in PROPERTIES or PROPERTIES[kind].search != "lockstep":
+            _run_parallel(target, caps, profile, self.seed, search, contention=kind == "contention",
+                          processes=self.pool, ignore=ignore)
+        verdict, reason = _judge(kind, search, target, profile, self.seed, self.failures, self.pool is not None)
+        if not lockstep:
             if verdict == "passed":
                 judged = "no call refused" if kind == "contention" else "every history linearizable"
                 reason = f"{search.examples} programs × {profile.repeats} runs, {judged}"
@@ -503,57 +774,19 @@ def _certify(target, caps, profile, run_seed, chosen, time_budget, pool, soak_se
                 reason = reason.replace("examples", "programs", 1)
         return verdict, reason, time.monotonic() - began, search.examples
 
-    def run_concurrent(index: int) -> tuple[str, str, float, int]:
+    def run_concurrent(self, prop: str, index: int) -> tuple[str, str, float, int]:
         """The shared concurrent search; when it stops at a failure, again with what failed
         taken as broken (its rule left out of the model, see stateful.parallel.judge), so
         that every property it counts for gets a verdict of its own."""
         began, ignore = time.monotonic(), frozenset()
         while True:
-            verdict, reason, _, examples = search_once("concurrent", index, ignore)
-            found = frozenset(p for p, fs in failures.items() if any(f.found_by == "concurrent" for f in fs))
+            verdict, reason, _, examples = self.search_once(prop, "concurrent", index, ignore)
+            found = frozenset(p for p, fs in self.failures.items() if any(f.found_by == "concurrent" for f in fs))
             if ignore:
                 reason += f" (searched again with {', '.join(sorted(ignore))} taken as broken)"
-            if verdict == "passed" or found <= ignore or len(found) >= 4:
+            if verdict == "passed" or found <= ignore or len(found) >= 4 or self.limits.broken is not None:
                 return verdict, reason, time.monotonic() - began, examples
             ignore = found
-
-    for index, prop in enumerate(chosen):
-        focus = PROPERTIES[prop]
-        if (reason := focus.needs(caps)) is not None:
-            searched[prop] = ("not applicable", reason, 0.0, 0)
-            if progress:
-                progress(prop, _verdict(prop, searched[prop], failures))
-            continue
-        if progress:
-            progress(prop, None)
-        parts = [("own", run(prop, index))]
-        for kind in wanted if prop in SOAK_PROPERTIES else ():
-            if kind == "concurrent" and not focus.concurrent:
-                continue
-            first = kind not in shared
-            if first:
-                shared[kind] = run(kind, index)
-            found = shared[kind][prop] if kind == "soak" else shared[kind]  # the soak judges each
-            parts.append((kind, found if first else (*found[:2], 0.0, 0)))
-        searched[prop] = _combine(parts)
-        if progress:
-            progress(prop, _verdict(prop, searched[prop], failures))
-
-    order = chosen + [p for p in PROPERTIES if p in failures and p not in chosen]
-    verdicts = tuple(_verdict(p, searched.get(p, ("unknown", "not selected", 0.0, 0)), failures) for p in order)
-    return Report(
-        transport=name or target.name,
-        capabilities=caps,
-        is_async=target.is_async,
-        profile=profile,
-        seed=run_seed,
-        verdicts=verdicts,
-        seconds=time.monotonic() - started,
-        replay=target.command(profile.name, run_seed, processes=pool is not None, soak=soak_seconds),
-        descriptions={p: PROPERTIES[p].what for p in order},
-        processes=pool is not None,
-        soak=soak_seconds,
-    )
 
 
 def _combine(parts: list[tuple[str, tuple[str, str, float, int]]]) -> tuple[str, str, float, int]:
@@ -568,14 +801,15 @@ def _combine(parts: list[tuple[str, tuple[str, str, float, int]]]) -> tuple[str,
     return "passed", "; ".join(reasons), seconds, examples
 
 
-def _branch_processes(target: Target) -> BranchProcesses:
+def _branch_processes(target: Target, call_deadline: float | None) -> BranchProcesses:
     """Worker processes for the branches, once it is known that they can share the queue."""
     if target.recipe is None:
         raise CertificationError(
             f"--processes needs a factory other processes can import by name (module:factory); "
             f"{target.name} cannot be"
         )
-    pool = BranchProcesses(target.recipe, is_async=target.is_async, protocol=target.capabilities.protocol)
+    pool = BranchProcesses(target.recipe, is_async=target.is_async, protocol=target.capabilities.protocol,
+                           deadline=call_deadline)
     try:
         pool.probe(target.factory, open_transport)
     except Exception as exc:
@@ -595,9 +829,10 @@ def _soak(target: Target, caps: Capabilities, seconds: float, run_seed: int,
         result = run_soak(target.factory, caps, seconds, is_async=target.is_async, seed=run_seed)
         calls, lin = len(result.records), result.linearizability
     except Exception as exc:
+        check, answered = _exception_outcome(exc)
         failure = Failure(
-            property="contention", found_by="soak", check="exception", step="the soak raised",
-            expected="an answer or error the spec allows", answered=f"{type(exc).__name__}: {exc}",
+            property="contention", found_by="soak", check=check, step=f"the soak{_did(check)}",
+            expected="an answer or error the spec allows", answered=answered,
             state="", steps=(), reproduction="", replay=target.command("quick", run_seed, only="contention", soak=seconds),
         )
         failures.setdefault("contention", []).append(failure)
@@ -624,22 +859,41 @@ def _soak(target: Target, caps: Capabilities, seconds: float, run_seed: int,
     return verdicts
 
 
-def preflight(target: Target) -> None:
+def preflight(target: Target) -> Speed:
     """Open and close one transport, so a factory that cannot work fails with a clear error
-    instead of twelve failed searches."""
+    instead of twelve failed searches; then time opening three more, each on a fresh namespace
+    as an example does, and a dozen calls (publish, claim, ack), for the estimate of how long
+    the searches take (the first opening pays for what happens once: imports, connections)."""
     loop = asyncio.new_event_loop() if target.is_async else None
     clock = time.time if target.capabilities.clock == "wall" else FakeClock()
+    opened = []
     try:
-        transport = open_transport(target.factory, clock, "harel_ref_preflight", loop, target.capabilities.protocol)
-        transport.close()
-    except Exception as exc:
-        raise CertificationError(
-            f"the factory {target.name} could not open and close a transport: "
-            f"{type(exc).__name__}: {exc}"
-        ) from exc
+        try:
+            opened.append(open_transport(target.factory, clock, "harel_ref_preflight", loop, target.capabilities.protocol))
+            opened.pop().close()
+        except Exception as exc:
+            raise CertificationError(
+                f"the factory {target.name} could not open and close a transport: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        speed = Speed(open=0.0, call=0.0)
+        try:
+            began = time.perf_counter()
+            for _ in range(3):  # each on a namespace of its own, as every example's is
+                opened.append(open_transport(target.factory, clock, f"harel_ref_preflight_{uuid.uuid4().hex[:8]}",
+                                             loop, target.capabilities.protocol))
+            speed = Speed(open=(time.perf_counter() - began) / 3, call=0.0)
+            began = time.perf_counter()
+            for _ in range(4):
+                opened[0].publish("harel-ref-preflight", "timing")
+                lease = opened[0].claim("harel-ref-preflight", 60.0)
+                if lease is not None:
+                    opened[0].ack(lease)
+            return dataclasses.replace(speed, call=(time.perf_counter() - began) / 12)
+        except Exception:
+            return speed  # the searches will say what is wrong
     finally:
-        if loop is not None:
-            loop.close()
+        close_all(opened, loop)
 
 
 def _judge(prop, search: _Search, target: Target, profile: Profile, run_seed: int, failures,
@@ -647,9 +901,7 @@ def _judge(prop, search: _Search, target: Target, profile: Profile, run_seed: in
     """The verdict of ``prop``'s own search (or of the shared ``"concurrent"`` one); record
     every failure it found under the property that failure breaks (Hypothesis reports
     distinct bugs of one search together)."""
-    exc = search.error
-    if exc is None and search.first is not None:
-        exc = search.first  # time ran out while shrinking: report the failure unshrunk
+    exc = search.outcome()  # unshrunk when time ran out, or the transport broke, while shrinking
     if exc is None:
         if search.cut_short:
             return "unknown", f"cut short by the time budget after {search.examples} examples"
@@ -709,9 +961,10 @@ def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profi
                       replay=target.command(profile.name, run_seed, only=prop if prop in PROPERTIES else None,
                                             processes=processes, soak=soak), flaky=flaky)
         where = "running a program" if steps else "a parallel search"
-        return Failure(property=prop if prop in PROPERTIES else "contention", check="exception",
-                       step=f"{where} raised", expected="an answer or error the spec allows",
-                       answered=f"{type(error).__name__}: {error}", state="", **common)
+        check, answered = _exception_outcome(error)
+        return Failure(property=prop if prop in PROPERTIES else "contention", check=check,
+                       step=f"{where}{_did(check)}", expected="an answer or error the spec allows",
+                       answered=answered, state="", **common)
     steps = _steps(error)
     common = dict(
         found_by=prop,
@@ -730,17 +983,34 @@ def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profi
             state=error.state,
             **common,
         )
-    # The transport (or its factory) raised something the spec never asks for: it counts
-    # against the property being searched.
+    # The transport (or its factory) raised something the spec never asks for, or panicked,
+    # crashed or hung: it counts against the property being searched.
+    check, answered = _exception_outcome(error)
     return Failure(
         property=prop,
-        check="exception",
-        step=f"{_raising_step(error)} raised",
+        check=check,
+        step=f"{_raising_step(error)}{_did(check)}",
         expected="an answer or error the spec allows",
-        answered=f"{type(error).__name__}: {error}",
+        answered=answered,
         state="",
         **common,
     )
+
+
+def _exception_outcome(error: BaseException) -> tuple[str, str]:
+    """The check a failure names, and the answer it shows, for an exception out of the
+    transport: ``exception`` and ``ValueError: ...`` for an ordinary one; ``panicked``,
+    ``crashed`` or ``hung`` and the fault's own message (which says so) for a fault."""
+    for fault, check in ((TransportPanic, "panicked"), (TransportCrashed, "crashed"), (TransportHung, "hung")):
+        if isinstance(error, fault):
+            return check, str(error)
+    return "exception", f"{type(error).__name__}: {error}"
+
+
+def _did(check: str) -> str:
+    """What a failing step did, after its name: ``state.claim(...) raised``; nothing for a
+    fault, whose answer says it (``hung: ...``)."""
+    return " raised" if check == "exception" else ""
 
 
 def _runs_search(search: str, prop: str) -> str:

@@ -32,6 +32,14 @@ and routing are what harel-ref specifies beyond harel."""
 LEVELS = {"contract": "harel contract", "strict": "harel-ref strict"}
 """The conformance levels, and how a report names them."""
 
+FAULTS = frozenset({"panicked", "crashed", "hung"})
+"""The checks of a failure whose answer is a fault of the transport (stateful._async): the
+answer says what happened (``hung: claim did not return within 30 s``), no model is involved."""
+
+STOPS = frozenset({"hung", "crashed"})
+"""The checks of a failure after which the search may not have gone on (a hung transport, a
+dead branch process): its example is then shown as found, not shrunk."""
+
 
 def in_level(prop: str, level: str) -> bool:
     """Whether ``prop`` counts at ``level``."""
@@ -51,7 +59,8 @@ class Failure:
 
     property: str  # the verdict line it counts against
     found_by: str  # the focused search that found it
-    check: str  # the machine's name for the check that failed ("exception" if it raised)
+    check: str  # the machine's name for the check that failed ("exception" if it raised;
+    # "panicked", "crashed" or "hung" for what stateful._async contains)
     step: str  # the call that diverged
     expected: str  # what the model allows
     answered: str  # what the transport answered
@@ -66,6 +75,8 @@ class Failure:
 
     def summary(self) -> str:
         text = f"{self.step}: the model allows {self.expected}; the transport answered {self.answered}"
+        if self.check in FAULTS:
+            text = f"{self.step}: {self.answered}"
         text = " ".join(text.split())
         return text if len(text) <= 220 else text[:217] + "..."
 
@@ -242,6 +253,9 @@ class Report:
             lines += ["", "The program it ran:", "", "```python", *f.steps, "```"]
         elif f.found_by == "soak":
             lines += ["", "(A soak is random and timed: it is not replayed step by step; run it again below.)"]
+        elif f.check in STOPS:
+            lines += ["", f"(The search stopped when the transport {f.check}: it is not called again after "
+                      "that, so the example was not shrunk; replay with the command below.)"]
         else:
             lines += ["", "(Shrinking was cut short by the time budget; replay with the command below.)"]
         if f.replay:

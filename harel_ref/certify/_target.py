@@ -115,7 +115,8 @@ class Target:
             cli_args=("--bundled", name),
             setup=(
                 "import tempfile\nfrom stateful.backends import load\n"
-                f"directory = tempfile.mkdtemp()\nfactory = load({name!r})(directory).factory"
+                "files = tempfile.TemporaryDirectory()  # removed when the script ends\n"
+                f"factory = load({name!r})(files.name).factory"
             ),
             recipe=FactoryRecipe(bundled=name, directory=str(directory)),
         )
