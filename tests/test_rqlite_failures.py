@@ -33,6 +33,7 @@ import sqlite3
 import ssl
 import struct
 import subprocess
+import tempfile
 import threading
 import time
 import warnings
@@ -541,19 +542,21 @@ def test_an_unknown_host_is_not_applied(mode, nodes, rqlite, caplog):
 
 
 @pytest.fixture(scope="module")
-def certificates(tmp_path_factory) -> dict[str, Path]:
-    """Two self-signed certificates for 127.0.0.1: "trusted" (the client's CA) and "other"."""
+def certificates():
+    """Two self-signed certificates for 127.0.0.1: "trusted" (the client's CA) and "other",
+    in a directory removed after the module (pytest keeps tmp_path_factory's)."""
     if not shutil.which("openssl"):
         pytest.skip("the TLS cases need the openssl command")
-    folder = tmp_path_factory.mktemp("tls")
-    for name in ("trusted", "other"):
-        subprocess.run(
-            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
-             "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
-             "-keyout", str(folder / f"{name}.key"), "-out", str(folder / f"{name}.pem")],
-            check=True, capture_output=True,
-        )
-    return {name: folder / name for name in ("trusted", "other")}
+    with tempfile.TemporaryDirectory(prefix="harel-ref-tls-") as directory:
+        folder = Path(directory)
+        for name in ("trusted", "other"):
+            subprocess.run(
+                ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1",
+                 "-nodes", "-days", "2", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                 "-keyout", str(folder / f"{name}.key"), "-out", str(folder / f"{name}.pem")],
+                check=True, capture_output=True,
+            )
+        yield {name: folder / name for name in ("trusted", "other")}
 
 
 def _server_tls(certificate: Path) -> ssl.SSLContext:
