@@ -241,12 +241,32 @@ def broken_backend(name: str) -> Backend:
 # parallel search opens its own instance (its own connection), as separate workers would.
 
 from harel_ref.transport import SqliteTransport  # noqa: E402
-from harel_ref.transport._sql import claim_now_plan, drop_group_if_empty_plan, run  # noqa: E402
-from harel_ref.transport._base import new_token  # noqa: E402
+from harel_ref.transport._sql import Statement, head_params, head_query, run  # noqa: E402
+from harel_ref.transport._base import new_token, read_clock  # noqa: E402
+
+
+def select_then_lease_plan(t, clock, token, visibility, min_priority, routing_keys):
+    """The claim as it is often first written: read the next head, then lease it by seq.
+
+    Sequentially it behaves exactly like the reference claim (the same head query, the same
+    triggers).  It reads first and writes afterwards, so whether two callers can pick the
+    same head depends entirely on the transaction it runs in.
+    """
+    now = read_clock(clock)
+    keys = None if routing_keys is None else len(routing_keys)
+    rows = yield Statement(head_query(t, keys), head_params(now, min_priority, routing_keys), fetch=True)
+    if not rows:
+        return None
+    ((seq, group_id, event),) = yield Statement(
+        f"UPDATE {t.messages} SET locked_by = ?, lock_expiry = ?, leased_at = ? WHERE seq = ?"
+        f" RETURNING seq, group_id, event",
+        (token, now + visibility, now, rows[0][0]), fetch=True,
+    )
+    return Lease(group_id, event, seq, token)
 
 
 class _SqliteClaimVariant(SqliteTransport):
-    """A claim that runs the reference claim's plan its own way (``_run_claim``)."""
+    """A select-then-lease claim run its own way (``_run_claim``)."""
 
     def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
         worker_id, visibility, min_priority, routing_keys = check_claim_args(
@@ -254,23 +274,23 @@ class _SqliteClaimVariant(SqliteTransport):
         )
         with self._lock:
             self._check_open()
-            return self._run_claim(
-                claim_now_plan(self._tables, self._clock, new_token(worker_id), visibility, min_priority, routing_keys)
-            )
+            return self._run_claim(select_then_lease_plan(
+                self._tables, self._clock, new_token(worker_id), visibility, min_priority, routing_keys
+            ))
 
 
 class ClaimWithoutTransaction(_SqliteClaimVariant):
-    """The claim's SELECT and UPDATEs run as separate autocommit statements: two callers can
-    both select the same head before either leases it (R2)."""
+    """The select-then-lease claim's statements run as separate autocommit statements: two
+    callers can both select the same head before either leases it (R2)."""
 
     def _run_claim(self, plan):
         return self._run("claim", plan, transaction=False)
 
 
 class ClaimInDeferredTransaction(_SqliteClaimVariant):
-    """The claim opens a plain (deferred) ``BEGIN``: it reads first and asks for the write lock
-    only at its UPDATE, when another claim may already have written, and SQLite then fails it
-    at once with "database is locked", whatever the busy timeout (contention)."""
+    """The select-then-lease claim in a plain (deferred) ``BEGIN``: it reads first and asks for
+    the write lock only at its UPDATE, when another claim may already have written, and SQLite
+    then fails it at once with "database is locked", whatever the busy timeout (contention)."""
 
     def _run_claim(self, plan):
         with self._errors("claim"):
@@ -300,8 +320,7 @@ class AckCheckThenDelete(SqliteTransport):
                 if not rows or rows[0][0] != lease.token:
                     return False
                 self._conn.execute(f"DELETE FROM {t.messages} WHERE seq = ?", (lease.seq,))
-                run(self._conn, drop_group_if_empty_plan(t, lease.group_id), transaction=False)
-                return True
+                return True  # the delete's trigger freed or dropped the group
 
 
 CONCURRENCY_BROKEN = {

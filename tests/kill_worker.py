@@ -15,7 +15,8 @@ A worker (:func:`work`) opens the transport on the shared file, records every ca
 JSON-lines history (:class:`stateful.history.History`, flushed line by line so it survives the
 kill) and loops: publish, or claim then ack / nack(0) / nack(delay) / ack after the lease
 lapsed.  It marks where it is in a small memory-mapped *phase file* (``"claim:update-messages"``:
-the claim's UPDATE of the message ran, COMMIT not yet; ``claim:invoking`` and
+the claim's one statement has changed the rows, but its rows are not read yet, so its
+autocommit has not happened; ``claim:invoking`` and
 ``claim:returned`` while the history lines of the call are written), which the driver reads after the
 death to tell where a kill landed.  Given a *plan* ``{"op", "stage", "nth"}`` it kills itself
 (``os.kill(os.getpid(), SIGKILL)``) the ``nth`` time ``op`` reaches ``stage``: that is how
@@ -41,7 +42,7 @@ from typing import Any
 
 from harel_ref.transport import Lease
 from harel_ref.transport._base import check_claim_args, new_token
-from harel_ref.transport._sql import Plan, Statement, claim_now_plan
+from harel_ref.transport._sql import Plan, Statement, claim_plan
 from stateful.history import History, RecordingTransport
 
 PHASE_BYTES = 96
@@ -174,7 +175,7 @@ def _two_step_claim(base: type) -> type:
             with self._lock:
                 self._check_open()
                 token = new_token(worker_id)
-                plan = claim_now_plan(self._tables, self._clock, token, RESERVATION, min_priority, routing_keys)
+                plan = claim_plan(self._tables, self._clock, token, RESERVATION, min_priority, routing_keys)
                 lease = self._run("claim", plan, transaction=True)
                 if lease is not None:
                     until = self._clock() + visibility

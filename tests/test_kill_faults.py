@@ -5,8 +5,8 @@ Three worker processes work one database file at once, publishing, claiming (lea
 Workers die by SIGKILL, a hundred times per backend, and a fresh worker (a new worker id)
 replaces each one.  Most deaths are planned: the worker kills itself the n-th time it reaches
 a chosen point *inside* a claim, ack, publish or nack (after ``BEGIN IMMEDIATE``, after each
-UPDATE or DELETE, after COMMIT), or while it holds a lease between calls; the others are timed
-kills sent by the driver, which land wherever the worker is.  tests/kill_worker.py has the
+UPDATE or DELETE before it commits, after COMMIT), or while it holds a lease between calls; the
+others are timed kills sent by the driver, which land wherever the worker is.  tests/kill_worker.py has the
 workers, the fork server that starts them, and the seam (a wrapper of the DB-API connection
 that ``_connect()`` returns; the transports are otherwise used unchanged).
 
@@ -27,8 +27,8 @@ outcomes, elapsed) are printed, put in ``user_properties`` (``fault_counts``: th
 ``$HAREL_FAULT_COUNTS/<test>.txt`` when that variable is set, and repeated in any assertion
 message.
 
-The same harness with the same kill schedule catches a broken transport whose claim commits in
-two transactions (tests/kill_worker.py ``two-step-claim``).
+The same harness catches a broken transport whose claim commits in two transactions
+(tests/kill_worker.py ``two-step-claim``).
 """
 
 from __future__ import annotations
@@ -70,23 +70,30 @@ PER_ROUND = 10  # kills per queue: the model search is exponential in unanswered
 # Where a planned death happens: (op, stage) in tests/kill_worker.py's names.  A round deals one
 # of these two sets of ten, shuffled, in turn: every point within two rounds, and never more than
 # four kills inside claims in one round (each leaves an unanswered claim; see the docstring).
+# A claim and an ack are one statement each: killed at "update-messages" / "delete-messages",
+# the statement has changed its rows but not committed (its RETURNING rows are not read yet).
 ROUND_POINTS = [
-    [("claim", "begin"), ("claim", "update-messages"), ("claim", "commit"),
-     ("ack", "begin"), ("ack", "delete-messages"), ("ack", "commit"),
+    [("claim", "update-messages"), ("claim", "update-messages"), ("claim", "returned"),
+     ("ack", "delete-messages"), ("ack", "delete-messages"), ("ack", "returned"),
      ("publish", "insert-messages"), ("nack", "update-messages"), ("idle", "holding"), ("external", None)],
-    [("claim", "select"), ("claim", "update-groups"), ("claim", "update-messages"), ("claim", "commit"),
-     ("ack", "delete-messages"), ("ack", "delete-groups"), ("ack", "commit"),
-     ("publish", "begin"), ("publish", "commit"), ("external", None)],
+    [("claim", "update-messages"), ("claim", "update-messages"), ("claim", "returned"),
+     ("ack", "delete-messages"), ("ack", "delete-messages"), ("ack", "call"),
+     ("publish", "begin"), ("publish", "commit"), ("idle", "holding"), ("external", None)],
+]
+# The broken two-step claim commits twice per claim: half of its "commit" kills fall between.
+TWO_STEP_POINTS = [
+    [("claim", "commit")] * 4 + [("ack", "delete-messages"), ("publish", "commit"), ("idle", "holding"),
+                                 ("ack", "returned"), ("nack", "update-messages"), ("external", None)],
 ]
 NTH = {"claim": (1, 6), "ack": (1, 4), "publish": (1, 6), "nack": (1, 1), "idle": (1, 4)}
 
 
-def schedule(kills: int, seed: int) -> list[dict[str, Any]]:
+def schedule(kills: int, seed: int, round_points: list[list[tuple[str, str | None]]]) -> list[dict[str, Any]]:
     """The deaths, in order: a plan for the worker to kill itself, or a delay for the driver."""
     rng = random.Random(seed)
     plans = []
     for number in range(-(-kills // PER_ROUND)):
-        points = ROUND_POINTS[number % len(ROUND_POINTS)][:]
+        points = round_points[number % len(round_points)][:]
         rng.shuffle(points)
         for op, stage in points:
             if op == "external":
@@ -217,12 +224,12 @@ class Zygote:
 
 
 def kill_run(directory: Path, backend: str, *, variant: str = "correct", kills: int = KILLS,
-             seed: int = SEED) -> Outcome:
+             seed: int = SEED, round_points: list[list[tuple[str, str | None]]] = ROUND_POINTS) -> Outcome:
     """``kills`` SIGKILLs, PER_ROUND to a queue; after each round, drain and judge it."""
     started = time.monotonic()
     db = directory / "queue.db"
     transport_class = _transport_class(backend)
-    plans = schedule(kills, seed)
+    plans = schedule(kills, seed, round_points)
     rng = random.Random(seed + 1)
     rounds: list[Round] = []
     workers = iter(range(1, 10**6))
@@ -486,8 +493,9 @@ def test_a_hundred_sigkills_lose_and_duplicate_nothing(backend, tmp_path, reques
 
 def test_the_same_kills_catch_a_claim_committed_in_two_transactions(tmp_path, request):
     """A claim that reserves the head in one transaction and sets its lease in a second: a kill
-    between the two blocks the group for an hour, and the drain cannot reach its messages."""
-    outcome = kill_run(tmp_path, "sqlite", variant="two-step-claim", kills=20)
+    between the two blocks the group for an hour, and the drain cannot reach its messages.
+    (The same harness, with kill points this claim has: after its COMMITs.)"""
+    outcome = kill_run(tmp_path, "sqlite", variant="two-step-claim", kills=20, round_points=TWO_STEP_POINTS)
     _publish(request, outcome)
     assert not outcome.ok, f"the checker missed the broken claim: {outcome.line}"
     assert outcome.counts["lost"] > 0, f"{outcome.line}\n{outcome.violations()}"

@@ -25,6 +25,8 @@ from harel_ref.transport import (
     StorageError,
     TransportClosedError,
 )
+from harel_ref.transport._sql import head_params, head_query
+from old_schemas import EXPECTED_CLAIMABLE_AT, NOW, check_upgraded_v4, names, v4_with_data
 from stateful import FakeClock, make_machine
 from stateful.backends.rqlite import prefix_for, rqlite, rqlite_async
 
@@ -236,6 +238,48 @@ def test_two_clients_upgrading_one_old_table_at_once_both_open_and_keep_every_me
         lease = transport.claim("w", 5.0)
         transport.close()
         assert (lease.group_id, lease.event) == ("g", "old")
+    finally:
+        _drop(url, prefix)
+
+
+@pytest.mark.parametrize("routing_keys", [None, ("blue",)])
+def test_the_claim_reads_only_free_groups_on_the_cluster_sqlite(queue, shared_cluster, routing_keys):  # noqa: F811
+    """The plan of the claim's head query by the SQLite inside rqlite (rqlite answers EXPLAIN
+    only for reads; the claim's write around it is the SQL that test_sqlite.py checks): both
+    candidates are read on the claim-order index, FREE groups in order, the lapsed ones by
+    range, and no table is scanned."""
+    transport, _ = queue
+    t = transport._tables
+    keys = None if routing_keys is None else len(routing_keys)
+    read = [f"EXPLAIN QUERY PLAN {head_query(t, keys)}", *head_params(1.0, 0, routing_keys)]
+    answer = httpx.post(f"{shared_cluster[0]}/db/query?level=strong", json=[read], timeout=10).json()
+    plan = [row[3] for row in answer["results"][0]["values"]]
+    index = "claim_order" if routing_keys is None else "claim_order_by_routing_key"
+    groups_lines = [line for line in plan if " g " in f"{line} "]
+    assert len(groups_lines) == 2 and all(f"USING INDEX {t.groups}_{index} (" in line for line in groups_lines), plan
+    assert "claimable_at=?)" in groups_lines[0] and "claimable_at>? AND claimable_at<?)" in groups_lines[1], plan
+    tables = [line for line in plan if line.startswith(("SCAN", "SEARCH")) and not line.startswith("SCAN (subquery")]
+    assert all(line.startswith("SEARCH") for line in tables), plan
+
+
+def test_upgrade_from_version_4_keeps_every_message_and_every_lease(shared_cluster):  # noqa: F811
+    """The tables of harel-ref's schema version 4, with heads leased, parked, lapsed and free,
+    upgraded in place through the cluster, then an open of the current tables: two reads."""
+    prefix, url = _prefix(), shared_cluster[0]
+    _, groups, _ = names(prefix)
+    try:
+        old = [[statement] for statement in v4_with_data(prefix)]
+        httpx.post(f"{url}/db/execute?transaction", json=old, timeout=10).raise_for_status()
+        clock = FakeClock(NOW)
+        with RqliteTransport.from_url(shared_cluster, clock=clock, prefix=prefix) as transport:
+            stored = httpx.post(f"{url}/db/query?level=strong", json=[[f"SELECT group_id, claimable_at FROM {groups}"]],
+                                timeout=10).json()["results"][0]["values"]
+            assert dict(stored) == EXPECTED_CLAIMABLE_AT
+            check_upgraded_v4(transport, clock)
+        with httpx.Client() as client:
+            counter = Counter(client)
+            RqliteTransport.from_url(shared_cluster, prefix=prefix, client=client).close()
+        assert counter.sent == 1 + 2  # readiness, then the schema version: nothing to create
     finally:
         _drop(url, prefix)
 

@@ -15,7 +15,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from harel_ref.transport import SqliteTransport
 from harel_ref.transport._base import check_lease
-from harel_ref.transport._sql import Statement, drop_group_if_empty_plan
+from harel_ref.transport._sql import Statement
 from stateful import Backend, Capabilities, Divergence, make_machine
 from stateful.backends.sql import database_path, libsql, libsql_async, sqlite, sqlite_async
 
@@ -30,12 +30,9 @@ TestAsyncLibsqlMachine = make_machine(libsql_async(_DIR)).TestCase
 
 
 def _unfenced_ack_plan(t, lease):
-    """The seeds' ack: deletes the message whoever holds it now."""
-    deleted = yield Statement(f"DELETE FROM {t.messages} WHERE seq = ?", (lease.seq,))
-    if not deleted:
-        return False
-    yield from drop_group_if_empty_plan(t, lease.group_id)
-    return True
+    """The seeds' ack: deletes the message whoever holds it now (the trigger frees the group)."""
+    deleted = yield Statement(f"DELETE FROM {t.messages} WHERE seq = ? RETURNING seq", (lease.seq,), fetch=True)
+    return bool(deleted)
 
 
 class UnfencedAckSqlite(SqliteTransport):
@@ -45,7 +42,7 @@ class UnfencedAckSqlite(SqliteTransport):
         lease = check_lease(lease)
         with self._lock:
             self._check_open()
-            return self._run("ack", _unfenced_ack_plan(self._tables, lease), transaction=True)
+            return self._run("ack", _unfenced_ack_plan(self._tables, lease), transaction=False)
 
 
 def test_machine_catches_the_seeds_unfenced_ack(tmp_path):

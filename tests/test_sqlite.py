@@ -11,6 +11,7 @@ import asyncio
 import multiprocessing
 import os
 import random
+import re
 import shutil
 import sqlite3
 import subprocess
@@ -23,12 +24,20 @@ import pytest
 
 from harel_ref.transport import (
     AsyncSqliteTransport,
+    Lease,
     LibsqlTransport,
     SqliteTransport,
     StorageError,
     TransportClosedError,
 )
-from harel_ref.transport._sql import SCHEMA_VERSION, Tables, claim_query
+from harel_ref.transport._sql import (
+    SCHEMA_VERSION,
+    Tables,
+    ack_plan,
+    claim_plan,
+    nack_plan,
+)
+from old_schemas import EXPECTED_CLAIMABLE_AT, NOW, check_upgraded_v4, seeds_schema, v4_with_data
 from stateful.history import History, RecordingTransport, check, drain, load
 
 TRANSPORTS = {"sqlite": SqliteTransport, "libsql": LibsqlTransport}
@@ -36,16 +45,6 @@ CONNECT = {
     "sqlite": lambda path: sqlite3.connect(path, isolation_level=None),
     "libsql": lambda path: libsql.connect(str(path), isolation_level=None),
 }
-
-SEEDS_SCHEMA = [  # the seeds' tables, before routing_key (no meta table either)
-    "CREATE TABLE harel_transport_messages (seq INTEGER PRIMARY KEY AUTOINCREMENT,"
-    " group_id TEXT NOT NULL, event TEXT NOT NULL, locked_by TEXT, lock_expiry REAL)",
-    "CREATE TABLE harel_transport_groups (group_id TEXT PRIMARY KEY,"
-    " last_claimed_at REAL NOT NULL DEFAULT 0.0, priority INT NOT NULL DEFAULT 0)",
-    "CREATE INDEX harel_transport_groups_by_last_claimed ON harel_transport_groups (last_claimed_at)",
-    "CREATE INDEX harel_transport_messages_by_group ON harel_transport_messages (group_id, seq)",
-]
-
 
 @pytest.fixture(params=sorted(TRANSPORTS))
 def driver(request):
@@ -76,38 +75,66 @@ def events_in(driver, path, table="harel_transport_messages"):
 # --- The claim's plan and the schema --------------------------------------------------------
 
 
-@pytest.mark.parametrize("routing_keys", [None, ("blue",)])
-def test_claim_walks_the_groups_index_and_never_scans_messages(driver, tmp_path, routing_keys):
+def _plans(conn, statements):
+    """EXPLAIN QUERY PLAN of each (sql, params), as one list of lines."""
+    return [row[3] for sql, params in statements for row in conn.execute("EXPLAIN QUERY PLAN " + sql, params).fetchall()]
+
+
+def _trigger_statements(conn):
+    """The statements inside the schema's triggers, with NEW.x / OLD.x turned into parameters
+    (EXPLAIN QUERY PLAN of a statement does not show the triggers it fires)."""
+    statements = []
+    for (sql,) in conn.execute("SELECT sql FROM sqlite_master WHERE type = 'trigger'").fetchall():
+        body = sql[sql.index(" BEGIN ") + len(" BEGIN "):sql.rindex(" END")]
+        for statement in filter(None, (part.strip() for part in body.split(";"))):
+            statement = re.sub(r"\b(NEW|OLD)\.\w+", "?", statement)
+            statements.append((statement, (1.0,) * statement.count("?")))
+    return statements
+
+
+@pytest.mark.parametrize("routing_keys", [None, ("blue",), ("blue", "green")])
+def test_no_operation_scans_groups_or_messages(driver, tmp_path, routing_keys):
+    """Every statement of claim, ack and nack, and of the triggers they fire, finds its rows
+    through an index: none reads a whole table.  The claim reads groups only where
+    ``claimable_at`` is FREE (in claim order, no sort) or has just passed (the lapsed, sorted),
+    so leased and parked groups cost it nothing."""
     path = tmp_path / "q.db"
     TRANSPORTS[driver](path).close()
     conn = CONNECT[driver](path)
-    params = (0, *(routing_keys or ()), 1.0)
-    plan = [row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + claim_query(Tables.named(), routing_keys), params).fetchall()]
+    t, lease = Tables.named(), Lease("g", "e", 1, "token")
+    claim = claim_plan(t, lambda: 1.0, "token", 5.0, 0, routing_keys)
+    statements = [claim.send(None), claim.send([]),  # the lease; the promotion when it found nothing
+                  next(ack_plan(t, lease)), next(nack_plan(t, lease, 1.0, 2.0))]
+    triggers = _trigger_statements(conn)
+    plan = _plans(conn, [(s.sql, s.params) for s in statements] + triggers)
     conn.close()
-    index = "harel_transport_groups_by_last_claimed" if routing_keys is None else "harel_transport_groups_by_routing_key"
-    assert any(index in line for line in plan), plan
-    messages = [line for line in plan if line.startswith(("SCAN", "SEARCH")) and " g " not in f"{line} "]
-    assert messages and all(line.startswith("SEARCH") for line in messages), plan
-    assert not any("TEMP B-TREE" in line for line in plan), plan  # no sort: the index gives the order
+    assert len(triggers) == 5, triggers
+    groups_lines = [line for line in plan if " g " in f"{line} "]
+    assert len(groups_lines) == 2, plan  # the two candidates of the claim
+    assert all("USING INDEX harel_transport_groups_claim_order" in line for line in groups_lines), plan
+    if routing_keys is not None and len(routing_keys) == 1:
+        assert all("claim_order_by_routing_key (routing_key=?" in line for line in groups_lines), plan
+    assert "claimable_at=?)" in groups_lines[0] and "claimable_at>? AND claimable_at<?)" in groups_lines[1], plan
+    tables = [line for line in plan if line.startswith(("SCAN", "SEARCH")) and not line.startswith("SCAN (subquery")]
+    assert tables and all(line.startswith("SEARCH") for line in tables), plan
+    free_arm = plan[plan.index("LEFT-MOST SUBQUERY"):plan.index("UNION ALL")]
+    assert not any("TEMP B-TREE" in line for line in free_arm), plan  # the index gives the order
 
 
-def test_upgrade_adds_routing_key_to_the_seeds_tables_and_keeps_every_message(driver, tmp_path):
+def test_upgrade_from_the_seeds_tables_keeps_every_message(driver, tmp_path):
     path = tmp_path / "old.db"
     conn = CONNECT[driver](path)
-    for statement in SEEDS_SCHEMA:
+    for statement in seeds_schema():
         conn.execute(statement)
     for seq, (group, event) in enumerate([("g1", "a"), ("g2", "b"), ("g1", "c")], start=1):
         conn.execute("INSERT INTO harel_transport_messages (seq, group_id, event) VALUES (?, ?, ?)", (seq, group, event))
         conn.execute("INSERT OR IGNORE INTO harel_transport_groups (group_id, priority) VALUES (?, 0)", (group,))
     conn.close()
 
-    clock = Clock()
-    queue = TRANSPORTS[driver](path, clock=clock)
+    queue = TRANSPORTS[driver](path, clock=Clock())
     columns = [row[1] for row in rows(driver, path, "PRAGMA table_info(harel_transport_groups)")]
-    assert "routing_key" in columns
+    assert {"routing_key", "claimable_at"} <= set(columns)
     assert rows(driver, path, "SELECT value FROM harel_transport_meta WHERE key = 'schema_version'") == [(SCHEMA_VERSION,)]
-    indexes = {name for (name,) in rows(driver, path, "SELECT name FROM sqlite_master WHERE type = 'index'")}
-    assert "harel_transport_groups_by_routing_key" in indexes
     delivered = []
     while (lease := queue.claim("w", 10)) is not None:
         delivered.append(lease.event)
@@ -116,8 +143,31 @@ def test_upgrade_adds_routing_key_to_the_seeds_tables_and_keeps_every_message(dr
     queue.publish("g3", "d", routing_key="blue")  # the new column works
     assert queue.claim("w", 10, routing_keys=["blue"]).event == "d"
     queue.close()
+
+
+def test_upgrade_from_version_4_keeps_every_message_and_every_lease(driver, tmp_path):
+    path = tmp_path / "v4.db"
+    conn = CONNECT[driver](path)
+    for statement in v4_with_data():
+        conn.execute(statement)
+    conn.close()
+
+    clock = Clock(NOW)
+    queue = TRANSPORTS[driver](path, clock=clock)
+    schema = dict(rows(driver, path, "SELECT name, type FROM sqlite_master"))
+    assert rows(driver, path, "SELECT value FROM harel_transport_meta WHERE key = 'schema_version'") == [(SCHEMA_VERSION,)]
+    assert dict(rows(driver, path, "SELECT group_id, claimable_at FROM harel_transport_groups")) == EXPECTED_CLAIMABLE_AT
+    assert "harel_transport_groups_by_last_claimed" not in schema and "harel_transport_groups_by_routing_key" not in schema
+    assert schema["harel_transport_groups_claim_order"] == "index"
+    assert [name for name, kind in schema.items() if kind == "trigger"] == [
+        "harel_transport_messages_lease_blocks_group", "harel_transport_messages_claim_stamps_group",
+        "harel_transport_messages_delete_frees_group"]
+    assert "leased_at" in [row[1] for row in rows(driver, path, "PRAGMA table_info(harel_transport_messages)")]
+    check_upgraded_v4(queue, clock)
+    queue.close()
     TRANSPORTS[driver](path).close()  # opening an up-to-date database again changes nothing
-    assert columns == [row[1] for row in rows(driver, path, "PRAGMA table_info(harel_transport_groups)")]
+    assert dict(rows(driver, path, "SELECT name, type FROM sqlite_master")) == schema
+    assert rows(driver, path, "SELECT count(*) FROM harel_transport_groups") == [(0,)]
 
 
 def test_a_newer_schema_is_refused(driver, tmp_path):

@@ -7,23 +7,25 @@ then returns the operation's result.  :func:`run` executes a plan on a DB-API co
 (``sqlite3``, ``libsql``); :func:`run_async` does the same on an ``aiosqlite`` connection.  The
 plans hold the logic; the runners hold the transaction and nothing else.
 
-Schema (seeds' tables, plus ``routing_key``)::
+Schema (the seeds' tables, plus ``routing_key`` and ``claimable_at``)::
 
     <p>harel_transport_messages(seq INTEGER PRIMARY KEY AUTOINCREMENT, group_id, event,
                                 locked_by, lock_expiry)
-    <p>harel_transport_groups(group_id PRIMARY KEY, last_claimed_at, priority, routing_key)
-    <p>harel_transport_meta(key PRIMARY KEY, value)     -- 'schema_version' -> 4
+    <p>harel_transport_groups(group_id PRIMARY KEY, last_claimed_at, priority, routing_key,
+                              claimable_at)
+    <p>harel_transport_meta(key PRIMARY KEY, value)     -- 'schema_version' -> 5
 
 ``<p>`` is empty, or ``prefix + "_"`` when a ``prefix`` is given (``^[A-Za-z_][A-Za-z0-9_]{0,40}$``)
 so that several queues (tests, tenants) can share one database file.
 
 **Where the schema version lives.**  ``SCHEMA_VERSION`` is kept in the small meta table, not in
 ``PRAGMA user_version``: user_version is one number per database file, while each prefix has its
-own tables and may be at its own version.  A table created before ``routing_key`` existed (the
-seeds' schema, no meta table) is upgraded in place when a transport opens it: ``PRAGMA
-table_info`` tells whether the column is there and ``ALTER TABLE ... ADD COLUMN`` runs once, all
-inside ``BEGIN IMMEDIATE`` so that two processes opening at once do not both alter.  A database
-recording a *newer* version than this code knows is refused with :class:`StorageError`.
+own tables and may be at its own version.  Older tables (the seeds', with no meta table, or
+version 4) are upgraded in place when a transport opens them: ``PRAGMA table_info`` tells which
+columns are missing, ``ALTER TABLE ... ADD COLUMN`` adds them, ``claimable_at`` is filled in from
+each group's head, and the indexes and triggers are replaced, all inside ``BEGIN IMMEDIATE`` so
+that two processes opening at once do not both alter.  A database recording a *newer* version
+than this code knows is refused with :class:`StorageError`.
 
 **The lease** is the pair ``(locked_by, lock_expiry)`` of a message: ``locked_by`` holds the
 claim's token (``new_token(worker_id)``), or ``'__parked__'`` for a parked message, or NULL when
@@ -35,9 +37,24 @@ a message someone else holds): ack and nack match ``locked_by = token``.  A laps
 nobody re-claimed still acks (the work was done); a superseded or consumed lease matches no row,
 returns False and changes nothing.
 
-**Claim order**: claimable groups by ``last_claimed_at`` then ``rowid`` (arrival order; a group
-re-created after its last ack gets a new, larger rowid), walked on the groups index, so a claim
-costs the same however long the backlog.  ``tests/test_sqlite.py`` checks the plan.
+**Claim order, at a cost independent of blocked groups.**  A claim takes the claimable group
+with the smallest ``last_claimed_at``, then ``rowid`` (arrival order; a group re-created after
+its last ack gets a new, larger rowid).  Walking the groups in that order and skipping the
+blocked ones would cost as many reads as there are leased or parked groups ahead (the seeds'
+claim, and version 4).  So each group carries ``claimable_at``, the time its head can next be
+claimed: ``FREE`` (-1) when the head is free, else the end of its lease or park.  Triggers on
+the messages table keep it, in the same statement as the write: leasing, parking or freeing a
+head sets it (``<p>..._lease_blocks_group``), deleting a message frees the group or drops it
+when it was the last one (``<p>..._delete_frees_group``).  The index ``(claimable_at,
+last_claimed_at)`` then lists the FREE groups in claim order and never touches a blocked one.
+
+A lease or park that *lapses* is the subtle part: nothing is written at that moment, yet its
+group must become claimable.  Each claim therefore first moves every group whose
+``claimable_at`` has passed to FREE (:func:`promote_lapsed_sql`, an indexed range that is
+empty unless something lapsed since the last claim: each lapse is moved once).  The head is
+still checked, free or lapsed, so a group moved to FREE whose lease is live again after the
+clock stepped back (R3) is passed over, as it must be.  Claim, ack and nack each touch one
+group row; ``tests/test_sqlite.py`` checks the query plans.
 
 **Text is read back as BLOB** (``CAST(... AS BLOB)``, decoded as UTF-8): libsql 0.1.11 cuts a TEXT
 value at its first NUL character when reading it (it writes it whole), while a BLOB comes back
@@ -47,6 +64,7 @@ intact.  Doing the same for stdlib sqlite3 keeps one SQL text for both drivers.
 from __future__ import annotations
 
 import asyncio
+import functools
 import re
 import sqlite3
 import threading
@@ -54,7 +72,7 @@ import time
 from collections.abc import Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, NamedTuple, TypeVar
 
 from ._base import (
     PARKED,
@@ -74,6 +92,7 @@ from ._base import (
 )
 
 __all__ = [
+    "FREE",
     "PARKED",
     "SCHEMA_VERSION",
     "Plan",
@@ -83,21 +102,28 @@ __all__ = [
     "ack_plan",
     "check_busy_timeout",
     "claim_plan",
-    "claim_now_plan",
-    "claim_query",
+    "claim_params",
     "connection_pragmas",
-    "drop_group_if_empty_plan",
+    "head_params",
+    "head_query",
+    "lease_head_sql",
     "nack_plan",
     "one_statement",
     "open_plan",
+    "promote_lapsed_sql",
     "publish_plan",
     "run",
     "run_async",
     "storage_errors",
 ]
 
-SCHEMA_VERSION = 4
-"""Version 4: the seeds' two tables plus ``harel_transport_groups.routing_key`` and its index."""
+SCHEMA_VERSION = 5
+"""Version 5: ``groups.claimable_at``, its claim-order indexes and the triggers that keep it.
+Version 4: the seeds' two tables plus ``groups.routing_key`` and its index."""
+
+FREE = -1.0
+"""``claimable_at`` of a group whose head is free: earlier than any time a clock may show
+(``now >= 0``, R13), so such a group is claimable at any ``now``."""
 
 
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,40}")
@@ -105,9 +131,8 @@ _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,40}")
 T = TypeVar("T")
 
 
-@dataclass(frozen=True)
-class Statement:
-    """One SQL statement of a plan.  ``fetch``: the plan is sent the rows, else the row count."""
+class Statement(NamedTuple):
+    """One SQL statement of a plan.  ``fetch``: the plan is sent the rows, else None."""
 
     sql: str
     params: tuple[Any, ...] = ()
@@ -173,139 +198,255 @@ def connection_pragmas(busy_timeout: float, *, wal: bool = True) -> list[Stateme
 
 
 def open_plan(t: Tables) -> Plan[None]:
-    """Create the tables, or bring older ones up to ``SCHEMA_VERSION``.  Run in a transaction."""
+    """Create the tables, or bring older ones up to ``SCHEMA_VERSION``.  Run in a transaction.
+
+    Tables already at ``SCHEMA_VERSION`` cost two reads and no write.
+    """
+    version = yield from _stored_version(t)
+    if version == SCHEMA_VERSION:
+        return
+    if version is not None and version > SCHEMA_VERSION:
+        raise StorageError(
+            f"the tables {t.messages}/{t.groups} are at schema version {version}, newer than "
+            f"this harel-ref knows ({SCHEMA_VERSION}); upgrade harel-ref"
+        )
     yield Statement(
         f"CREATE TABLE IF NOT EXISTS {t.messages} ("
         " seq INTEGER PRIMARY KEY AUTOINCREMENT,"  # FIFO order and the lease's handle
         " group_id TEXT NOT NULL,"
         " event TEXT NOT NULL,"
         " locked_by TEXT,"  # lease token, '__parked__', or NULL when free
-        " lock_expiry REAL)"  # end of the lease or park
+        " lock_expiry REAL,"  # end of the lease or park
+        " leased_at REAL)"  # when the last lease was taken (its claim's now)
     )
     yield Statement(
         f"CREATE TABLE IF NOT EXISTS {t.groups} ("
         " group_id TEXT PRIMARY KEY,"  # a rowid table: rowid is the arrival order
         " last_claimed_at REAL NOT NULL DEFAULT 0.0,"
         " priority INT NOT NULL DEFAULT 0,"
-        " routing_key TEXT)"
+        " routing_key TEXT,"
+        f" claimable_at REAL NOT NULL DEFAULT {FREE})"
     )
     yield Statement(f"CREATE TABLE IF NOT EXISTS {t.meta} (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
-    rows = yield Statement(f"SELECT value FROM {t.meta} WHERE key = 'schema_version'", fetch=True)
-    version = rows[0][0] if rows else None
-    if version is not None and version > SCHEMA_VERSION:
-        raise StorageError(
-            f"the tables {t.messages}/{t.groups} are at schema version {version}, newer than "
-            f"this harel-ref knows ({SCHEMA_VERSION}); upgrade harel-ref"
-        )
-    columns = yield Statement(f"PRAGMA table_info({t.groups})", fetch=True)
-    if "routing_key" not in {row[1] for row in columns}:  # SQLite has no ADD COLUMN IF NOT EXISTS
+    # Older tables gain the columns they lack (SQLite has no ADD COLUMN IF NOT EXISTS).
+    columns = {row[1] for row in (yield Statement(f"PRAGMA table_info({t.messages})", fetch=True))}
+    if "leased_at" not in columns:  # version 5
+        yield Statement(f"ALTER TABLE {t.messages} ADD COLUMN leased_at REAL")
+    columns = {row[1] for row in (yield Statement(f"PRAGMA table_info({t.groups})", fetch=True))}
+    if "routing_key" not in columns:  # version 4
         yield Statement(f"ALTER TABLE {t.groups} ADD COLUMN routing_key TEXT")
+    if "claimable_at" not in columns:  # version 5: filled in from each group's head
+        yield Statement(f"ALTER TABLE {t.groups} ADD COLUMN claimable_at REAL NOT NULL DEFAULT {FREE}")
+        yield Statement(
+            f"UPDATE {t.groups} SET claimable_at = COALESCE("
+            f"(SELECT m.lock_expiry FROM {t.messages} AS m"
+            f" WHERE m.seq = (SELECT MIN(h.seq) FROM {t.messages} AS h WHERE h.group_id = {t.groups}.group_id)"
+            f" AND m.locked_by IS NOT NULL), {FREE})"
+        )
+    # Version 4's claim-order indexes walked blocked groups too; version 5's skip them.  (And
+    # version 4's rqlite claim found its group by token; version 5's claim is one statement.)
+    yield Statement(f"DROP INDEX IF EXISTS {t.groups}_by_last_claimed")
+    yield Statement(f"DROP INDEX IF EXISTS {t.groups}_by_routing_key")
+    yield Statement(f"DROP INDEX IF EXISTS {t.messages}_by_locked_by")
     yield Statement(
-        f"CREATE INDEX IF NOT EXISTS {t.groups}_by_last_claimed ON {t.groups} (last_claimed_at)"
+        f"CREATE INDEX IF NOT EXISTS {t.groups}_claim_order"
+        f" ON {t.groups} (claimable_at, last_claimed_at)"
     )
-    yield Statement(
-        f"CREATE INDEX IF NOT EXISTS {t.groups}_by_routing_key "
-        f"ON {t.groups} (routing_key, last_claimed_at)"
+    yield Statement(  # partial: a group without a routing key costs this index nothing
+        f"CREATE INDEX IF NOT EXISTS {t.groups}_claim_order_by_routing_key"
+        f" ON {t.groups} (routing_key, claimable_at, last_claimed_at) WHERE routing_key IS NOT NULL"
     )
     yield Statement(f"CREATE INDEX IF NOT EXISTS {t.messages}_by_group ON {t.messages} (group_id, seq)")
-    if version != SCHEMA_VERSION:
-        yield Statement(
-            f"INSERT OR REPLACE INTO {t.meta} (key, value) VALUES ('schema_version', ?)",
-            (SCHEMA_VERSION,),
-        )
+    yield Statement(
+        f"CREATE TRIGGER IF NOT EXISTS {t.messages}_lease_blocks_group"
+        f" AFTER UPDATE OF locked_by, lock_expiry ON {t.messages} BEGIN"
+        f" UPDATE {t.groups}"
+        f" SET claimable_at = CASE WHEN NEW.locked_by IS NULL THEN {FREE} ELSE NEW.lock_expiry END"
+        f" WHERE group_id = NEW.group_id;"
+        f" END"
+    )
+    yield Statement(
+        f"CREATE TRIGGER IF NOT EXISTS {t.messages}_claim_stamps_group"
+        f" AFTER UPDATE OF leased_at ON {t.messages} BEGIN"
+        f" UPDATE {t.groups} SET last_claimed_at = NEW.leased_at WHERE group_id = NEW.group_id;"
+        f" UPDATE {t.groups} SET claimable_at = {FREE}"
+        f" WHERE claimable_at >= 0 AND claimable_at < NEW.leased_at;"
+        f" END"
+    )
+    yield Statement(
+        f"CREATE TRIGGER IF NOT EXISTS {t.messages}_delete_frees_group"
+        f" AFTER DELETE ON {t.messages} BEGIN"
+        f" DELETE FROM {t.groups} WHERE group_id = OLD.group_id"
+        f" AND NOT EXISTS (SELECT 1 FROM {t.messages} WHERE group_id = OLD.group_id);"
+        f" UPDATE {t.groups} SET claimable_at = {FREE} WHERE group_id = OLD.group_id;"
+        f" END"
+    )
+    yield Statement(
+        f"INSERT OR REPLACE INTO {t.meta} (key, value) VALUES ('schema_version', ?)",
+        (SCHEMA_VERSION,),
+    )
+
+
+def _stored_version(t: Tables) -> Plan[int | None]:
+    """The schema version recorded for these tables, or None (no tables, or the seeds')."""
+    rows = yield Statement(
+        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", (t.meta,), fetch=True
+    )
+    if not rows[0][0]:
+        return None
+    rows = yield Statement(f"SELECT value FROM {t.meta} WHERE key = 'schema_version'", fetch=True)
+    return rows[0][0] if rows else None
 
 
 # --- Operations -----------------------------------------------------------------------------
+# Each SQL text is built once per table names (and number of routing keys), then reused.
 
 
 def publish_plan(t: Tables, group_id: str, event: str, priority: int, routing_key: str | None) -> Plan[None]:
     """Append the message; the publish that creates the group fixes its priority and routing key."""
-    yield Statement(f"INSERT INTO {t.messages} (group_id, event) VALUES (?, ?)", (group_id, event))
-    yield Statement(
+    insert_message, insert_group = _publish_sql(t)
+    yield Statement(insert_message, (group_id, event))
+    yield Statement(insert_group, (group_id, priority, routing_key))
+
+
+@functools.lru_cache(maxsize=64)
+def _publish_sql(t: Tables) -> tuple[str, str]:
+    return (
+        f"INSERT INTO {t.messages} (group_id, event) VALUES (?, ?)",
         f"INSERT OR IGNORE INTO {t.groups} (group_id, priority, routing_key) VALUES (?, ?, ?)",
-        (group_id, priority, routing_key),
     )
 
 
-def claim_query(t: Tables, routing_keys: tuple[str, ...] | None) -> str:
-    """The claim's SELECT.  Parameters: min_priority, now, then the routing keys if any.
+@functools.lru_cache(maxsize=64)
+def promote_lapsed_sql(t: Tables) -> str:
+    """Parameter: now.  Every group whose lease or park has ended by ``now`` becomes FREE.
 
-    It walks the groups in claim order and stops at the first whose head (lowest seq) is free
-    or lapsed.  A group with a NULL routing key never matches ``IN (...)``, so it is only
-    reachable by an unfiltered claim.
+    A lapse writes nothing at the moment it happens; the claim moves the groups that lapsed
+    since into the FREE range of the index.  A claim that leases does it in its trigger
+    (``<p>..._claim_stamps_group``); a claim that finds nothing runs this statement.
+    """
+    return f"UPDATE {t.groups} SET claimable_at = {FREE} WHERE claimable_at >= 0 AND claimable_at < ?"
+
+
+@functools.lru_cache(maxsize=256)
+def head_query(t: Tables, routing_keys: int | None) -> str:
+    """The seq of the head of the next claimable group.  Parameters: :func:`head_params`.
+
+    Two candidates, each found on the claim-order index, the earlier in claim order wins:
+
+    - the first FREE group in claim order (``last_claimed_at``, then arrival), read straight
+      off the index;
+    - the first group whose lease or park lapsed since the last promotion (an index range
+      that holds only those, usually none, sorted).
+
+    Leased and parked groups are never read.  Each candidate's priority, routing key and head
+    must fit.  The head check (free, or its lease lapsed) fails only for a group promoted
+    before the clock stepped back (R3): its lease is live again.  A group with a NULL routing
+    key never matches ``IN (...)``, so it is only reachable by an unfiltered claim.  The
+    arrival order is spelled ``_rowid_``, a name rqlite's parser reads.
     """
     routing = ""
     if routing_keys is not None:
-        routing = f" AND g.routing_key IN ({', '.join('?' * len(routing_keys))})"
+        routing = f" AND g.routing_key IN ({', '.join('?' * routing_keys)})"
+
+    def first(groups: str) -> str:
+        return (
+            f"SELECT * FROM (SELECT m.seq AS seq, g.last_claimed_at AS stamp, g._rowid_ AS arrival"
+            f" FROM {t.groups} AS g"
+            f" JOIN {t.messages} AS m"
+            f" ON m.seq = (SELECT MIN(h.seq) FROM {t.messages} AS h WHERE h.group_id = g.group_id)"
+            f" WHERE {groups} AND g.priority >= ?{routing}"
+            f" AND (m.locked_by IS NULL OR m.lock_expiry < ?)"
+            f" ORDER BY g.last_claimed_at, g._rowid_ LIMIT 1)"
+        )
+
+    free = first(f"g.claimable_at = {FREE}")
+    lapsed = first("g.claimable_at >= 0 AND g.claimable_at < ?")
+    return f"SELECT seq FROM ({free} UNION ALL {lapsed}) ORDER BY stamp, arrival LIMIT 1"
+
+
+def head_params(now: float, min_priority: int, routing_keys: tuple[str, ...] | None) -> tuple[Any, ...]:
+    """The parameters of :func:`head_query`."""
+    keys = routing_keys or ()
+    return (min_priority, *keys, now, now, min_priority, *keys, now)
+
+
+@functools.lru_cache(maxsize=256)
+def lease_head_sql(t: Tables, routing_keys: int | None, returning: str) -> str:
+    """Parameters: :func:`claim_params`.  Leases the head of the next claimable group and
+    returns ``returning`` of it (no row: nothing is claimable).  One statement, so SQLite runs
+    it atomically on its own; its triggers block the group until the lease ends, stamp its
+    ``last_claimed_at`` and promote the groups that lapsed."""
     return (
-        f"SELECT g.rowid, m.seq, CAST(m.group_id AS BLOB), CAST(m.event AS BLOB)"
-        f" FROM {t.groups} AS g"
-        f" JOIN {t.messages} AS m"
-        f" ON m.seq = (SELECT MIN(h.seq) FROM {t.messages} AS h WHERE h.group_id = g.group_id)"
-        f" WHERE g.priority >= ?{routing}"
-        f" AND (m.locked_by IS NULL OR m.lock_expiry < ?)"
-        f" ORDER BY g.last_claimed_at, g.rowid"
-        f" LIMIT 1"
+        f"UPDATE {t.messages} SET locked_by = ?, lock_expiry = ?, leased_at = ?"
+        f" WHERE seq = ({head_query(t, routing_keys)})"
+        f" RETURNING {returning}"
     )
+
+
+def claim_params(token: str, now: float, visibility: float, min_priority: int,
+                 routing_keys: tuple[str, ...] | None) -> tuple[Any, ...]:
+    """The parameters of :func:`lease_head_sql`."""
+    return (token, now + visibility, now, *head_params(now, min_priority, routing_keys))
 
 
 def claim_plan(
     t: Tables,
+    clock: Clock,
     token: str,
-    now: float,
     visibility: float,
     min_priority: int,
     routing_keys: tuple[str, ...] | None,
 ) -> Plan[Lease | None]:
-    """Lease the head of the next claimable group, stamp the group's last_claimed_at = now.
+    """Lease the head of the next claimable group (its group stamped ``now`` by the trigger).
 
-    Must run inside ``BEGIN IMMEDIATE``: the write lock is what makes select-then-lease atomic
-    across connections and processes.
+    One statement, atomic without a transaction; when it finds nothing, a second one promotes
+    the groups that lapsed (which need not be atomic with it).  A bad clock reading raises
+    before anything is sent.
     """
-    params = (min_priority, *(routing_keys or ()), now)
-    rows = yield Statement(claim_query(t, routing_keys), params, fetch=True)
-    if not rows:
-        return None
-    group_rowid, seq, group_id, event = rows[0]
-    yield Statement(f"UPDATE {t.groups} SET last_claimed_at = ? WHERE rowid = ?", (now, group_rowid))
-    yield Statement(
-        f"UPDATE {t.messages} SET locked_by = ?, lock_expiry = ? WHERE seq = ?",
-        (token, now + visibility, seq),
+    now = read_clock(clock)
+    keys = None if routing_keys is None else len(routing_keys)
+    rows = yield Statement(
+        lease_head_sql(t, keys, _RETURN_LEASE),
+        claim_params(token, now, visibility, min_priority, routing_keys),
+        fetch=True,
     )
+    if not rows:
+        yield Statement(promote_lapsed_sql(t), (now,))
+        return None
+    seq, group_id, event = rows[0]
     return Lease(_text(group_id), _text(event), seq, token)
 
 
+_RETURN_LEASE = "seq, CAST(group_id AS BLOB), CAST(event AS BLOB)"  # text as BLOB: see the top
+
+
 def ack_plan(t: Tables, lease: Lease) -> Plan[bool]:
-    """Delete the message if still held under the lease's token; drop its group if now empty."""
-    deleted = yield Statement(
-        f"DELETE FROM {t.messages} WHERE seq = ? AND locked_by = ? AND group_id = ?",
-        (lease.seq, lease.token, lease.group_id),
-    )
-    if not deleted:
-        return False
-    yield from drop_group_if_empty_plan(t, lease.group_id)
-    return True
+    """Delete the message if still held under the lease's token.  One statement: its trigger
+    frees the group (its next message is free), or drops it when that was its last message."""
+    deleted = yield Statement(_ack_sql(t), (lease.seq, lease.token, lease.group_id), fetch=True)
+    return bool(deleted)
 
 
-def drop_group_if_empty_plan(t: Tables, group_id: str) -> Plan[None]:
-    """A group lives while it has messages: after its last ack its row goes (and with it its
-    priority, routing key and arrival rank; a later publish creates it anew)."""
-    yield Statement(
-        f"DELETE FROM {t.groups} WHERE group_id = ?"
-        f" AND NOT EXISTS (SELECT 1 FROM {t.messages} WHERE group_id = ?)",
-        (group_id, group_id),
-    )
+@functools.lru_cache(maxsize=64)
+def _ack_sql(t: Tables) -> str:
+    return f"DELETE FROM {t.messages} WHERE seq = ? AND locked_by = ? AND group_id = ? RETURNING seq"
 
 
 def nack_plan(t: Tables, lease: Lease, now: float, delay: float) -> Plan[bool]:
-    """Free the message (delay 0) or park it until now + delay, if still held by the lease."""
+    """Free the message (delay 0) or park it until now + delay, if still held by the lease.
+    One statement: its trigger sets the group's ``claimable_at`` to match."""
     holder, until = (None, None) if delay == 0 else (PARKED, now + delay)
-    changed = yield Statement(
-        f"UPDATE {t.messages} SET locked_by = ?, lock_expiry = ?"
-        f" WHERE seq = ? AND locked_by = ? AND group_id = ?",
-        (holder, until, lease.seq, lease.token, lease.group_id),
-    )
+    changed = yield Statement(_nack_sql(t), (holder, until, lease.seq, lease.token, lease.group_id), fetch=True)
     return bool(changed)
+
+
+@functools.lru_cache(maxsize=64)
+def _nack_sql(t: Tables) -> str:
+    return (
+        f"UPDATE {t.messages} SET locked_by = ?, lock_expiry = ?"
+        f" WHERE seq = ? AND locked_by = ? AND group_id = ? RETURNING seq"
+    )
 
 
 def _text(value: bytes | str) -> str:
@@ -315,63 +456,79 @@ def _text(value: bytes | str) -> str:
 # --- Runners --------------------------------------------------------------------------------
 
 
+_BEGIN = Statement("BEGIN IMMEDIATE")
+_COMMIT = Statement("COMMIT")
+_ROLLBACK = Statement("ROLLBACK")
+
+
 def run(conn: Any, plan: Plan[T], *, transaction: bool, lock_wait: float = 0.0) -> T:
     """Execute ``plan`` on a DB-API connection opened with ``isolation_level=None``.
 
     With ``transaction``, inside ``BEGIN IMMEDIATE ... COMMIT``, rolled back on any error.
-    Every cursor is emptied and closed at once: libsql refuses to COMMIT while a statement is
-    still open ("SQL statements in progress").
+    Without, each statement commits on its own (SQLite makes one statement atomic).
 
     ``lock_wait``: for a driver whose own busy handler must be off (libsql, see there), how
-    many seconds to keep retrying the *first* statement (``BEGIN IMMEDIATE``, or a plan's only
-    statement) while the database is locked, sleeping in Python between tries.  Nothing has
-    happened before that statement succeeds, so a retry cannot act twice.
+    many seconds to keep retrying a statement that starts a transaction (``BEGIN IMMEDIATE``,
+    or each statement of a plan run without one) while the database is locked, sleeping in
+    Python between tries.  Such a statement did nothing when it failed, so a retry cannot act
+    twice.
     """
-
-    def execute(statement: Statement) -> Any:
-        cursor = conn.execute(statement.sql, statement.params)
-        try:
-            return cursor.fetchall() if statement.fetch else cursor.rowcount
-        finally:
-            cursor.close()
-
-    def first(statement: Statement) -> Any:
-        deadline, pause = time.monotonic() + lock_wait, 0.001
-        while True:
-            try:
-                return execute(statement)
-            except Exception as exc:
-                if not _says_locked(exc) or time.monotonic() + pause > deadline:
-                    raise
-            time.sleep(pause)  # releases the GIL: the holder of the lock can finish
-            pause = min(pause * 2, 0.05)
-
     try:
         if transaction:
-            first(Statement("BEGIN IMMEDIATE"))
+            _execute_first(conn, _BEGIN, lock_wait)
         try:
             statement = plan.send(None)
-            answer = execute(statement) if transaction else first(statement)
             while True:
-                answer = execute(plan.send(answer))
+                answer = _execute(conn, statement) if transaction else _execute_first(conn, statement, lock_wait)
+                statement = plan.send(answer)
         except StopIteration as done:
             result = done.value
         if transaction:
-            execute(Statement("COMMIT"))
+            _execute(conn, _COMMIT)
         return result
     except BaseException:
         if transaction and conn.in_transaction:
-            _rollback_quietly(lambda: execute(Statement("ROLLBACK")))
+            try:
+                _execute(conn, _ROLLBACK)
+            except Exception:  # the first error is the one to report
+                pass
         raise
+
+
+def _execute(conn: Any, statement: Statement) -> Any:
+    """Run one statement; its rows if ``fetch``, else None.  The cursor is emptied and closed
+    at once: libsql refuses to COMMIT while a statement is still open ("SQL statements in
+    progress")."""
+    cursor = conn.execute(statement.sql, statement.params)
+    try:
+        return cursor.fetchall() if statement.fetch else None
+    finally:
+        cursor.close()
+
+
+def _execute_first(conn: Any, statement: Statement, lock_wait: float) -> Any:
+    """:func:`_execute`, retried while the database is locked for up to ``lock_wait`` seconds."""
+    if not lock_wait:
+        return _execute(conn, statement)
+    deadline, pause = time.monotonic() + lock_wait, 0.001
+    while True:
+        try:
+            return _execute(conn, statement)
+        except Exception as exc:
+            if not _says_locked(exc) or time.monotonic() + pause > deadline:
+                raise
+        time.sleep(pause)  # releases the GIL: the holder of the lock can finish
+        pause = min(pause * 2, 0.05)
 
 
 async def run_async(conn: Any, plan: Plan[T], *, transaction: bool) -> T:
     """:func:`run` for an ``aiosqlite`` connection (the same steps, awaited).
 
-    The plan runs to its end (COMMIT or ROLLBACK) even if the caller is cancelled meanwhile:
-    aiosqlite executes each statement in its own thread whatever happens to the awaiting
-    coroutine, so a transaction abandoned half-way would keep the write lock and leave the
-    connection inside a transaction.  The cancellation is passed on once the plan is done.
+    Each statement is one trip to aiosqlite's thread (``execute_fetchall``).  The plan runs to
+    its end (COMMIT or ROLLBACK) even if the caller is cancelled meanwhile: aiosqlite executes
+    each statement in its own thread whatever happens to the awaiting coroutine, so a
+    transaction abandoned half-way would keep the write lock and leave the connection inside a
+    transaction.  The cancellation is passed on once the plan is done.
     """
     task = asyncio.ensure_future(_run_plan_async(conn, plan, transaction))
     cancelled: asyncio.CancelledError | None = None
@@ -390,13 +547,13 @@ async def run_async(conn: Any, plan: Plan[T], *, transaction: bool) -> T:
 
 async def _run_plan_async(conn: Any, plan: Plan[T], transaction: bool) -> T:
     async def execute(statement: Statement) -> Any:
-        async with conn.execute(statement.sql, statement.params) as cursor:
-            return await cursor.fetchall() if statement.fetch else cursor.rowcount
+        rows = await conn.execute_fetchall(statement.sql, statement.params)
+        return list(rows) if statement.fetch else None
 
     began = False
     try:
         if transaction:
-            await execute(Statement("BEGIN IMMEDIATE"))
+            await execute(_BEGIN)
             began = True
         answer = None
         try:
@@ -405,12 +562,12 @@ async def _run_plan_async(conn: Any, plan: Plan[T], transaction: bool) -> T:
         except StopIteration as done:
             result = done.value
         if transaction:
-            await execute(Statement("COMMIT"))
+            await execute(_COMMIT)
         return result
     except BaseException:
         if began:
             try:
-                await execute(Statement("ROLLBACK"))
+                await execute(_ROLLBACK)
             except Exception:  # the first error is the one to report
                 pass
         raise
@@ -420,13 +577,6 @@ def _says_locked(error: BaseException) -> bool:
     """SQLite's "database is locked" (SQLITE_BUSY), as any driver words it."""
     text = str(error).lower()
     return "database is locked" in text or "database is busy" in text
-
-
-def _rollback_quietly(rollback) -> None:
-    try:
-        rollback()
-    except Exception:  # the first error is the one to report
-        pass
 
 
 # --- Errors ---------------------------------------------------------------------------------
@@ -459,9 +609,12 @@ def storage_errors(path: str, operation: str, driver_errors: tuple[type[BaseExce
     except (StorageError, ClockError):  # ClockError: libsql's driver errors include ValueError
         raise
     except driver_errors as exc:
-        raise StorageError(
-            f"{operation} on {path!r} failed: {exc} ({_hint(str(exc), busy_timeout)})"
-        ) from exc
+        raise storage_error(path, operation, exc, busy_timeout) from exc
+
+
+def storage_error(path: str, operation: str, exc: BaseException, busy_timeout: float) -> StorageError:
+    """The :class:`StorageError` for the driver's error ``exc``, naming the path and the cause."""
+    return StorageError(f"{operation} on {path!r} failed: {exc} ({_hint(str(exc), busy_timeout)})")
 
 
 # --- The synchronous transport, for any sqlite3-like driver ---------------------------------
@@ -504,9 +657,15 @@ class SyncSqlTransport(ClosedGuard, ClosesOnExit):
         return storage_errors(self.path, operation, self._driver_errors, self._busy_timeout)
 
     def _run(self, operation: str, plan: Plan[T], *, transaction: bool) -> T:
-        # The caller holds self._lock and has checked that the transport is open.
-        with self._errors(operation):
+        # The caller holds self._lock and has checked that the transport is open.  (No context
+        # manager here: this is every call's path, and storage_errors would cost as much as a
+        # statement.)
+        try:
             return run(self._conn, plan, transaction=transaction, lock_wait=self._lock_wait)
+        except (StorageError, ClockError):  # ClockError: libsql's driver errors include ValueError
+            raise
+        except self._driver_errors as exc:
+            raise storage_error(self.path, operation, exc, self._busy_timeout) from exc
 
     def publish(self, group_id: str, event: str, priority: int = 0, routing_key: str | None = None) -> None:
         group_id, event, priority, routing_key = check_publish_args(group_id, event, priority, routing_key)
@@ -521,14 +680,14 @@ class SyncSqlTransport(ClosedGuard, ClosesOnExit):
         )
         with self._lock:
             self._check_open()
-            plan = claim_now_plan(self._tables, self._clock, new_token(worker_id), visibility, min_priority, routing_keys)
-            return self._run("claim", plan, transaction=True)
+            plan = claim_plan(self._tables, self._clock, new_token(worker_id), visibility, min_priority, routing_keys)
+            return self._run("claim", plan, transaction=False)
 
     def ack(self, lease: Lease) -> bool:
         lease = check_lease(lease)
         with self._lock:
             self._check_open()
-            return self._run("ack", ack_plan(self._tables, lease), transaction=True)
+            return self._run("ack", ack_plan(self._tables, lease), transaction=False)
 
     def nack(self, lease: Lease, delay: float = 0) -> bool:
         lease = check_lease(lease)
@@ -543,14 +702,6 @@ class SyncSqlTransport(ClosedGuard, ClosesOnExit):
             if not self._closed:
                 self._closed = True
                 self._conn.close()
-
-
-def claim_now_plan(t: Tables, clock: Clock, token: str, visibility: float, min_priority: int, routing_keys) -> Plan[Lease | None]:
-    """claim_plan, reading the clock only once the write lock is held (after BEGIN IMMEDIATE),
-    so that claims serialized by the lock also see time move forward in that order.  A bad
-    reading raises there and the transaction rolls back: nothing is written."""
-    now = read_clock(clock)
-    return (yield from claim_plan(t, token, now, visibility, min_priority, routing_keys))
 
 
 def one_statement(statement: Statement) -> Plan[Any]:

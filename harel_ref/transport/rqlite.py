@@ -8,23 +8,19 @@ with ``UPDATE/DELETE ... RETURNING`` (rqlite >= 8.23).  The seeds' claim needed 
 (an UPDATE, a ``level=strong`` read-back by token, then the group's stamp), each one a Raft
 round, and a crash between them left a lease without its group stamp.
 
-The claim, one transaction of two statements::
+The claim is one statement (the SQL transports' claim, :mod:`harel_ref.transport._sql`)::
 
-    UPDATE messages SET locked_by = :token, lock_expiry = :now + :visibility
+    UPDATE messages SET locked_by = :token, lock_expiry = :now + :visibility, leased_at = :now
      WHERE seq = (<the seq of the head of the next claimable group>)
     RETURNING seq, group_id, event;
-    UPDATE groups SET last_claimed_at = :now
-     WHERE group_id = (SELECT group_id FROM messages WHERE locked_by = :token);
 
-The second statement finds the group *by the token the first one just wrote*: tokens are unique
-per claim, so it stamps exactly the group whose head was leased, or nothing when nothing was
-claimable.  (Picking the group again by ``last_claimed_at`` would not do: another group stamped
-at the same ``now`` may be claimable again and come first.)  A partial index on ``locked_by``
-keeps that lookup independent of the backlog.  ack is the fenced ``DELETE ... WHERE seq = ?
-AND locked_by = :token RETURNING seq`` plus the group's ``DELETE ... WHERE NOT EXISTS``
-(messages); nack is the fenced ``UPDATE ... RETURNING seq``.  The schema, publish, ack and nack
-are the SQL of :mod:`harel_ref.transport._sql`, shared with SQLite and libSQL; only the claim's
-head query is rqlite's own (see ``_head_query``: rqlite's SQL parser cannot read ``g.rowid``).
+sent in one transaction with the promotion of lapsed groups that a claim finding nothing
+needs.  The schema's triggers stamp the group, block it until the lease ends and promote the
+groups that lapsed, in the same Raft entry; ``_sql`` explains ``claimable_at``, by which a
+claim never reads a leased or parked group.  ack is the fenced ``DELETE ... WHERE seq = ? AND
+locked_by = :token RETURNING seq`` and nack the fenced ``UPDATE ... RETURNING seq``; their
+triggers free, block or drop the group in the same statement.  The schema, publish, ack, nack
+and claim are the SQL of :mod:`harel_ref.transport._sql`, shared with SQLite and libSQL.
 
 ``now`` is read from ``clock`` by the client, once per operation, and sent as a parameter: the
 nodes' clocks never enter the queue's logic, so tests can drive time exactly.
@@ -100,7 +96,18 @@ from ._base import (
     new_token,
     read_clock,
 )
-from ._sql import Plan, Statement, Tables, ack_plan, nack_plan, open_plan, publish_plan
+from ._sql import (
+    Plan,
+    Statement,
+    Tables,
+    ack_plan,
+    claim_params,
+    lease_head_sql,
+    nack_plan,
+    open_plan,
+    promote_lapsed_sql,
+    publish_plan,
+)
 
 __all__ = ["AsyncRqliteTransport", "RqliteTransport"]
 
@@ -382,60 +389,21 @@ def _statements(plan: Plan[Any]) -> list[Statement]:
         return statements
 
 
-def _returning(statement: Statement, columns: str) -> list[Any]:
-    return [f"{statement.sql} RETURNING {columns}", *statement.params]
-
-
 def _plain(statement: Statement) -> list[Any]:
     return [statement.sql, *statement.params]
 
 
-def _locked_by_index(t: Tables) -> Statement:
-    """The claim finds its group by token; this keeps that lookup off a full table scan."""
-    return Statement(
-        f"CREATE INDEX IF NOT EXISTS {t.messages}_by_locked_by"
-        f" ON {t.messages} (locked_by) WHERE locked_by IS NOT NULL"
-    )
-
-
-def _head_query(t: Tables, routing_keys: tuple[str, ...] | None) -> str:
-    """The seq of the head of the next claimable group.  Parameters: min_priority, the routing
-    keys if any, now.
-
-    The same choice as the SQL transports' ``claim_query`` (claim order: ``last_claimed_at``,
-    then arrival), written for rqlite's SQL parser: it does not parse ``g.rowid``, and a
-    statement it cannot parse still runs but *without* returning its RETURNING rows.  So the
-    arrival order is spelled ``_rowid_`` (SQLite's other name for the rowid).  Text comes back
-    whole over rqlite's JSON, so there is no ``CAST(... AS BLOB)`` here.
-    """
-    routing = ""
-    if routing_keys is not None:
-        routing = f" AND g.routing_key IN ({', '.join('?' * len(routing_keys))})"
-    return (
-        f"SELECT m.seq FROM {t.groups} AS g"
-        f" JOIN {t.messages} AS m"
-        f" ON m.seq = (SELECT MIN(h.seq) FROM {t.messages} AS h WHERE h.group_id = g.group_id)"
-        f" WHERE g.priority >= ?{routing}"
-        f" AND (m.locked_by IS NULL OR m.lock_expiry < ?)"
-        f" ORDER BY g.last_claimed_at, g._rowid_"
-        f" LIMIT 1"
-    )
-
-
 def _claim_statements(t: Tables, token: str, now: float, visibility: float, min_priority: int,
                       routing_keys: tuple[str, ...] | None) -> list[list[Any]]:
+    """The claim of :func:`~harel_ref.transport._sql.claim_plan`, as one transaction: the
+    lease, then the promotion of lapsed groups (a no-op after a lease, whose trigger did it;
+    the request is sent before its answer is known).  Text comes back whole over rqlite's
+    JSON, so the lease returns plain columns."""
+    keys = None if routing_keys is None else len(routing_keys)
     return [
-        [
-            f"UPDATE {t.messages} SET locked_by = ?, lock_expiry = ?"
-            f" WHERE seq = ({_head_query(t, routing_keys)})"
-            f" RETURNING seq, group_id, event",
-            token, now + visibility, min_priority, *(routing_keys or ()), now,
-        ],
-        [
-            f"UPDATE {t.groups} SET last_claimed_at = ?"
-            f" WHERE group_id = (SELECT group_id FROM {t.messages} WHERE locked_by = ?)",
-            now, token,
-        ],
+        [lease_head_sql(t, keys, "seq, group_id, event"),
+         *claim_params(token, now, visibility, min_priority, routing_keys)],
+        [promote_lapsed_sql(t), now],
     ]
 
 
@@ -513,18 +481,15 @@ class _Core(ClosedGuard):
     def _ack_call(self, lease: Lease) -> _Call:
         lease = check_lease(lease)
         self._check_open()
-        delete_message, delete_group = _statements(ack_plan(self._tables, lease))
-        # The group DELETE runs whether or not the message was ours: it only removes a group
-        # left without messages, and no committed state has such a group.
-        statements = [_returning(delete_message, "seq"), _plain(delete_group)]
-        return _Call("ack", _EXECUTE, statements, lambda results: bool(_rows(results[0])))
+        (delete,) = _statements(ack_plan(self._tables, lease))
+        return _Call("ack", _EXECUTE, [_plain(delete)], lambda results: bool(_rows(results[0])))
 
     def _nack_call(self, lease: Lease, delay: float) -> _Call:
         lease = check_lease(lease)
         delay = check_delay(delay)
         self._check_open()
         (update,) = _statements(nack_plan(self._tables, lease, read_clock(self._clock), delay))
-        return _Call("nack", _EXECUTE, [_returning(update, "seq")], lambda results: bool(_rows(results[0])))
+        return _Call("nack", _EXECUTE, [_plain(update)], lambda results: bool(_rows(results[0])))
 
     def _statement_call(self, statement: Statement) -> _Call:
         """One statement of the schema plan: reads through the leader, writes as a write."""
@@ -533,8 +498,7 @@ class _Core(ClosedGuard):
         return _Call("open", _EXECUTE, [_plain(statement)], lambda results: results[0].get("rows_affected", 0))
 
     def _schema_plan(self) -> Plan[None]:
-        yield from open_plan(self._tables)
-        yield _locked_by_index(self._tables)
+        return open_plan(self._tables)
 
     # --- one request, with failover when it provably did nothing ----------------------------
 

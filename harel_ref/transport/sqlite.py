@@ -44,7 +44,7 @@ from ._sql import (
     Tables,
     ack_plan,
     check_busy_timeout,
-    claim_now_plan,
+    claim_plan,
     connection_pragmas,
     nack_plan,
     one_statement,
@@ -151,14 +151,14 @@ class AsyncSqliteTransport(ClosedGuard, AsyncClosesOnExit):
         )
         async with self._lock:
             self._check_open()
-            plan = claim_now_plan(self._tables, self._clock, new_token(worker_id), visibility, min_priority, keys)
-            return await self._run("claim", plan, transaction=True)
+            plan = claim_plan(self._tables, self._clock, new_token(worker_id), visibility, min_priority, keys)
+            return await self._run("claim", plan, transaction=False)
 
     async def ack(self, lease: Lease) -> bool:
         lease = check_lease(lease)
         async with self._lock:
             self._check_open()
-            return await self._run("ack", ack_plan(self._tables, lease), transaction=True)
+            return await self._run("ack", ack_plan(self._tables, lease), transaction=False)
 
     async def nack(self, lease: Lease, delay: float = 0) -> bool:
         lease = check_lease(lease)
