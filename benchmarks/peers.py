@@ -1,0 +1,647 @@
+"""harel-ref beside the queues a user would pick instead: claim+ack throughput and claim latency.
+
+    pip install -e '.[bench]'                  # harel 0.9.0, persist-queue, litequeue
+    bash .ci/cluster up                        # for the rqlite rows (or --no-rqlite)
+    python benchmarks/peers.py                 # three interleaved rounds, full sizes
+    python benchmarks/peers.py --scale 0.1 --rounds 1   # smaller, to try it out
+
+**Throughput**: one worker claims and acks until the queue is empty (``--messages`` in
+``--groups`` groups, bulk-loaded before the clock starts).  The peers:
+
+- harel-ref ``SqliteTransport`` and its async and libSQL siblings (each also as a ratio to the
+  sync SQLite figure);
+- harel 0.9.0's ``SqliteTransport``: the same tables, but an ack and a nack by seq alone
+  (unfenced, SPEC R10) and events parsed by pydantic;
+- persist-queue's ``SQLiteAckQueue`` and litequeue: no groups at all, so no single-in-flight;
+- the **raw limit**: the same work in two plain transactions per message, that is harel-ref's
+  own claim and ack statements run by plain ``sqlite3`` (no checks, no plan, no lock, SQL built
+  once): the ratio to it is what harel-ref's Python costs;
+- the **floor**: the least any SQLite queue with acks does on this disk, two one-statement
+  write transactions per message on a job table without groups.
+
+Every SQLite peer runs with harel-ref's settings (WAL, ``synchronous=FULL``, SQLite's default)
+except litequeue, which sets ``synchronous=NORMAL`` itself.  ``--only profile`` splits one
+claim+ack of harel-ref into its statements and its Python.
+
+**Claim latency** (the median of ``--samples`` claims, each followed by an untimed ack), for
+harel-ref on SQLite, libSQL and rqlite, and harel 0.9.0 on SQLite and libSQL:
+
+- (a) 1,000 messages in 100 groups;
+- (b) 200,000 messages in 20,000 groups;
+- (c) 1,000 free groups behind 20,000 blocked ones (half leased, half parked, all ahead in
+  round-robin order);
+- (d) 1,000,000 messages in 100,000 groups.
+
+Every figure is measured three times (``--rounds``), the peers interleaved within each round
+(throughput: drained together, ``--chunk`` messages each in turn; latency: one scenario's peers
+in a rotating order), and the median is printed with the range.  The load average is printed
+before and after: compare ratios, not absolute numbers across machines.  A peer that is not
+installed (or an rqlite cluster that is not up) is skipped with a message.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sqlite3
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from harel_ref.transport import (
+    AsyncLibsqlTransport,
+    AsyncSqliteTransport,
+    LibsqlTransport,
+    RqliteTransport,
+    SqliteTransport,
+)
+
+RQLITE = os.environ.get("HAREL_RQLITE_URLS", "http://127.0.0.1:4001,http://127.0.0.1:4011,http://127.0.0.1:4021")
+FAR = 1e12  # a lease or park end that no benchmark outlives
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--messages", type=int, default=10_000, help="throughput: messages to drain")
+    parser.add_argument("--groups", type=int, default=500, help="throughput: groups they are in")
+    parser.add_argument("--chunk", type=int, default=100, help="throughput: claim+acks per peer per turn")
+    parser.add_argument("--samples", type=int, default=300, help="latency: claims timed per scenario and round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--scale", type=float, default=1.0, help="latency: scenario sizes times this (0.1 to try it out)")
+    parser.add_argument("--no-rqlite", action="store_true", help="leave out the rqlite columns")
+    parser.add_argument("--only", choices=["throughput", "latency", "profile"], help="run one of the tables")
+    args = parser.parse_args()
+
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')}, python {sys.version.split()[0]}, "
+          f"sqlite {sqlite3.sqlite_version}, {os.cpu_count()} cores, {load()}", flush=True)
+    with tempfile.TemporaryDirectory(prefix="harel-ref-peers-") as tmp:
+        if args.only in (None, "throughput"):
+            throughput_table(Path(tmp), args)
+        if args.only in (None, "profile"):
+            where_time_goes(Path(tmp), args.messages)
+            python_parts()
+        if args.only in (None, "latency"):
+            latency_table(Path(tmp), args)
+    print(f"\n# done, {load()}")
+
+
+def load() -> str:
+    one, five, fifteen = os.getloadavg()
+    return f"load average {one:.2f} {five:.2f} {fifteen:.2f}"
+
+
+def spread(values: list[float], fmt: str) -> str:
+    """The median, and the range of the rounds."""
+    return f"{fmt.format(statistics.median(values))} ({fmt.format(min(values))}–{fmt.format(max(values))})"
+
+
+def rounds(peers: dict[str, Any], count: int, measure: Callable[[str, Any], float | None]) -> dict[str, list[float]]:
+    """``measure(name, peer)`` for every peer, ``count`` times, in a rotating order."""
+    names, results = list(peers), {name: [] for name in peers}
+    for round_number in range(count):
+        shift = round_number % len(names)
+        for name in names[shift:] + names[:shift]:
+            value = measure(name, peers[name])
+            if value is not None:
+                results[name].append(value)
+        print(f"#   round {round_number + 1} of {count} done, {load()}", flush=True)
+    return {name: values for name, values in results.items() if values}
+
+
+# --- Loading a backlog in bulk -------------------------------------------------------------------
+# harel-ref and harel 0.9.0 share the seeds' table and column names (harel_transport_messages,
+# harel_transport_groups), so one loader fills both; harel-ref's triggers keep claimable_at.
+
+
+@dataclass(frozen=True)
+class Backlog:
+    """``groups`` groups of ``per_group`` messages, and ``blocked`` more groups of one message
+    each, whose head is leased (even) or parked (odd) until ``FAR`` and which come first in
+    round-robin order (``last_claimed_at`` 1, against 2 for the others)."""
+
+    groups: int
+    per_group: int
+    blocked: int = 0
+
+    @property
+    def messages(self) -> int:
+        return self.groups * self.per_group + self.blocked
+
+    def statements(self, prefix: str = "harel") -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
+        """(sql, rows) pairs that load this backlog into empty tables named with ``prefix``."""
+        messages, groups = f"{prefix}_transport_messages", f"{prefix}_transport_groups"
+        blocked = [f"b{i}" for i in range(self.blocked)]
+        free = [f"g{i}" for i in range(self.groups)]
+        yield (f"INSERT INTO {groups} (group_id, last_claimed_at, priority) VALUES (?, ?, ?)",
+               [(g, 1.0, 0) for g in blocked] + [(g, 2.0, 0) for g in free])
+        event = '{"kind": "bench", "data": {"n": 0}}'
+        yield (f"INSERT INTO {messages} (group_id, event) VALUES (?, ?)",
+               [(g, event) for g in blocked] + [(free[i % self.groups], event) for i in range(self.groups * self.per_group)])
+        holders = [("bench:held" if i % 2 == 0 else "__parked__", FAR, g) for i, g in enumerate(blocked)]
+        yield (f"UPDATE {messages} SET locked_by = ?, lock_expiry = ? WHERE group_id = ?", holders)
+
+
+def load_sqlite(path: Path, backlog: Backlog, connect: Callable[[str], Any]) -> None:
+    """Load ``backlog`` through a plain connection of the transport's own driver."""
+    conn = connect(str(path))
+    conn.execute("BEGIN IMMEDIATE")
+    for sql, rows in backlog.statements():
+        conn.executemany(sql, rows)
+    conn.execute("COMMIT")
+    conn.close()
+
+
+def load_rqlite(url: str, prefix: str, backlog: Backlog, batch: int = 5_000) -> None:
+    """Load ``backlog`` into an rqlite cluster, ``batch`` rows per statement."""
+    import httpx
+
+    def literal(value: Any) -> str:
+        return repr(value) if isinstance(value, (int, float)) else "'" + str(value).replace("'", "''") + "'"
+
+    with httpx.Client(timeout=600) as client:
+        for sql, rows in backlog.statements(prefix):
+            if sql.startswith("INSERT"):
+                head, _ = sql.split(" VALUES ")
+                for start in range(0, len(rows), batch):
+                    values = ", ".join("(" + ", ".join(map(literal, row)) + ")" for row in rows[start:start + batch])
+                    client.post(f"{url}/db/execute", json=[f"{head} VALUES {values}"]).raise_for_status()
+            else:
+                for start in range(0, len(rows), batch):
+                    statements = [[sql, *row] for row in rows[start:start + batch]]
+                    client.post(f"{url}/db/execute?transaction", json=statements).raise_for_status()
+
+
+# --- The peers ------------------------------------------------------------------------------------
+
+
+def harel_event() -> Any:
+    from harel.spec.states import Event
+
+    return Event(kind="bench", data={"n": 0})
+
+
+@dataclass
+class Queue:
+    """A queue under test, seen through three callables."""
+
+    claim: Callable[[], Any]  # -> a lease or None
+    ack: Callable[[Any], Any]
+    close: Callable[[], None]
+
+    def run(self, count: int) -> int:
+        """Claim and ack up to ``count`` messages; how many there were."""
+        for done in range(count):
+            lease = self.claim()
+            if lease is None:
+                return done
+            self.ack(lease)
+        return count
+
+
+def harel_ref_queue(transport: Any) -> Queue:
+    return Queue(lambda: transport.claim("bench", 60.0), transport.ack, transport.close)
+
+
+def harel_queue(transport: Any) -> Queue:
+    close = getattr(transport, "close", lambda: None)
+    return Queue(lambda: transport.claim("bench", 60.0), transport.ack, close)
+
+
+def sqlite_connect(path: str) -> sqlite3.Connection:
+    return sqlite3.connect(path, isolation_level=None)
+
+
+def libsql_connect(path: str) -> Any:
+    import libsql
+
+    return libsql.connect(path, isolation_level=None)
+
+
+def open_harel_ref(kind: str, directory: Path, backlog: Backlog) -> Queue:
+    """harel-ref's transport ``kind`` ("sqlite", "libsql", "rqlite") holding ``backlog``."""
+    if kind == "rqlite":
+        prefix = f"bench_{uuid.uuid4().hex[:12]}"
+        transport = RqliteTransport.from_url(RQLITE, prefix=prefix)
+        load_rqlite(transport._nodes.urls[0], f"{prefix}_harel", backlog)
+        return Queue(lambda: transport.claim("bench", 60.0), transport.ack,
+                     lambda: (transport.close(), drop_rqlite(RQLITE, [f"{prefix}_harel_transport_{t}" for t in ("messages", "groups", "meta")])))
+    path = directory / f"harel-ref-{kind}-{uuid.uuid4().hex[:8]}.db"
+    transport_class, connect = {"sqlite": (SqliteTransport, sqlite_connect), "libsql": (LibsqlTransport, libsql_connect)}[kind]
+    transport_class(path).close()  # creates the schema
+    load_sqlite(path, backlog, connect)
+    return harel_ref_queue(transport_class(path))
+
+
+def open_harel(kind: str, directory: Path, backlog: Backlog) -> Queue:
+    """harel 0.9.0's transport ``kind`` ("sqlite", "libsql") holding ``backlog``."""
+    from harel.engine.transport.libsql import LibsqlTransport as HarelLibsql
+    from harel.engine.transport.sqlite import SqliteTransport as HarelSqlite
+
+    path = directory / f"harel-{kind}-{uuid.uuid4().hex[:8]}.db"
+    transport_class, connect = {"sqlite": (HarelSqlite, sqlite_connect), "libsql": (HarelLibsql, libsql_connect)}[kind]
+    transport_class(str(path))  # creates the schema
+    load_sqlite(path, backlog, connect)
+    return harel_queue(transport_class(str(path)))
+
+
+def drop_rqlite(urls: str, tables: list[str]) -> None:
+    import httpx
+
+    statements = [[f"DROP TABLE IF EXISTS {table}"] for table in tables]
+    httpx.post(f"{urls.split(',')[0]}/db/execute?transaction", json=statements, timeout=60).raise_for_status()
+
+
+# --- Throughput -----------------------------------------------------------------------------------
+# Every peer is opened on its own file with the same backlog, then all are drained together:
+# ``--chunk`` claim+acks of one, then of the next (in a rotating order), until all are empty.
+# The disk's fsync time drifts by tens of percent within a minute on a shared machine; drained
+# in lockstep, every peer meets the same drift.
+
+
+def harel_ref_drainer(kind: str) -> Callable[[Path, Backlog], Queue]:
+    return lambda directory, backlog: open_harel_ref(kind, directory, backlog)
+
+
+def harel_ref_async_drainer(kind: str) -> Callable[[Path, Backlog], Any]:
+    def open_async(directory: Path, backlog: Backlog) -> AsyncQueue:
+        path = directory / f"harel-ref-async-{kind}-{uuid.uuid4().hex[:8]}.db"
+        transport_class, connect = {"sqlite": (AsyncSqliteTransport, sqlite_connect),
+                                    "libsql": (AsyncLibsqlTransport, libsql_connect)}[kind]
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(loop.run_until_complete(transport_class.create(path)).close())
+        load_sqlite(path, backlog, connect)
+        return AsyncQueue(loop, loop.run_until_complete(transport_class.create(path)))
+    return open_async
+
+
+class AsyncQueue:
+    """An asyncio transport drained on its own event loop, a chunk per ``run_until_complete``."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, transport: Any) -> None:
+        self.loop, self.transport = loop, transport
+
+    def run(self, count: int) -> int:
+        return self.loop.run_until_complete(self._run(count))
+
+    async def _run(self, count: int) -> int:
+        for done in range(count):
+            lease = await self.transport.claim("bench", 60.0)
+            if lease is None:
+                return done
+            await self.transport.ack(lease)
+        return count
+
+    def close(self) -> None:
+        self.loop.run_until_complete(self.transport.close())
+        self.loop.close()
+
+
+def persist_queue_drainer(directory: Path, backlog: Backlog) -> Queue:
+    import persistqueue
+
+    queue = persistqueue.SQLiteAckQueue(str(directory / f"persist-queue-{uuid.uuid4().hex[:8]}"), auto_commit=True)
+    for n in range(backlog.messages):
+        queue.put({"kind": "bench", "n": n})
+
+    def claim() -> Any:
+        try:
+            return queue.get(block=False)
+        except persistqueue.Empty:
+            return None
+
+    return Queue(claim, queue.ack, queue.close)
+
+
+def litequeue_drainer(directory: Path, backlog: Backlog) -> Queue:
+    import litequeue
+
+    queue = litequeue.LiteQueue(str(directory / f"litequeue-{uuid.uuid4().hex[:8]}.db"))
+    for _ in range(backlog.messages):
+        queue.put('{"kind": "bench"}')
+    return Queue(queue.pop, lambda message: queue.done(message.message_id), queue.close)
+
+
+def raw_drainer(directory: Path, backlog: Backlog) -> Queue:
+    """harel-ref's own statements, run by plain sqlite3 with nothing around them: no argument
+    checks, no plan, no lock, the SQL texts built once, one constant token.  Per message: the
+    claim's one statement (and the promotion of lapsed groups when it finds nothing), then the
+    ack's one statement.  A transport at 100% of this would cost nothing of its own."""
+    from harel_ref.transport._sql import Tables, _ack_sql, claim_params, lease_head_sql, promote_lapsed_sql
+
+    path = directory / f"raw-{uuid.uuid4().hex[:8]}.db"
+    SqliteTransport(path).close()
+    load_sqlite(path, backlog, sqlite_connect)
+    t = Tables.named()
+    lease, promote, ack = lease_head_sql(t, None, "seq, group_id"), promote_lapsed_sql(t), _ack_sql(t)
+    conn = sqlite3.connect(str(path), isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA busy_timeout = 5000")
+
+    def claim() -> Any:
+        now = time.time()
+        rows = conn.execute(lease, claim_params("raw:token", now, 60.0, 0, None)).fetchall()
+        if not rows:
+            conn.execute(promote, (now,))
+            return None
+        return rows[0]
+
+    return Queue(claim, lambda row: conn.execute(ack, (row[0], "raw:token", row[1])).fetchall(), conn.close)
+
+
+def floor_drainer(directory: Path, backlog: Backlog) -> Queue:
+    """The least any SQLite queue with acks does: two write transactions of one statement per
+    message, on a job table without groups (lease the oldest free row, then delete it)."""
+    conn = sqlite3.connect(str(directory / f"floor-{uuid.uuid4().hex[:8]}.db"), isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    conn.execute("PRAGMA busy_timeout = 5000")
+    conn.execute("CREATE TABLE jobs (seq INTEGER PRIMARY KEY, event TEXT NOT NULL, locked_by TEXT, lock_expiry REAL)")
+    conn.execute("BEGIN")
+    conn.executemany("INSERT INTO jobs (event) VALUES (?)", [('{"kind": "bench"}',)] * backlog.messages)
+    conn.execute("COMMIT")
+    lease = ("UPDATE jobs SET locked_by = ?, lock_expiry = ?"
+             " WHERE seq = (SELECT MIN(seq) FROM jobs WHERE locked_by IS NULL) RETURNING seq, event")
+
+    def claim() -> Any:
+        rows = conn.execute(lease, ("bench", time.time() + 60.0)).fetchall()
+        return rows[0] if rows else None
+
+    return Queue(claim, lambda row: conn.execute("DELETE FROM jobs WHERE seq = ?", (row[0],)), conn.close)
+
+
+def available(module: str) -> bool:
+    try:
+        __import__(module)
+        return True
+    except ImportError:
+        print(f"# skipped: {module} is not installed (pip install -e '.[bench]')")
+        return False
+
+
+REFERENCE = "harel-ref SqliteTransport"
+RAW = "raw limit: harel-ref's statements in plain sqlite3"
+
+
+def drain_together(directory: Path, backlog: Backlog, openers: dict[str, Callable[[Path, Backlog], Any]],
+                   chunk: int) -> dict[str, float]:
+    """Open every peer on ``backlog``, drain them in lockstep; each one's msg/s."""
+    queues: dict[str, Any] = {}
+    seconds = dict.fromkeys(openers, 0.0)
+    done = dict.fromkeys(openers, 0)
+    try:
+        for name, opener in openers.items():
+            queues[name] = opener(directory, backlog)
+        turn = 0
+        while left := [name for name in queues if done[name] < backlog.messages]:
+            turn += 1
+            shift = turn % len(left)
+            for name in left[shift:] + left[:shift]:
+                start = time.perf_counter()
+                drained = queues[name].run(chunk)
+                seconds[name] += time.perf_counter() - start
+                done[name] += drained
+                if drained < chunk and done[name] < backlog.messages:
+                    raise AssertionError(f"{name} ran dry after {done[name]} of {backlog.messages} messages")
+    finally:
+        for queue in queues.values():
+            queue.close()
+    return {name: done[name] / seconds[name] for name in queues}
+
+
+def throughput_table(directory: Path, args: argparse.Namespace) -> None:
+    backlog = Backlog(args.groups, args.messages // args.groups)
+    openers: dict[str, Callable[[Path, Backlog], Any]] = {
+        REFERENCE: harel_ref_drainer("sqlite"),
+        "harel-ref AsyncSqliteTransport": harel_ref_async_drainer("sqlite"),
+        "harel-ref LibsqlTransport": harel_ref_drainer("libsql"),
+        "harel-ref AsyncLibsqlTransport": harel_ref_async_drainer("libsql"),
+    }
+    if available("harel"):
+        openers["harel 0.9.0 SqliteTransport (unfenced)"] = lambda directory, backlog: open_harel("sqlite", directory, backlog)
+    if available("persistqueue"):
+        openers["persist-queue SQLiteAckQueue (no groups)"] = persist_queue_drainer
+    if available("litequeue"):
+        openers["litequeue (no groups, synchronous=NORMAL)"] = litequeue_drainer
+    openers[RAW] = raw_drainer
+    openers["floor: a job table without groups, two one-statement transactions"] = floor_drainer
+
+    print(f"\n# throughput: claim+ack until empty, {backlog.messages:,} messages, {backlog.groups} groups, "
+          f"one worker, all peers drained in lockstep ({args.chunk} at a time); {args.rounds} rounds", flush=True)
+    results: dict[str, list[float]] = {name: [] for name in openers}
+    for round_number in range(args.rounds):
+        for name, rate in drain_together(directory, backlog, openers, args.chunk).items():
+            results[name].append(rate)
+        print(f"#   round {round_number + 1} of {args.rounds} done, {load()}", flush=True)
+    reference, raw = statistics.median(results[REFERENCE]), statistics.median(results[RAW])
+    print(f"\n| claim+ack until empty, {backlog.messages:,} messages, {backlog.groups} groups, one worker "
+          f"| msg/s, median (range) | vs harel-ref SQLite | vs raw limit |")
+    print("|---|---|---|---|")
+    for name, values in results.items():
+        median = statistics.median(values)
+        print(f"| {name} | {spread(values, '{:,.0f}')} | {median / reference:.2f} | {median / raw:.2f} |")
+
+
+# --- Where the time goes ---------------------------------------------------------------------------
+
+
+class TimedConnection:
+    """A DB-API connection whose statements are timed (``execute`` and ``fetchall``: a
+    statement with RETURNING runs to its end, commit included, only when its rows are
+    fetched), by the statement's first words."""
+
+    def __init__(self, conn: Any, seconds: dict[str, float]) -> None:
+        self._conn, self.seconds = conn, seconds
+
+    def execute(self, sql: str, params: Any = ()) -> Any:
+        label = STATEMENT_LABELS.get(" ".join(sql.split()[:3]), sql[:30])
+        start = time.perf_counter()
+        try:
+            return TimedCursor(self._conn.execute(sql, params), label, self.seconds)
+        finally:
+            self.seconds[label] = self.seconds.get(label, 0.0) + time.perf_counter() - start
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._conn, name)
+
+
+class TimedCursor:
+    def __init__(self, cursor: Any, label: str, seconds: dict[str, float]) -> None:
+        self._cursor, self._label, self._seconds = cursor, label, seconds
+
+    def fetchall(self) -> list[Any]:
+        start = time.perf_counter()
+        try:
+            return self._cursor.fetchall()
+        finally:
+            self._seconds[self._label] += time.perf_counter() - start
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._cursor, name)
+
+
+STATEMENT_LABELS = {
+    "UPDATE harel_transport_messages SET": "claim: its one statement, triggers and commit (fsync)",
+    "DELETE FROM harel_transport_messages": "ack: its one statement, trigger and commit (fsync)",
+    "UPDATE harel_transport_groups SET": "the last claim, which found nothing: promote lapsed groups",
+}
+
+
+def where_time_goes(directory: Path, messages: int) -> None:
+    """One worker's claim+ack on harel-ref SqliteTransport, split into the time spent inside
+    sqlite3, statement by statement, and the rest (Python: argument checks, the token, the
+    plan, the lock)."""
+    backlog = Backlog(max(1, messages // 20), 20)
+    queue_path = directory / f"profile-{uuid.uuid4().hex[:8]}.db"
+    SqliteTransport(queue_path).close()
+    load_sqlite(queue_path, backlog, sqlite_connect)
+    transport = SqliteTransport(queue_path)
+    seconds: dict[str, float] = {}
+    transport._conn = TimedConnection(transport._conn, seconds)
+    start = time.perf_counter()
+    done = 0
+    while (lease := transport.claim("bench", 60.0)) is not None:
+        transport.ack(lease)
+        done += 1
+    total = time.perf_counter() - start
+    transport._conn = transport._conn._conn
+    transport.close()
+    per = {label: value / done * 1e6 for label, value in seconds.items()}
+    inside = sum(per.values())
+    print(f"\n| where a claim+ack goes, harel-ref SqliteTransport, {done:,} messages | µs per message | share |")
+    print("|---|---|---|")
+    for label, value in sorted(per.items(), key=lambda item: -item[1]):
+        print(f"| {label} | {value:,.1f} | {value / (total / done * 1e6):.0%} |")
+    python = total / done * 1e6 - inside
+    print(f"| Python: checks, token, plan, lock, driver calls | {python:,.1f} | {python / (total / done * 1e6):.0%} |")
+    print(f"| total | {total / done * 1e6:,.1f} | 100% |")
+
+
+def python_parts(calls: int = 20_000) -> None:
+    """The Python side of one claim+ack, piece by piece, each timed alone over ``calls`` calls."""
+    import threading
+
+    from harel_ref.transport import Lease
+    from harel_ref.transport._base import check_claim_args, check_lease, new_token
+    from harel_ref.transport._sql import Tables, ack_plan, claim_plan
+
+    tables, lease, lock = Tables.named(), Lease("g1", "e", 1, "bench:0123"), threading.Lock()
+    claimed = [(1, b"g1", b"e")]
+
+    def drive_plans() -> None:
+        plan = claim_plan(tables, time.time, "bench:0123", 60.0, 0, None)
+        plan.send(None)
+        try:
+            plan.send(claimed)
+        except StopIteration:
+            pass
+        plan = ack_plan(tables, lease)
+        plan.send(None)
+        try:
+            plan.send(claimed)
+        except StopIteration:
+            pass
+
+    def locked() -> None:
+        with lock:
+            pass
+        with lock:
+            pass
+
+    parts = {
+        "check the arguments (claim_args + lease)": lambda: (check_claim_args("bench", 60.0, 0, None), check_lease(lease)),
+        "new lease token (16 random bytes)": lambda: new_token("bench"),
+        "build the plans (the clock read in the claim's), statements and parameters": drive_plans,
+        "take and release the transport's lock (twice)": locked,
+    }
+    print(f"\n| the Python side of one claim+ack, each part timed alone ({calls:,} calls) | µs |")
+    print("|---|---|")
+    for label, part in parts.items():
+        start = time.perf_counter()
+        for _ in range(calls):
+            part()
+        print(f"| {label} | {(time.perf_counter() - start) / calls * 1e6:.1f} |")
+
+
+# --- Claim latency --------------------------------------------------------------------------------
+
+SCENARIOS = {
+    "(a) 1,000 messages in 100 groups": Backlog(100, 10),
+    "(b) 200,000 messages in 20,000 groups": Backlog(20_000, 10),
+    "(c) 1,000 free groups behind 20,000 blocked": Backlog(1_000, 10, blocked=20_000),
+    "(d) 1,000,000 messages in 100,000 groups": Backlog(100_000, 10),
+}
+
+
+def scaled(backlog: Backlog, scale: float) -> Backlog:
+    return Backlog(max(1, round(backlog.groups * scale)), backlog.per_group, round(backlog.blocked * scale))
+
+
+def claim_latencies(queue: Queue, samples: int) -> float:
+    """The median time of ``samples`` claims, in microseconds; each lease is acked untimed."""
+    timings = []
+    for _ in range(samples):
+        start = time.perf_counter()
+        lease = queue.claim()
+        timings.append(time.perf_counter() - start)
+        assert lease is not None, "the backlog ran out"
+        queue.ack(lease)
+    return statistics.median(timings) * 1e6
+
+
+KINDS = {"harel-ref": ("sqlite", "libsql", "rqlite"), "harel 0.9.0": ("sqlite", "libsql")}
+"""The backends measured for each.  harel's rqlite transport is left out: its claim is the
+seeds' three requests, which benchmarks/rqlite_claim.py measures against harel-ref's one."""
+
+
+def latency_table(directory: Path, args: argparse.Namespace) -> None:
+    kinds = ["sqlite", "libsql"] + ([] if args.no_rqlite or not rqlite_is_up() else ["rqlite"])
+    openers: dict[str, Callable[[str, Path, Backlog], Queue]] = {"harel-ref": open_harel_ref}
+    if available("harel"):
+        openers["harel 0.9.0"] = open_harel
+    scenarios = {name: scaled(backlog, args.scale) for name, backlog in SCENARIOS.items()}
+    columns = [f"{who} {kind}" for kind in kinds for who in openers if kind in KINDS[who]]
+    medians: dict[str, dict[str, list[float]]] = {}
+    for scenario, backlog in scenarios.items():
+        print(f"\n# latency {scenario}: {backlog.messages:,} messages, loading ...", flush=True)
+        started = time.perf_counter()
+        queues = {f"{who} {kind}": opener(kind, directory, backlog)
+                  for kind in kinds for who, opener in openers.items() if kind in KINDS[who]}
+        print(f"#   loaded in {time.perf_counter() - started:.0f} s", flush=True)
+        try:
+            medians[scenario] = rounds(queues, args.rounds, lambda name, queue: claim_latencies(queue, args.samples))
+        finally:
+            for queue in queues.values():
+                queue.close()
+
+    print(f"\n| claim latency, median of {args.samples} × {args.rounds} rounds (µs) | "
+          + " | ".join(columns) + " |")
+    print("|---|" + "---|" * len(columns))
+    first = next(iter(medians))
+    for scenario, results in medians.items():
+        cells = []
+        for column in columns:
+            values = results[column]
+            ratio = statistics.median(values) / statistics.median(medians[first][column])
+            cells.append(f"{spread(values, '{:,.0f}')}" + ("" if scenario == first else f", **{ratio:.2f}×** (a)"))
+        print(f"| {scenario} | " + " | ".join(cells) + " |")
+
+
+def rqlite_is_up() -> bool:
+    import httpx
+
+    try:
+        httpx.get(RQLITE.split(",")[0] + "/readyz", timeout=2).raise_for_status()
+        return True
+    except httpx.HTTPError as exc:
+        print(f"# skipped: rqlite columns, no cluster at {RQLITE.split(',')[0]} ({exc}); `bash .ci/cluster up` starts one")
+        return False
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,31 @@
+"""The benchmark scripts run to their end and print every row (their figures are not judged:
+speed is measured by running them, never in tests).  Tiny sizes keep this a few seconds."""
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_peers_prints_every_peer_and_every_scenario():
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--rounds", "1", "--messages", "200",
+         "--groups", "20", "--samples", "5", "--scale", "0.01"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    skipped = [line for line in out.splitlines() if line.startswith("# skipped")]
+    if os.environ.get("CI"):  # CI installs every peer and starts the cluster: nothing may be missing
+        assert not skipped, skipped
+    for row in ["harel-ref SqliteTransport", "harel-ref AsyncSqliteTransport", "harel-ref LibsqlTransport",
+                "harel-ref AsyncLibsqlTransport", "harel 0.9.0 SqliteTransport", "persist-queue",
+                "litequeue", "raw limit"]:
+        assert re.search(rf"^\| {re.escape(row)}[^|]*\| [\d,]+ \(", out, re.MULTILINE) or any(
+            row.split()[0] in line for line in skipped), (row, out)
+    for scenario in "abcd":
+        assert re.search(rf"^\| \({scenario}\) .*\| [\d,]+ \(", out, re.MULTILINE), (scenario, out)
+    assert "| total |" in out and "load average" in out
