@@ -527,25 +527,16 @@ def python_parts(calls: int = 20_000) -> None:
     import threading
 
     from harel_ref.transport import Lease
-    from harel_ref.transport._base import check_claim_args, check_lease, new_token
-    from harel_ref.transport._sql import Tables, ack_plan, claim_plan
+    from harel_ref.transport._base import check_claim_args, check_lease, new_token, read_clock
+    from harel_ref.transport._sql import Tables, ack_statement, claim_statement, claimed
 
     tables, lease, lock = Tables.named(), Lease("g1", "e", 1, "bench:0123"), threading.Lock()
-    claimed = [(1, b"g1", b"e")]
+    rows = [(1, b"g1", b"e")]
 
-    def drive_plans() -> None:
-        plan = claim_plan(tables, time.time, "bench:0123", 60.0, 0, None)
-        plan.send(None)
-        try:
-            plan.send(claimed)
-        except StopIteration:
-            pass
-        plan = ack_plan(tables, lease)
-        plan.send(None)
-        try:
-            plan.send(claimed)
-        except StopIteration:
-            pass
+    def statements() -> None:
+        claim_statement(tables, "bench:0123", read_clock(time.time), 60.0, 0, None)
+        claimed(rows, "bench:0123")
+        ack_statement(tables, lease)
 
     def locked() -> None:
         with lock:
@@ -556,7 +547,7 @@ def python_parts(calls: int = 20_000) -> None:
     parts = {
         "check the arguments (claim_args + lease)": lambda: (check_claim_args("bench", 60.0, 0, None), check_lease(lease)),
         "new lease token (16 random bytes)": lambda: new_token("bench"),
-        "build the plans (the clock read in the claim's), statements and parameters": drive_plans,
+        "read the clock, build the two statements, read the lease": statements,
         "take and release the transport's lock (twice)": locked,
     }
     print(f"\n| the Python side of one claim+ack, each part timed alone ({calls:,} calls) | µs |")

@@ -42,7 +42,7 @@ from typing import Any
 
 from harel_ref.transport import Lease
 from harel_ref.transport._base import check_claim_args, new_token
-from harel_ref.transport._sql import Plan, Statement, claim_plan
+from harel_ref.transport._sql import Plan, Statement, claim_statement, claimed
 from stateful.history import History, RecordingTransport
 
 PHASE_BYTES = 96
@@ -175,14 +175,18 @@ def _two_step_claim(base: type) -> type:
             with self._lock:
                 self._check_open()
                 token = new_token(worker_id)
-                plan = claim_plan(self._tables, self._clock, token, RESERVATION, min_priority, routing_keys)
-                lease = self._run("claim", plan, transaction=True)
+                statement = claim_statement(self._tables, token, self._clock(), RESERVATION, min_priority, routing_keys)
+                lease = claimed(self._run("claim", _one(statement), transaction=True), token)
                 if lease is not None:
                     until = self._clock() + visibility
                     self._run("claim", _shorten(self._tables.messages, lease, until), transaction=True)
                 return lease
 
     return TwoStepClaim
+
+
+def _one(statement: Statement) -> Plan[Any]:
+    return (yield statement)
 
 
 def _shorten(messages: str, lease: Lease, until: float) -> Plan[None]:

@@ -29,10 +29,9 @@ TestLibsqlMachine = make_machine(libsql(_DIR)).TestCase
 TestAsyncLibsqlMachine = make_machine(libsql_async(_DIR)).TestCase
 
 
-def _unfenced_ack_plan(t, lease):
+def _unfenced_ack(t, lease):
     """The seeds' ack: deletes the message whoever holds it now (the trigger frees the group)."""
-    deleted = yield Statement(f"DELETE FROM {t.messages} WHERE seq = ? RETURNING seq", (lease.seq,), fetch=True)
-    return bool(deleted)
+    return Statement(f"DELETE FROM {t.messages} WHERE seq = ? RETURNING seq", (lease.seq,), fetch=True)
 
 
 class UnfencedAckSqlite(SqliteTransport):
@@ -42,7 +41,7 @@ class UnfencedAckSqlite(SqliteTransport):
         lease = check_lease(lease)
         with self._lock:
             self._check_open()
-            return self._run("ack", _unfenced_ack_plan(self._tables, lease), transaction=False)
+            return bool(self._one("ack", _unfenced_ack(self._tables, lease)))
 
 
 def test_machine_catches_the_seeds_unfenced_ack(tmp_path):

@@ -33,9 +33,10 @@ from harel_ref.transport import (
 from harel_ref.transport._sql import (
     SCHEMA_VERSION,
     Tables,
-    ack_plan,
-    claim_plan,
-    nack_plan,
+    ack_statement,
+    claim_statement,
+    nack_statement,
+    promote_statement,
 )
 from old_schemas import EXPECTED_CLAIMABLE_AT, NOW, check_upgraded_v4, seeds_schema, v4_with_data
 from stateful.history import History, RecordingTransport, check, drain, load
@@ -102,9 +103,8 @@ def test_no_operation_scans_groups_or_messages(driver, tmp_path, routing_keys):
     TRANSPORTS[driver](path).close()
     conn = CONNECT[driver](path)
     t, lease = Tables.named(), Lease("g", "e", 1, "token")
-    claim = claim_plan(t, lambda: 1.0, "token", 5.0, 0, routing_keys)
-    statements = [claim.send(None), claim.send([]),  # the lease; the promotion when it found nothing
-                  next(ack_plan(t, lease)), next(nack_plan(t, lease, 1.0, 2.0))]
+    statements = [claim_statement(t, "token", 1.0, 5.0, 0, routing_keys), promote_statement(t, 1.0),
+                  ack_statement(t, lease), nack_statement(t, lease, 1.0, 2.0)]
     triggers = _trigger_statements(conn)
     plan = _plans(conn, [(s.sql, s.params) for s in statements] + triggers)
     conn.close()

@@ -2,15 +2,15 @@
 
 Both backends speak SQLite's dialect and differ only in their driver, so every statement lives
 here, once.  An operation is written as a *plan*: a generator that yields :class:`Statement`
-objects and is sent back each statement's answer (rows for a query, the row count otherwise),
-then returns the operation's result.  :func:`run` executes a plan on a DB-API connection
+objects and is sent back each statement's answer (the rows of a ``fetch`` statement, else
+None), then returns the operation's result.  :func:`run` executes a plan on a DB-API connection
 (``sqlite3``, ``libsql``); :func:`run_async` does the same on an ``aiosqlite`` connection.  The
 plans hold the logic; the runners hold the transaction and nothing else.
 
-Schema (the seeds' tables, plus ``routing_key`` and ``claimable_at``)::
+Schema (the seeds' tables, plus ``routing_key``, ``claimable_at`` and ``leased_at``)::
 
     <p>harel_transport_messages(seq INTEGER PRIMARY KEY AUTOINCREMENT, group_id, event,
-                                locked_by, lock_expiry)
+                                locked_by, lock_expiry, leased_at)
     <p>harel_transport_groups(group_id PRIMARY KEY, last_claimed_at, priority, routing_key,
                               claimable_at)
     <p>harel_transport_meta(key PRIMARY KEY, value)     -- 'schema_version' -> 5
@@ -43,18 +43,29 @@ its last ack gets a new, larger rowid).  Walking the groups in that order and sk
 blocked ones would cost as many reads as there are leased or parked groups ahead (the seeds'
 claim, and version 4).  So each group carries ``claimable_at``, the time its head can next be
 claimed: ``FREE`` (-1) when the head is free, else the end of its lease or park.  Triggers on
-the messages table keep it, in the same statement as the write: leasing, parking or freeing a
-head sets it (``<p>..._lease_blocks_group``), deleting a message frees the group or drops it
-when it was the last one (``<p>..._delete_frees_group``).  The index ``(claimable_at,
-last_claimed_at)`` then lists the FREE groups in claim order and never touches a blocked one.
+the messages table keep it, in the same statement as the write:
+
+- ``<p>..._lease_blocks_group``: leasing, parking or freeing a head sets it;
+- ``<p>..._claim_stamps_group``: a claim (which sets ``leased_at = now``) stamps the group's
+  ``last_claimed_at`` and promotes the lapsed groups (below);
+- ``<p>..._delete_frees_group``: deleting a message frees its group, or drops it when that was
+  its last message.
+
+The index ``(claimable_at, last_claimed_at)`` then lists the FREE groups in claim order and
+never touches a blocked one.  So a claim is one statement, ``UPDATE ... WHERE seq = (the next
+head) RETURNING ...``, which SQLite makes atomic without a transaction, and so are ack and nack.
 
 A lease or park that *lapses* is the subtle part: nothing is written at that moment, yet its
-group must become claimable.  Each claim therefore first moves every group whose
-``claimable_at`` has passed to FREE (:func:`promote_lapsed_sql`, an indexed range that is
-empty unless something lapsed since the last claim: each lapse is moved once).  The head is
-still checked, free or lapsed, so a group moved to FREE whose lease is live again after the
-clock stepped back (R3) is passed over, as it must be.  Claim, ack and nack each touch one
-group row; ``tests/test_sqlite.py`` checks the query plans.
+group must be claimable one tick later (R3).  The claim's head query therefore has two
+candidates: the first FREE group in claim order, and the first group whose ``claimable_at`` has
+passed (an index range holding only the groups that lapsed since the last *promotion*).  A
+promotion moves those to FREE: the claim's trigger does it after each lease, and a claim that
+finds nothing runs it as a statement of its own, so the range stays small and each lapse is
+moved once.  The head is still checked, free or lapsed, so a group moved to FREE whose lease
+is live again after the clock stepped back (R3) is passed over, as it must be.  The clock is
+read before the statement, outside the write lock: two claims may commit in the opposite
+order of their readings, which R3 allows (fairness stamps are taken as read).
+``tests/test_sqlite.py`` checks the query plans of every statement and trigger.
 
 **Text is read back as BLOB** (``CAST(... AS BLOB)``, decoded as UTF-8): libsql 0.1.11 cuts a TEXT
 value at its first NUL character when reading it (it writes it whole), while a BLOB comes back
@@ -99,19 +110,23 @@ __all__ = [
     "Statement",
     "SyncSqlTransport",
     "Tables",
-    "ack_plan",
+    "ack_statement",
     "check_busy_timeout",
-    "claim_plan",
+    "claim_statement",
+    "claimed",
     "claim_params",
     "connection_pragmas",
     "head_params",
     "head_query",
     "lease_head_sql",
-    "nack_plan",
+    "nack_statement",
     "one_statement",
     "open_plan",
     "promote_lapsed_sql",
+    "promote_statement",
     "publish_plan",
+    "execute_alone",
+    "execute_alone_async",
     "run",
     "run_async",
     "storage_errors",
@@ -390,42 +405,37 @@ def claim_params(token: str, now: float, visibility: float, min_priority: int,
     return (token, now + visibility, now, *head_params(now, min_priority, routing_keys))
 
 
-def claim_plan(
-    t: Tables,
-    clock: Clock,
-    token: str,
-    visibility: float,
-    min_priority: int,
-    routing_keys: tuple[str, ...] | None,
-) -> Plan[Lease | None]:
-    """Lease the head of the next claimable group (its group stamped ``now`` by the trigger).
-
-    One statement, atomic without a transaction; when it finds nothing, a second one promotes
-    the groups that lapsed (which need not be atomic with it).  A bad clock reading raises
-    before anything is sent.
-    """
-    now = read_clock(clock)
+def claim_statement(t: Tables, token: str, now: float, visibility: float, min_priority: int,
+                    routing_keys: tuple[str, ...] | None) -> Statement:
+    """The claim: lease the head of the next claimable group (its group stamped ``now`` by the
+    trigger).  One statement, atomic without a transaction; read its rows with
+    :func:`claimed`.  When it finds nothing, :func:`promote_statement` should follow (it need
+    not be atomic with it)."""
     keys = None if routing_keys is None else len(routing_keys)
-    rows = yield Statement(
-        lease_head_sql(t, keys, _RETURN_LEASE),
-        claim_params(token, now, visibility, min_priority, routing_keys),
-        fetch=True,
+    return Statement(
+        lease_head_sql(t, keys, _RETURN_LEASE), claim_params(token, now, visibility, min_priority, routing_keys), True
     )
+
+
+def claimed(rows: list[Any], token: str) -> Lease | None:
+    """The lease a claim's rows stand for, or None."""
     if not rows:
-        yield Statement(promote_lapsed_sql(t), (now,))
         return None
     seq, group_id, event = rows[0]
     return Lease(_text(group_id), _text(event), seq, token)
 
 
+def promote_statement(t: Tables, now: float) -> Statement:
+    return Statement(promote_lapsed_sql(t), (now,))
+
+
 _RETURN_LEASE = "seq, CAST(group_id AS BLOB), CAST(event AS BLOB)"  # text as BLOB: see the top
 
 
-def ack_plan(t: Tables, lease: Lease) -> Plan[bool]:
-    """Delete the message if still held under the lease's token.  One statement: its trigger
-    frees the group (its next message is free), or drops it when that was its last message."""
-    deleted = yield Statement(_ack_sql(t), (lease.seq, lease.token, lease.group_id), fetch=True)
-    return bool(deleted)
+def ack_statement(t: Tables, lease: Lease) -> Statement:
+    """Delete the message if still held under the lease's token (a row back: it was).  Its
+    trigger frees the group (its next message is free), or drops it after its last message."""
+    return Statement(_ack_sql(t), (lease.seq, lease.token, lease.group_id), True)
 
 
 @functools.lru_cache(maxsize=64)
@@ -433,12 +443,11 @@ def _ack_sql(t: Tables) -> str:
     return f"DELETE FROM {t.messages} WHERE seq = ? AND locked_by = ? AND group_id = ? RETURNING seq"
 
 
-def nack_plan(t: Tables, lease: Lease, now: float, delay: float) -> Plan[bool]:
-    """Free the message (delay 0) or park it until now + delay, if still held by the lease.
-    One statement: its trigger sets the group's ``claimable_at`` to match."""
+def nack_statement(t: Tables, lease: Lease, now: float, delay: float) -> Statement:
+    """Free the message (delay 0) or park it until now + delay, if still held by the lease (a
+    row back: it was).  Its trigger sets the group's ``claimable_at`` to match."""
     holder, until = (None, None) if delay == 0 else (PARKED, now + delay)
-    changed = yield Statement(_nack_sql(t), (holder, until, lease.seq, lease.token, lease.group_id), fetch=True)
-    return bool(changed)
+    return Statement(_nack_sql(t), (holder, until, lease.seq, lease.token, lease.group_id), True)
 
 
 @functools.lru_cache(maxsize=64)
@@ -475,11 +484,11 @@ def run(conn: Any, plan: Plan[T], *, transaction: bool, lock_wait: float = 0.0) 
     """
     try:
         if transaction:
-            _execute_first(conn, _BEGIN, lock_wait)
+            execute_alone(conn, _BEGIN, lock_wait)
         try:
             statement = plan.send(None)
             while True:
-                answer = _execute(conn, statement) if transaction else _execute_first(conn, statement, lock_wait)
+                answer = _execute(conn, statement) if transaction else execute_alone(conn, statement, lock_wait)
                 statement = plan.send(answer)
         except StopIteration as done:
             result = done.value
@@ -506,8 +515,9 @@ def _execute(conn: Any, statement: Statement) -> Any:
         cursor.close()
 
 
-def _execute_first(conn: Any, statement: Statement, lock_wait: float) -> Any:
-    """:func:`_execute`, retried while the database is locked for up to ``lock_wait`` seconds."""
+def execute_alone(conn: Any, statement: Statement, lock_wait: float = 0.0) -> Any:
+    """One statement in its own transaction (autocommit), retried while the database is locked
+    for up to ``lock_wait`` seconds (see :func:`run`); its rows if ``fetch``, else None."""
     if not lock_wait:
         return _execute(conn, statement)
     deadline, pause = time.monotonic() + lock_wait, 0.001
@@ -545,10 +555,15 @@ async def run_async(conn: Any, plan: Plan[T], *, transaction: bool) -> T:
     return result
 
 
+async def execute_alone_async(conn: Any, statement: Statement) -> Any:
+    """:func:`execute_alone` on an ``aiosqlite`` connection: one trip to its thread.  A
+    cancelled caller leaves nothing half-done: the statement commits or not on its own."""
+    rows = await conn.execute_fetchall(statement.sql, statement.params)
+    return list(rows) if statement.fetch else None
+
+
 async def _run_plan_async(conn: Any, plan: Plan[T], transaction: bool) -> T:
-    async def execute(statement: Statement) -> Any:
-        rows = await conn.execute_fetchall(statement.sql, statement.params)
-        return list(rows) if statement.fetch else None
+    execute = functools.partial(execute_alone_async, conn)
 
     began = False
     try:
@@ -657,12 +672,18 @@ class SyncSqlTransport(ClosedGuard, ClosesOnExit):
         return storage_errors(self.path, operation, self._driver_errors, self._busy_timeout)
 
     def _run(self, operation: str, plan: Plan[T], *, transaction: bool) -> T:
-        # The caller holds self._lock and has checked that the transport is open.  (No context
-        # manager here: this is every call's path, and storage_errors would cost as much as a
-        # statement.)
-        try:
+        # The caller holds self._lock and has checked that the transport is open.
+        with self._errors(operation):
             return run(self._conn, plan, transaction=transaction, lock_wait=self._lock_wait)
-        except (StorageError, ClockError):  # ClockError: libsql's driver errors include ValueError
+
+    def _one(self, operation: str, statement: Statement) -> Any:
+        """Run one statement on its own (its own transaction); its rows if ``fetch``.  The
+        path of every claim, ack and nack: no plan, no context manager, as cheap as can be
+        (measured: a generator plan cost 40-60 µs per claim+ack, as much as a statement)."""
+        # The caller holds self._lock and has checked that the transport is open.
+        try:
+            return execute_alone(self._conn, statement, self._lock_wait)
+        except StorageError:
             raise
         except self._driver_errors as exc:
             raise storage_error(self.path, operation, exc, self._busy_timeout) from exc
@@ -680,14 +701,17 @@ class SyncSqlTransport(ClosedGuard, ClosesOnExit):
         )
         with self._lock:
             self._check_open()
-            plan = claim_plan(self._tables, self._clock, new_token(worker_id), visibility, min_priority, routing_keys)
-            return self._run("claim", plan, transaction=False)
+            token, now = new_token(worker_id), read_clock(self._clock)
+            rows = self._one("claim", claim_statement(self._tables, token, now, visibility, min_priority, routing_keys))
+            if not rows:
+                self._one("claim", promote_statement(self._tables, now))
+            return claimed(rows, token)
 
     def ack(self, lease: Lease) -> bool:
         lease = check_lease(lease)
         with self._lock:
             self._check_open()
-            return self._run("ack", ack_plan(self._tables, lease), transaction=False)
+            return bool(self._one("ack", ack_statement(self._tables, lease)))
 
     def nack(self, lease: Lease, delay: float = 0) -> bool:
         lease = check_lease(lease)
@@ -695,7 +719,7 @@ class SyncSqlTransport(ClosedGuard, ClosesOnExit):
         with self._lock:
             self._check_open()
             now = read_clock(self._clock)
-            return self._run("nack", nack_plan(self._tables, lease, now, delay), transaction=False)
+            return bool(self._one("nack", nack_statement(self._tables, lease, now, delay)))
 
     def close(self) -> None:
         with self._lock:

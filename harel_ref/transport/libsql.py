@@ -1,6 +1,6 @@
 """LibsqlTransport: the SQLite transport over the ``libsql`` driver (Turso's SQLite fork).
 
-Same tables, same SQL (:mod:`harel_ref.transport._sql`), same ``BEGIN IMMEDIATE`` claim as
+Same tables, same SQL (:mod:`harel_ref.transport._sql`), same one-statement claim as
 :class:`~harel_ref.transport.SqliteTransport`; only the driver differs.  On a local file it
 behaves like SQLite.  What was checked against libsql 0.1.11 (bundling SQLite 3.42):
 
@@ -13,10 +13,11 @@ behaves like SQLite.  What was checked against libsql 0.1.11 (bundling SQLite 3.
   whole ``busy_timeout`` and the waiter fails with "database is locked".  (Found by the
   certifier's contention search: two instances, each claiming in its own thread.)  This
   transport therefore turns libsql's busy handler off (``timeout=0``, ``PRAGMA busy_timeout =
-  0``) and waits in Python instead: the first statement of an operation (``BEGIN IMMEDIATE``)
-  is retried, with sleeps that release the GIL, until ``busy_timeout`` has passed
-  (:func:`~harel_ref.transport._sql.run`).  Nothing has happened before that statement
-  succeeds, so a retry never acts twice.  stdlib ``sqlite3`` releases the GIL while it waits.
+  0``) and waits in Python instead: a statement that starts a transaction (``BEGIN
+  IMMEDIATE``, or a claim, ack or nack, each one statement) is retried, with sleeps that
+  release the GIL, until ``busy_timeout`` has passed (:func:`~harel_ref.transport._sql.run`).
+  Such a statement did nothing when it failed, so a retry never acts twice.  stdlib
+  ``sqlite3`` releases the GIL while it waits.
 - ``PRAGMA journal_mode = WAL`` is honoured.
 - Floats round-trip exactly (``-0.0`` comes back as ``0.0``, as in SQLite); empty and large
   Unicode strings round-trip.

@@ -100,10 +100,10 @@ from ._sql import (
     Plan,
     Statement,
     Tables,
-    ack_plan,
+    ack_statement,
     claim_params,
     lease_head_sql,
-    nack_plan,
+    nack_statement,
     open_plan,
     promote_lapsed_sql,
     publish_plan,
@@ -395,7 +395,7 @@ def _plain(statement: Statement) -> list[Any]:
 
 def _claim_statements(t: Tables, token: str, now: float, visibility: float, min_priority: int,
                       routing_keys: tuple[str, ...] | None) -> list[list[Any]]:
-    """The claim of :func:`~harel_ref.transport._sql.claim_plan`, as one transaction: the
+    """The claim of :func:`~harel_ref.transport._sql.claim_statement`, as one transaction: the
     lease, then the promotion of lapsed groups (a no-op after a lease, whose trigger did it;
     the request is sent before its answer is known).  Text comes back whole over rqlite's
     JSON, so the lease returns plain columns."""
@@ -481,14 +481,14 @@ class _Core(ClosedGuard):
     def _ack_call(self, lease: Lease) -> _Call:
         lease = check_lease(lease)
         self._check_open()
-        (delete,) = _statements(ack_plan(self._tables, lease))
+        delete = ack_statement(self._tables, lease)
         return _Call("ack", _EXECUTE, [_plain(delete)], lambda results: bool(_rows(results[0])))
 
     def _nack_call(self, lease: Lease, delay: float) -> _Call:
         lease = check_lease(lease)
         delay = check_delay(delay)
         self._check_open()
-        (update,) = _statements(nack_plan(self._tables, lease, read_clock(self._clock), delay))
+        update = nack_statement(self._tables, lease, read_clock(self._clock), delay)
         return _Call("nack", _EXECUTE, [_plain(update)], lambda results: bool(_rows(results[0])))
 
     def _statement_call(self, statement: Statement) -> _Call:

@@ -1,10 +1,11 @@
 """SqliteTransport: a durable queue in one SQLite file (stdlib ``sqlite3``), and its asyncio twin.
 
-Every claim runs inside ``BEGIN IMMEDIATE``: SQLite's single write lock serializes claims across
-threads and processes, so picking a group and leasing its head is race-free with plain SQL.
-The connection is opened in autocommit (``isolation_level=None``) so that the transaction is
-driven by hand; the database is in WAL mode, and ``busy_timeout`` makes a writer wait for the
-lock rather than fail at once.  The SQL itself is in :mod:`harel_ref.transport._sql`, shared
+A claim is one ``UPDATE ... RETURNING`` statement: SQLite takes its single write lock before the
+statement reads anything, so picking a group and leasing its head is race-free across threads
+and processes with plain SQL (publish, the one operation of two statements, runs inside
+``BEGIN IMMEDIATE``).  The connection is opened in autocommit (``isolation_level=None``) so that
+transactions are driven by hand; the database is in WAL mode, and ``busy_timeout`` makes a
+writer wait for the lock rather than fail at once.  The SQL itself is in :mod:`harel_ref.transport._sql`, shared
 with the libSQL transport.
 
 Errors of the storage (a file that is not a database, a read-only file or directory, the lock
@@ -42,13 +43,17 @@ from ._sql import (
     Plan,
     SyncSqlTransport,
     Tables,
-    ack_plan,
+    Statement,
+    ack_statement,
     check_busy_timeout,
-    claim_plan,
+    claim_statement,
+    claimed,
     connection_pragmas,
-    nack_plan,
+    execute_alone_async,
+    nack_statement,
     one_statement,
     open_plan,
+    promote_statement,
     publish_plan,
     run_async,
     storage_errors,
@@ -87,7 +92,7 @@ class AsyncSqliteTransport(ClosedGuard, AsyncClosesOnExit):
 
     Build it with ``await AsyncSqliteTransport.create(path, ...)``.  A SQLite transaction
     belongs to the connection, not to the coroutine, so every method holds an asyncio.Lock for
-    its whole duration: one task's ``BEGIN IMMEDIATE`` never lands inside another's.
+    its whole duration: one task's ``BEGIN IMMEDIATE`` (publish) never lands inside another's.
     """
 
     def __init__(self, conn: Any, path: str, tables: Tables, clock: Clock, busy_timeout: float) -> None:
@@ -130,6 +135,11 @@ class AsyncSqliteTransport(ClosedGuard, AsyncClosesOnExit):
         with storage_errors(self.path, operation, (sqlite3.Error,), self._busy_timeout):
             return await run_async(self._conn, plan, transaction=transaction)
 
+    async def _one(self, operation: str, statement: Statement) -> Any:
+        # The caller holds self._lock and has checked that the transport is open.
+        with storage_errors(self.path, operation, (sqlite3.Error,), self._busy_timeout):
+            return await execute_alone_async(self._conn, statement)
+
     async def publish(
         self, group_id: str, event: str, priority: int = 0, routing_key: str | None = None
     ) -> None:
@@ -151,14 +161,17 @@ class AsyncSqliteTransport(ClosedGuard, AsyncClosesOnExit):
         )
         async with self._lock:
             self._check_open()
-            plan = claim_plan(self._tables, self._clock, new_token(worker_id), visibility, min_priority, keys)
-            return await self._run("claim", plan, transaction=False)
+            token, now = new_token(worker_id), read_clock(self._clock)
+            rows = await self._one("claim", claim_statement(self._tables, token, now, visibility, min_priority, keys))
+            if not rows:
+                await self._one("claim", promote_statement(self._tables, now))
+            return claimed(rows, token)
 
     async def ack(self, lease: Lease) -> bool:
         lease = check_lease(lease)
         async with self._lock:
             self._check_open()
-            return await self._run("ack", ack_plan(self._tables, lease), transaction=False)
+            return bool(await self._one("ack", ack_statement(self._tables, lease)))
 
     async def nack(self, lease: Lease, delay: float = 0) -> bool:
         lease = check_lease(lease)
@@ -166,7 +179,7 @@ class AsyncSqliteTransport(ClosedGuard, AsyncClosesOnExit):
         async with self._lock:
             self._check_open()
             now = read_clock(self._clock)
-            return await self._run("nack", nack_plan(self._tables, lease, now, delay), transaction=False)
+            return bool(await self._one("nack", nack_statement(self._tables, lease, now, delay)))
 
     async def close(self) -> None:
         async with self._lock:
