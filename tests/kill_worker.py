@@ -178,6 +178,7 @@ def _two_step_claim(base: type) -> type:
                 statement = claim_statement(self._tables, token, self._clock(), RESERVATION, min_priority, routing_keys)
                 lease = claimed(self._run("claim", _one(statement), transaction=True), token)
                 if lease is not None:
+                    self.phase.reached("reserved")  # the first transaction committed, not the second
                     until = self._clock() + visibility
                     self._run("claim", _shorten(self._tables.messages, lease, until), transaction=True)
                 return lease

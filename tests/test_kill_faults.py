@@ -80,10 +80,11 @@ ROUND_POINTS = [
      ("ack", "delete-messages"), ("ack", "delete-messages"), ("ack", "call"),
      ("publish", "begin"), ("publish", "commit"), ("idle", "holding"), ("external", None)],
 ]
-# The broken two-step claim commits twice per claim: half of its "commit" kills fall between.
+# The broken two-step claim commits twice per claim; it marks "reserved" between the two.
 TWO_STEP_POINTS = [
-    [("claim", "commit")] * 4 + [("ack", "delete-messages"), ("publish", "commit"), ("idle", "holding"),
-                                 ("ack", "returned"), ("nack", "update-messages"), ("external", None)],
+    [("claim", "reserved")] * 3 + [("claim", "returned"), ("ack", "delete-messages"), ("publish", "commit"),
+                                   ("idle", "holding"), ("ack", "returned"), ("nack", "update-messages"),
+                                   ("external", None)],
 ]
 NTH = {"claim": (1, 6), "ack": (1, 4), "publish": (1, 6), "nack": (1, 1), "idle": (1, 4)}
 
@@ -494,7 +495,7 @@ def test_a_hundred_sigkills_lose_and_duplicate_nothing(backend, tmp_path, reques
 def test_the_same_kills_catch_a_claim_committed_in_two_transactions(tmp_path, request):
     """A claim that reserves the head in one transaction and sets its lease in a second: a kill
     between the two blocks the group for an hour, and the drain cannot reach its messages.
-    (The same harness, with kill points this claim has: after its COMMITs.)"""
+    (The same harness, with a kill point this claim has: between its two COMMITs.)"""
     outcome = kill_run(tmp_path, "sqlite", variant="two-step-claim", kills=20, round_points=TWO_STEP_POINTS)
     _publish(request, outcome)
     assert not outcome.ok, f"the checker missed the broken claim: {outcome.line}"
