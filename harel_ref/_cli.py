@@ -17,8 +17,10 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import signal
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -144,6 +146,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "certify":
+        _stop_on_sigterm()
         return _certify(parser, args)
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses first
 
@@ -187,6 +190,23 @@ def _certify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         _clean_up(directory, args.bundled)
     console.summary(report, *report.write(args.report_dir))
     return report.exit_code
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived.  A KeyboardInterrupt, so that Hypothesis and the certifier stop on it as
+    on Ctrl-C (a SystemExit raised inside an example is reported as the example's failure)."""
+
+
+def _stop_on_sigterm() -> None:
+    """SIGTERM (``timeout``, ``kill``, a CI runner giving up) stops a run the way Ctrl-C does:
+    the verdicts so far are written and a bundled transport's files and tables are removed.
+    Python's default would end the process at once and leave them behind."""
+
+    def stop(signum: int, frame: object) -> None:
+        raise Terminated("SIGTERM")
+
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, stop)
 
 
 def _clean_up(directory: str | None, bundled: str | None) -> None:

@@ -4,6 +4,7 @@ import dataclasses
 import io
 import json
 import re
+import os
 import signal
 import subprocess
 import sys
@@ -260,28 +261,36 @@ def test_a_failure_of_the_certifier_writes_the_report_so_far_then_raises(tmp_pat
     assert verdicts == {"fifo": "unknown"}
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="SIGINT")
-def test_ctrl_c_writes_the_report_so_far(tmp_path):
-    """A real SIGINT while a search runs (its calls on a call thread): the verdicts so far
-    are written before the command stops."""
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_a_stopped_run_writes_the_report_so_far_and_leaves_nothing(tmp_path, stop):
+    """A real SIGINT (Ctrl-C) or SIGTERM (timeout, kill) while a search runs (its calls on a
+    call thread): the verdicts so far are written, and the bundled transport's temporary
+    directory is removed, before the command stops."""
+    scratch = tmp_path / "tmp"  # the command's TMPDIR: where the bundled sqlite keeps its files
+    scratch.mkdir()
+    reports = tmp_path / "reports"
     command = subprocess.Popen(
-        [sys.executable, "-m", "harel_ref._cli", "certify", "--bundled", "memory", "--profile", "standard",
-         "--only", "close", "--only", "single-in-flight", "--report-dir", str(tmp_path)],
+        [sys.executable, "-m", "harel_ref._cli", "certify", "--bundled", "sqlite", "--profile", "standard",
+         "--only", "close", "--only", "single-in-flight", "--report-dir", str(reports)],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "TMPDIR": str(scratch)},
     )
     try:
         for line in command.stdout:
             if line.startswith("  close "):
                 break
         time.sleep(1.0)  # inside single-in-flight's search
-        command.send_signal(signal.SIGINT)
+        command.send_signal(stop)
         _, err = command.communicate(timeout=60)
     finally:
         command.kill()
     assert command.returncode != 0
-    assert "stopped by KeyboardInterrupt" in err, err[-2000:]
-    verdicts, _ = _report(tmp_path)
+    stopped_by = "KeyboardInterrupt" if stop == signal.SIGINT else "Terminated"
+    assert f"stopped by {stopped_by}" in err, err[-2000:]
+    verdicts, _ = _report(reports)
     assert verdicts == {"close": "passed", "single-in-flight": "unknown"}
+    assert list(scratch.iterdir()) == []
 
 
 def test_call_deadline_option(tmp_path, capsys):
