@@ -330,29 +330,32 @@ def litequeue_drainer(directory: Path, backlog: Backlog) -> Queue:
 
 def raw_drainer(directory: Path, backlog: Backlog) -> Queue:
     """harel-ref's own statements, run by plain sqlite3 with nothing around them: no argument
-    checks, no plan, no lock, the SQL texts built once, one constant token.  Per message: the
-    claim's one statement (and the promotion of lapsed groups when it finds nothing), then the
-    ack's one statement.  A transport at 100% of this would cost nothing of its own."""
-    from harel_ref.transport._sql import Tables, _ack_sql, claim_params, lease_head_sql, promote_lapsed_sql
+    checks, no lock, no Lease, one constant token.  Per message: the claim's one statement (and
+    the promotion of lapsed groups when it finds nothing), then the ack's one statement.  A
+    transport at 100% of this would cost nothing of its own."""
+    from harel_ref.transport._sql import Tables, claim_params, promote_lapsed_sql
 
     path = directory / f"raw-{uuid.uuid4().hex[:8]}.db"
     SqliteTransport(path).close()
     load_sqlite(path, backlog, sqlite_connect)
     t = Tables.named()
-    lease, promote, ack = lease_head_sql(t, None, "seq, group_id"), promote_lapsed_sql(t), _ack_sql(t)
+    promote = promote_lapsed_sql(t)
     conn = sqlite3.connect(str(path), isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA busy_timeout = 5000")
 
     def claim() -> Any:
         now = time.time()
-        rows = conn.execute(lease, claim_params("raw:token", now, 60.0, 0, None)).fetchall()
+        rows = conn.execute(t.claim_sql, claim_params("raw:token", now, 60.0, 0, None)).fetchall()
         if not rows:
             conn.execute(promote, (now,))
             return None
         return rows[0]
 
-    return Queue(claim, lambda row: conn.execute(ack, (row[0], "raw:token", row[1])).fetchall(), conn.close)
+    def ack(row: Any) -> Any:
+        return conn.execute(t.ack_sql, (row[0], "raw:token", row[1].decode())).fetchall()
+
+    return Queue(claim, ack, conn.close)
 
 
 def floor_drainer(directory: Path, backlog: Backlog) -> Queue:
@@ -518,7 +521,7 @@ def where_time_goes(directory: Path, messages: int) -> None:
     for label, value in sorted(per.items(), key=lambda item: -item[1]):
         print(f"| {label} | {value:,.1f} | {value / (total / done * 1e6):.0%} |")
     python = total / done * 1e6 - inside
-    print(f"| Python: checks, token, plan, lock, driver calls | {python:,.1f} | {python / (total / done * 1e6):.0%} |")
+    print(f"| Python: checks, token, statements, lock, driver calls | {python:,.1f} | {python / (total / done * 1e6):.0%} |")
     print(f"| total | {total / done * 1e6:,.1f} | 100% |")
 
 

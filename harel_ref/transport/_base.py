@@ -159,6 +159,8 @@ def _check_text(name: str, value: object, *, allow_empty: bool = False) -> str:
         raise TypeError(f"{name} must be a str, got {type(value).__name__}: {value!r:.80}")
     if not value and not allow_empty:
         raise ValueError(f"{name} must be a non-empty string")
+    if value.isascii():  # the common case, and a lone surrogate is never ASCII
+        return value
     try:
         value.encode("utf-8")
     except UnicodeEncodeError as exc:

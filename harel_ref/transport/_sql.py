@@ -160,11 +160,29 @@ Plan = Generator[Statement, Any, T]
 
 @dataclass(frozen=True)
 class Tables:
-    """The names of one queue's tables and indexes (validated, so safe to put in SQL)."""
+    """The names of one queue's tables and indexes (validated, so safe to put in SQL), and the
+    SQL of its claim, ack and nack, built on first use (a cache lookup per call, keyed by the
+    names, cost a claim+ack about 4 µs, more than half a percent on a fast disk)."""
 
     messages: str
     groups: str
     meta: str
+
+    @functools.cached_property
+    def claim_sql(self) -> str:
+        """:func:`lease_head_sql` without routing keys, returning the lease."""
+        return lease_head_sql(self, None, _RETURN_LEASE)
+
+    @functools.cached_property
+    def ack_sql(self) -> str:
+        return f"DELETE FROM {self.messages} WHERE seq = ? AND locked_by = ? AND group_id = ? RETURNING seq"
+
+    @functools.cached_property
+    def nack_sql(self) -> str:
+        return (
+            f"UPDATE {self.messages} SET locked_by = ?, lock_expiry = ?"
+            f" WHERE seq = ? AND locked_by = ? AND group_id = ? RETURNING seq"
+        )
 
     @classmethod
     def named(cls, prefix: str | None = None) -> Tables:
@@ -411,10 +429,10 @@ def claim_statement(t: Tables, token: str, now: float, visibility: float, min_pr
     trigger).  One statement, atomic without a transaction; read its rows with
     :func:`claimed`.  When it finds nothing, :func:`promote_statement` should follow (it need
     not be atomic with it)."""
-    keys = None if routing_keys is None else len(routing_keys)
-    return Statement(
-        lease_head_sql(t, keys, _RETURN_LEASE), claim_params(token, now, visibility, min_priority, routing_keys), True
-    )
+    params = claim_params(token, now, visibility, min_priority, routing_keys)
+    if routing_keys is None:
+        return Statement(t.claim_sql, params, True)
+    return Statement(lease_head_sql(t, len(routing_keys), _RETURN_LEASE), params, True)
 
 
 def claimed(rows: list[Any], token: str) -> Lease | None:
@@ -435,27 +453,14 @@ _RETURN_LEASE = "seq, CAST(group_id AS BLOB), CAST(event AS BLOB)"  # text as BL
 def ack_statement(t: Tables, lease: Lease) -> Statement:
     """Delete the message if still held under the lease's token (a row back: it was).  Its
     trigger frees the group (its next message is free), or drops it after its last message."""
-    return Statement(_ack_sql(t), (lease.seq, lease.token, lease.group_id), True)
-
-
-@functools.lru_cache(maxsize=64)
-def _ack_sql(t: Tables) -> str:
-    return f"DELETE FROM {t.messages} WHERE seq = ? AND locked_by = ? AND group_id = ? RETURNING seq"
+    return Statement(t.ack_sql, (lease.seq, lease.token, lease.group_id), True)
 
 
 def nack_statement(t: Tables, lease: Lease, now: float, delay: float) -> Statement:
     """Free the message (delay 0) or park it until now + delay, if still held by the lease (a
     row back: it was).  Its trigger sets the group's ``claimable_at`` to match."""
     holder, until = (None, None) if delay == 0 else (PARKED, now + delay)
-    return Statement(_nack_sql(t), (holder, until, lease.seq, lease.token, lease.group_id), True)
-
-
-@functools.lru_cache(maxsize=64)
-def _nack_sql(t: Tables) -> str:
-    return (
-        f"UPDATE {t.messages} SET locked_by = ?, lock_expiry = ?"
-        f" WHERE seq = ? AND locked_by = ? AND group_id = ? RETURNING seq"
-    )
+    return Statement(t.nack_sql, (holder, until, lease.seq, lease.token, lease.group_id), True)
 
 
 def _text(value: bytes | str) -> str:
@@ -682,7 +687,9 @@ class SyncSqlTransport(ClosedGuard, ClosesOnExit):
         (measured: a generator plan cost 40-60 µs per claim+ack, as much as a statement)."""
         # The caller holds self._lock and has checked that the transport is open.
         try:
-            return execute_alone(self._conn, statement, self._lock_wait)
+            if self._lock_wait:
+                return execute_alone(self._conn, statement, self._lock_wait)
+            return self._conn.execute(statement.sql, statement.params).fetchall()
         except StorageError:
             raise
         except self._driver_errors as exc:
