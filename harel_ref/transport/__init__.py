@@ -22,6 +22,7 @@ from .memory import InMemoryStore, InMemoryTransport
 
 __all__ = [
     "AsyncLibsqlTransport",
+    "AsyncPostgresTransport",
     "AsyncRqliteTransport",
     "AsyncSqliteTransport",
     "AsyncTransport",
@@ -31,6 +32,7 @@ __all__ = [
     "Lease",
     "LibsqlTransport",
     "OutcomeUnknownError",
+    "PostgresTransport",
     "RqliteTransport",
     "SqliteTransport",
     "StorageError",
@@ -47,6 +49,8 @@ _LAZY = {
     "AsyncLibsqlTransport": ("libsql", "libsql"),
     "RqliteTransport": ("rqlite", "rqlite"),
     "AsyncRqliteTransport": ("rqlite", "rqlite"),
+    "PostgresTransport": ("postgres", "postgres"),
+    "AsyncPostgresTransport": ("postgres", "postgres"),
 }
 
 
