@@ -25,6 +25,8 @@ BUNDLED: dict[str, str] = {
     "libsql-async": "stateful.backends.sql:libsql_async",
     "rqlite": "stateful.backends.rqlite:rqlite",
     "rqlite-async": "stateful.backends.rqlite:rqlite_async",
+    "postgres": "stateful.backends.postgres:postgres",
+    "postgres-async": "stateful.backends.postgres:postgres_async",
     # the transports of the installed harel package (harel-ref[harel]), speaking its Protocol
     "harel-memory": "stateful.backends.harel:harel_memory",
     "harel-memory-async": "stateful.backends.harel:harel_memory_async",

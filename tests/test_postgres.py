@@ -1,0 +1,244 @@
+"""PostgresTransport and its async twin on a real Postgres server.
+
+The server is this xdist worker's throwaway one (``stateful.backends.postgres``: Debian's
+binaries, started on first use, deleted at exit), or the one ``HAREL_POSTGRES_URL`` names.
+Each Hypothesis example gets its own table prefix.
+
+- the lockstep machine, sync and async, with fairness stamped on ack (SPEC R5);
+- broken variants of that policy (stamping on claim, never stamping), caught as ``fairness``;
+- the concurrent properties with branches in processes racing for claims;
+- the in-place upgrade of harel 0.9's tables, written by harel's own PostgresTransport;
+- errors: a bad prefix, a server that is down, a connection lost mid-call (R17).
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import Phase, settings
+from hypothesis.stateful import run_state_machine_as_test
+
+from harel_ref.certify import certify
+from harel_ref.certify._engine import Profile
+from harel_ref.certify._target import Target
+from harel_ref.transport import (
+    AsyncPostgresTransport,
+    OutcomeUnknownError,
+    PostgresTransport,
+    StorageError,
+)
+from harel_ref.transport.postgres import PgNames, _functions
+from stateful import Backend, Divergence, make_machine
+from stateful.backends.postgres import CAPABILITIES, postgres, postgres_async, prefix_for, server_url
+
+pytest.importorskip("psycopg", reason="the postgres extra is not installed: pip install 'harel-ref[postgres]'")
+
+
+def _server_or_why_not() -> str | None:
+    """None when a server is there or can be started; else why not (a skip outside CI, an
+    error in CI, where nothing may be skipped)."""
+    if os.environ.get("HAREL_POSTGRES_URL"):
+        return None
+    from harel_ref.testing.servers import ServerUnavailable, _binary
+
+    try:
+        _binary("initdb", "postgresql")
+    except ServerUnavailable as exc:
+        return f"{exc}, or set HAREL_POSTGRES_URL"
+    return None
+
+
+if (_why := _server_or_why_not()) is not None:
+    if os.environ.get("CI"):
+        raise RuntimeError(f"the Postgres tests cannot run in CI: {_why}")
+    pytest.skip(_why, allow_module_level=True)
+
+TestPostgresMachine = make_machine(postgres()).TestCase
+TestAsyncPostgresMachine = make_machine(postgres_async()).TestCase
+
+
+# --- broken variants of the ack-stamped fairness policy -------------------------------------
+
+
+def _with_functions(transport: PostgresTransport, edit) -> PostgresTransport:
+    """Replace the transport's server-side functions with ``edit(name, sql)`` of each."""
+    names = transport._names
+    with transport._lock:
+        conn = transport._connection()
+        for sql in _functions(names):
+            conn.execute(edit(names, sql))
+    return transport
+
+
+def _never_stamps(names: PgNames, sql: str) -> str:
+    return sql.replace(", last_claimed_at = p_now", "")
+
+
+def _stamps_on_claim(names: PgNames, sql: str) -> str:
+    sql = _never_stamps(names, sql)
+    return sql.replace("lock_expiry = p_until, leased_seq = head", "lock_expiry = p_until, leased_seq = head, last_claimed_at = p_now")
+
+
+@pytest.mark.parametrize("edit", [_never_stamps, _stamps_on_claim], ids=["never-stamps", "stamps-on-claim"])
+def test_broken_fairness_policies_fail_fairness(edit):
+    def factory(clock, namespace):
+        return _with_functions(PostgresTransport(server_url(), clock=clock, prefix=prefix_for(namespace)), edit)
+
+    machine = make_machine(Backend(f"postgres-{edit.__name__}", factory, CAPABILITIES))
+    with pytest.raises(Divergence) as caught:
+        run_state_machine_as_test(
+            machine,
+            settings=settings(max_examples=300, derandomize=True, database=None, deadline=None,
+                              report_multiple_bugs=False, phases=[Phase.generate]),
+        )
+    assert caught.value.property == "fairness", str(caught.value)
+
+
+def test_the_broken_edits_change_the_functions():
+    """The edits above must hit the SQL they aim at, or the variants would be the real thing."""
+    names = PgNames.named("x")
+    for edit in (_never_stamps, _stamps_on_claim):
+        assert [edit(names, sql) for sql in _functions(names)] != _functions(names)
+    assert "last_claimed_at = p_now" in _stamps_on_claim(names, _functions(names)[1])
+
+
+# --- processes racing for claims ------------------------------------------------------------
+
+
+def test_concurrent_properties_pass_with_branches_in_processes(tmp_path):
+    concurrent = ["single-in-flight", "fencing", "no-loss", "contention"]
+    small = Profile("small", max_examples=10, step_count=10, programs=12, repeats=12)
+    for name in ("postgres", "postgres-async"):
+        target = Target.from_bundled(name, tmp_path, None)
+        report = certify(target.factory, profile=small, properties=concurrent, processes=True, _target=target)
+        assert {v.property: v.verdict for v in report.verdicts} == dict.fromkeys(concurrent, "passed"), report.to_markdown()
+        assert report.processes
+
+
+# --- upgrade from harel 0.9's layout --------------------------------------------------------
+
+
+def test_harels_tables_are_upgraded_in_place_with_their_data():
+    harel_postgres = pytest.importorskip("harel.engine.transport.postgres", reason="harel is not installed")
+    import psycopg
+
+    from stateful._harel import to_event
+
+    prefix = f"up{os.getpid()}"  # short: harel allows 30 characters in its own prefix
+    harel_prefix = f"{prefix}_harel"  # harel names its tables <prefix>_transport_..., ours <prefix>_harel_transport_...
+    now = 1_000.0
+    conn = psycopg.connect(server_url())
+    harel = harel_postgres.PostgresTransport(conn, clock=lambda: now, prefix=harel_prefix)
+    events = {}
+    for group in ("a-free", "b-leased", "c-never-claimed"):
+        for index in range(2):
+            event = to_event(f"{group}-{index}")
+            events[(group, index)] = event.model_dump_json()
+            harel.publish(group, event)
+    # harel claims in order of COALESCE(lock_expiry, 0), then group_id; its ack stamps
+    # lock_expiry = now.  "a-free" is claimed and acked (stamped 1000), "b-leased" stays held.
+    first = harel.claim("w", 60)
+    assert first.group_id == "a-free"
+    harel.ack(first)
+    held = harel.claim("w", 600)
+    assert held.group_id == "b-leased"
+    conn.close()
+
+    queue = PostgresTransport(server_url(), clock=lambda: now + 1, prefix=prefix)
+    try:
+        # Ours claims by last_claimed_at, then arrival: "c-never-claimed" (0) first, then
+        # "a-free" (1000, harel's stamp) before "c-never-claimed" again (stamped 1001 by our
+        # ack); "b-leased" stays blocked under harel's lease, whose token still acks.
+        got = []
+        while (claimed := queue.claim("w", 60)) is not None:
+            got.append((claimed.group_id, claimed.event))
+            assert queue.ack(claimed)
+        assert got == [
+            ("c-never-claimed", events[("c-never-claimed", 0)]),
+            ("a-free", events[("a-free", 1)]),
+            ("c-never-claimed", events[("c-never-claimed", 1)]),
+        ]
+        from harel_ref.transport import Lease
+
+        assert queue.ack(Lease("b-leased", held.event.model_dump_json(), held.seq, held.token))
+        last = queue.claim("w", 60)
+        assert (last.group_id, last.event) == ("b-leased", events[("b-leased", 1)])
+        assert queue.ack(last) and queue.claim("w", 60) is None
+    finally:
+        queue.close()
+        _drop(prefix, also=[f"{harel_prefix}_claim", f"{harel_prefix}_ack"])  # harel's functions too
+
+
+def _drop(prefix: str, also: list[str] = ()) -> None:
+    """Drop what a test made outside the backend's namespaces (those are dropped at exit)."""
+    import psycopg
+
+    names = PgNames.named(prefix)
+    with psycopg.connect(server_url(), autocommit=True) as conn:
+        conn.execute(f"DROP TABLE IF EXISTS {names.messages}, {names.groups}, {names.meta}")
+        for function in (names.publish, names.claim, names.ack, *also):
+            conn.execute(f"DROP FUNCTION IF EXISTS {function}")
+
+
+# --- errors ---------------------------------------------------------------------------------
+
+
+def test_a_prefix_too_long_for_postgres_is_refused_before_connecting():
+    with pytest.raises(ValueError, match="too long for Postgres"):
+        PostgresTransport("postgresql://nobody@127.0.0.1:1/none", prefix="p" * 30)
+
+
+def test_a_server_that_is_down_raises_storage_error_naming_it():
+    from harel_ref.testing.servers import _free_port
+
+    url = f"postgresql://postgres:secret@127.0.0.1:{_free_port()}/postgres"
+    with pytest.raises(StorageError, match="cannot connect to Postgres") as caught:
+        PostgresTransport(url, connect_timeout=2)
+    assert "secret" not in str(caught.value)
+
+
+def test_a_connection_lost_mid_call_is_an_unknown_outcome_and_the_next_call_reconnects():
+    import psycopg
+
+    prefix = prefix_for("lost-connection")
+    queue = PostgresTransport(server_url(), prefix=prefix)
+    try:
+        queue.publish("g", "e")
+        pid = queue._conn.info.backend_pid
+        with psycopg.connect(server_url(), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        with pytest.raises(OutcomeUnknownError, match="may or may not"):
+            queue.claim("w", 60)
+        lease = queue.claim("w", 60)  # a new connection
+        assert lease is not None and lease.event == "e"
+    finally:
+        queue.close()
+        _drop(prefix)
+
+
+async def _async_lost_connection() -> None:
+    import psycopg
+
+    prefix = prefix_for("lost-connection-async")
+    queue = await AsyncPostgresTransport.create(server_url(), prefix=prefix, max_connections=1)
+    try:
+        await queue.publish("g", "e")
+        async with queue._pool.connection() as conn:
+            pid = conn.info.backend_pid
+        with psycopg.connect(server_url(), autocommit=True) as admin:
+            admin.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        try:
+            lease = await queue.claim("w", 60)
+        except OutcomeUnknownError:
+            lease = await queue.claim("w", 60)  # the pool replaced the connection
+        assert lease is not None and lease.event == "e"
+    finally:
+        await queue.close()
+        _drop(prefix)
+
+
+def test_async_a_lost_connection_is_replaced_by_the_pool():
+    import asyncio
+
+    asyncio.run(_async_lost_connection())
