@@ -242,3 +242,66 @@ def test_async_a_lost_connection_is_replaced_by_the_pool():
     import asyncio
 
     asyncio.run(_async_lost_connection())
+
+
+# --- a claim never answers None while a group is claimable (R19), whoever holds locks --------
+
+
+def test_a_claim_that_waited_for_a_lock_does_not_answer_none_while_a_group_is_claimable():
+    """Found by review: the claim waited on the lock of the one claimable group it had seen,
+    and answered None when that group was gone by the time it got the lock, although another
+    group (Z) had become claimable meanwhile and stayed so.  Two calls commit late here (M0, a
+    claim; M1, a publish), as a backend descheduled before its commit would."""
+    import threading
+    import time
+
+    import psycopg
+
+    from harel_ref.transport.postgres import claim_statement, publish_statement
+
+    prefix = prefix_for("claim-after-a-wait")
+    names = PgNames.named(prefix)
+    now = [0.0]
+    others = PostgresTransport(server_url(), clock=lambda: now[0], prefix=prefix)
+    waiter = PostgresTransport(server_url(), clock=lambda: now[0], prefix=prefix)
+    late = [psycopg.connect(server_url()) for _ in range(2)]
+    admin = psycopg.connect(server_url(), autocommit=True)
+    try:
+        others.publish("X0", "x0-1")
+        others.publish("Z", "z-1")
+        others.publish("Z", "z-2")
+        assert others.claim("w0", 1).group_id == "X0"  # lapses at 1
+        z_lease = others.claim("wz", 1000)  # live
+        others.publish("X", "x-1")
+        now[0] = 10.0
+        m0, m1 = late
+        statement = claim_statement(names, "m0:token", 10.0, 100.0, 0, None)
+        assert [bytes(row[1]).decode() for row in m0.execute(statement.sql, statement.params)] == ["X0"]
+        statement = publish_statement(names, "X", "x-2", 0, None)
+        m1.execute(statement.sql, statement.params)  # holds X's row lock
+
+        answer = {}
+        thread = threading.Thread(target=lambda: answer.setdefault("q", waiter.claim("wq", 100)))
+        thread.start()
+        for _ in range(250):  # until the claim waits for a lock
+            waiting = admin.execute(
+                "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' AND query LIKE %s",
+                (f"%{names.claim}(%",)).fetchone()[0]
+            if waiting:
+                break
+            time.sleep(0.02)
+        assert waiting, "the claim never waited for a lock: the scenario did not happen"
+        m1.commit()
+        assert others.ack(z_lease)  # Z is claimable from here on
+        taken = others.claim("w1", 100)  # X, or Z if the waiting claim took X first
+        m0.commit()
+        thread.join(10)
+        assert not thread.is_alive()
+        assert answer["q"] is not None, "answered None while Z was claimable"
+        assert {answer["q"].group_id, taken.group_id} == {"X", "Z"}
+    finally:
+        for conn in (*late, admin):
+            conn.close()
+        others.close()
+        waiter.close()
+        _drop(prefix)

@@ -21,9 +21,11 @@ and its asyncio twin (psycopg 3; the twin draws connections from a psycopg_pool 
   claim costs the same behind any number of them.
 - **SKIP LOCKED can skip a claimable group** that another transaction has locked for a moment
   (a publish into it, an ack of its lapsed lease, a claimer that looked at it).  Answering None
-  then would be a lie (R19).  So when every claimable group it saw was locked, the claim waits
-  for the first one's lock and looks again; it answers None only when no group is claimable at
-  all.  Claimers wait on one another only when nothing else is claimable.
+  then would be a lie (R19).  So when it finds nothing unlocked, the claim looks once more
+  without locking (one snapshot, one moment) and answers None only if that shows nothing
+  claimable; otherwise it waits for a claimable group's lock, lets go of it at once (a
+  rolled-back block, so a waiting claimer holds no lock another waits on) and looks again.
+  Claimers wait on one another only when nothing else is claimable.
 - **Publish** locks its group row (creating it if needed) *before* it takes its seq, so the
   messages of a group get their seqs in the order they commit (R1), and an ack that finds the
   group drained and deletes it never races a publish into it.
@@ -258,13 +260,26 @@ BEGIN
     END IF;
     chosen := COALESCE(chosen, lapsed);
     IF chosen IS NULL THEN
-      -- Nothing claimable that no one has locked.  If something claimable is locked (a publish,
-      -- an ack, another claimer looking at it), wait for it and look again; None only when
-      -- nothing is claimable at all (R19).
-      PERFORM 1 FROM {n.groups} w
-        WHERE (w.locked_by IS NULL OR w.lock_expiry < p_now) AND {_fits('w')}
-        LIMIT 1 FOR UPDATE;
-      IF NOT FOUND THEN RETURN; END IF;
+      -- Nothing claimable that no one has locked.  None is the answer only if nothing is
+      -- claimable at all, as seen at one moment: one snapshot, no lock (R19).
+      PERFORM 1 FROM {n.groups} w WHERE w.locked_by IS NULL AND {_fits('w')} LIMIT 1;
+      IF NOT FOUND THEN
+        PERFORM 1 FROM {n.groups} w
+          WHERE w.locked_by IS NOT NULL AND w.lock_expiry < p_now AND {_fits('w')} LIMIT 1;
+        IF NOT FOUND THEN RETURN; END IF;
+      END IF;
+      -- A claimable group is locked by someone (a publish, an ack of a lapsed lease, another
+      -- claimer): wait for that lock, then look again.  The block is rolled back on purpose,
+      -- so the lock it got goes at once: a claimer that waits holds no lock another waits on.
+      BEGIN
+        PERFORM 1 FROM {n.groups} w WHERE w.locked_by IS NULL AND {_fits('w')} LIMIT 1 FOR UPDATE;
+        IF NOT FOUND THEN
+          PERFORM 1 FROM {n.groups} w
+            WHERE w.locked_by IS NOT NULL AND w.lock_expiry < p_now AND {_fits('w')} LIMIT 1 FOR UPDATE;
+        END IF;
+        RAISE SQLSTATE 'HR000';
+      EXCEPTION WHEN SQLSTATE 'HR000' THEN NULL;
+      END;
       CONTINUE;
     END IF;
     SELECT min(m.seq) INTO head FROM {n.messages} m WHERE m.group_id = chosen;
@@ -403,9 +418,13 @@ class PostgresTransport(ClosedGuard, ClosesOnExit):
         self._conn: psycopg.Connection | None = None
         with self._lock:
             conn = self._connection()
-            with _errors(url, "open", lambda: conn.broken):
-                with conn.transaction():
-                    _run_plan(conn, open_plan(self._names))
+            try:
+                with _errors(url, "open", lambda: conn.broken):
+                    with conn.transaction():
+                        _run_plan(conn, open_plan(self._names))
+            except BaseException:
+                conn.close()
+                raise
 
     def _connection(self):
         import psycopg
