@@ -167,9 +167,14 @@ def test_harel_sqlite_shows_what_acking_by_seq_breaks(tmp_path):
 
 def test_a_reproduction_of_a_harel_failure_replays(tmp_path):
     target = Target.from_bundled("harel-memory", tmp_path)  # as `--bundled harel-memory` names it
-    report = certify(target.factory, profile="quick", properties=["no-loss"], _target=target)
-    failure = report.verdict("no-loss").failure
-    assert failure is not None
+    # The point is the replay, not which seed finds the failure: which examples a seed draws
+    # shifts with the literals of the modules loaded (Hypothesis's constant pool), so look on.
+    for seed in range(6):
+        report = certify(target.factory, profile="quick", properties=["no-loss"], seed=seed, _target=target)
+        failure = report.verdict("no-loss").failure
+        if failure is not None:
+            break
+    assert failure is not None, "no seed of 0-5 found harel-memory's no-loss failure at quick"
     run = subprocess.run([sys.executable, "-c", failure.reproduction], cwd=ROOT, capture_output=True, text=True,
                          timeout=300)
     assert run.returncode != 0 and "still working on it" in run.stderr, run.stderr[-2000:]
