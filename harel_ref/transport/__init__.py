@@ -23,6 +23,7 @@ from .memory import InMemoryStore, InMemoryTransport
 __all__ = [
     "AsyncLibsqlTransport",
     "AsyncPostgresTransport",
+    "AsyncRedisTransport",
     "AsyncRqliteTransport",
     "AsyncSqliteTransport",
     "AsyncTransport",
@@ -33,6 +34,7 @@ __all__ = [
     "LibsqlTransport",
     "OutcomeUnknownError",
     "PostgresTransport",
+    "RedisTransport",
     "RqliteTransport",
     "SqliteTransport",
     "StorageError",
@@ -51,6 +53,8 @@ _LAZY = {
     "AsyncRqliteTransport": ("rqlite", "rqlite"),
     "PostgresTransport": ("postgres", "postgres"),
     "AsyncPostgresTransport": ("postgres", "postgres"),
+    "RedisTransport": ("redis", "redis"),
+    "AsyncRedisTransport": ("redis", "redis"),
 }
 
 
