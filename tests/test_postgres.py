@@ -14,6 +14,7 @@ Each Hypothesis example gets its own table prefix.
 from __future__ import annotations
 
 import os
+import time
 
 import pytest
 from hypothesis import Phase, settings
@@ -253,7 +254,6 @@ def test_a_claim_that_waited_for_a_lock_does_not_answer_none_while_a_group_is_cl
     group (Z) had become claimable meanwhile and stayed so.  Two calls commit late here (M0, a
     claim; M1, a publish), as a backend descheduled before its commit would."""
     import threading
-    import time
 
     import psycopg
 
@@ -305,3 +305,27 @@ def test_a_claim_that_waited_for_a_lock_does_not_answer_none_while_a_group_is_cl
         others.close()
         waiter.close()
         _drop(prefix)
+
+
+# --- a fast shutdown and a restart of the server mid-traffic --------------------------------
+
+
+def test_a_fast_shutdown_and_restart_mid_traffic_loses_and_duplicates_nothing(request):
+    """Workers publish, claim and ack while the server is stopped (``pg_ctl -m fast``: open
+    transactions roll back, connections close) and started again on the same data.  Calls
+    under way fail with OutcomeUnknownError, calls while it is down with StorageError; the
+    history checker then finds no overlap, FIFO break, loss, duplicate or model violation."""
+    from harel_ref.testing.servers import PostgresServer
+    from restart_traffic import traffic_through_a_restart
+
+    with PostgresServer() as server:
+        def restart():
+            server.stop(fast=True)
+            time.sleep(0.3)
+            server.start()
+
+        traffic = traffic_through_a_restart(lambda: PostgresTransport(server.url, prefix="restart"), restart)
+    request.node.user_properties.append(("fault_counts", f"postgres fast shutdown: {traffic.summary()}"))
+    assert traffic.report.ok, traffic.summary()
+    assert traffic.failures, "no call failed: the restart did not happen under traffic"
+    assert traffic.calls["ack"] > 20, traffic.summary()

@@ -27,6 +27,8 @@ BUNDLED: dict[str, str] = {
     "rqlite-async": "stateful.backends.rqlite:rqlite_async",
     "postgres": "stateful.backends.postgres:postgres",
     "postgres-async": "stateful.backends.postgres:postgres_async",
+    "redis": "stateful.backends.redis:redis",
+    "redis-async": "stateful.backends.redis:redis_async",
     # the transports of the installed harel package (harel-ref[harel]), speaking its Protocol
     "harel-memory": "stateful.backends.harel:harel_memory",
     "harel-memory-async": "stateful.backends.harel:harel_memory_async",

@@ -17,50 +17,27 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import multiprocessing
-import os
-import threading
 from pathlib import Path
 
 from harel_ref.transport import AsyncPostgresTransport, PostgresTransport
+from harel_ref.testing.servers import PostgresServer
 from harel_ref.transport.postgres import PgNames
 
 from .._backend import Backend, Capabilities
+from ._server import ServerFromEnv
 
 __all__ = ["CAPABILITIES", "drop_opened", "postgres", "postgres_async", "prefix_for", "server_url"]
 
 CAPABILITIES = Capabilities(durable=True, shared=True, fairness="ack", clock="injectable")
 
-_server_lock = threading.Lock()
-_server = None  # the throwaway server of this process, when HAREL_POSTGRES_URL is unset
+_SERVER = ServerFromEnv("HAREL_POSTGRES_URL", lambda: PostgresServer())
 _opened: set[str] = set()  # the prefixes opened on a server of the user's, for drop_opened()
-
-
-_INHERITED = "HAREL_REF_POSTGRES_THROWAWAY_URL"
-"""Set by the process that started a throwaway server, so that the processes it spawns (the
-certifier's branch processes) use that server rather than start their own."""
 
 
 def server_url() -> str:
     """``$HAREL_POSTGRES_URL``, else the URL of the throwaway server of this process (or of
     the process that spawned it), started now if it is not running yet."""
-    global _server
-    url = os.environ.get("HAREL_POSTGRES_URL", "").strip() or os.environ.get(_INHERITED, "")
-    if url:
-        return url
-    with _server_lock:
-        if _server is None:
-            from harel_ref.testing.servers import PostgresServer
-
-            _server = PostgresServer()
-            os.environ[_INHERITED] = _server.url
-        return _server.url
-
-
-def throwaway_server():
-    """This process's throwaway server (None when the server is another's)."""
-    server_url()
-    return _server
+    return _SERVER.url()
 
 
 def prefix_for(namespace: str) -> str:
@@ -77,9 +54,7 @@ def prefix_for(namespace: str) -> str:
 
 def _opened_prefix(namespace: str) -> tuple[str, str]:
     url, prefix = server_url(), prefix_for(namespace)
-    # Tables on the user's server are dropped at exit by the process that made the namespace,
-    # not by the processes it spawned (they open the same namespaces, and exit first).
-    if os.environ.get("HAREL_POSTGRES_URL", "").strip() and multiprocessing.parent_process() is None:
+    if _SERVER.records_cleanup():
         _opened.add(prefix)
     return url, prefix
 
@@ -112,7 +87,7 @@ def drop_opened() -> int:
     import psycopg
 
     prefixes = sorted(_opened)
-    with psycopg.connect(os.environ["HAREL_POSTGRES_URL"], autocommit=True) as conn:
+    with psycopg.connect(_SERVER.users(), autocommit=True) as conn:
         for prefix in prefixes:
             names = PgNames.named(prefix)
             with conn.transaction():

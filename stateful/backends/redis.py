@@ -1,0 +1,104 @@
+"""The Redis transports, sync and async, described for the checkers.
+
+The server comes from the environment or is started here, as for Postgres
+(:mod:`stateful.backends.postgres`):
+
+- ``HAREL_REDIS_URL`` (``redis://host:port/db``): a server of yours.  Each namespace becomes a
+  key prefix there, and the keys this process made are deleted when it exits
+  (:func:`delete_opened`).  Nothing else is touched.
+- unset: a throwaway ``redis-server`` of this process (no persistence), started on first use
+  and deleted at exit.  Each pytest-xdist worker gets its own.
+
+The clock is injectable (``now`` is an argument of every script) and fairness is stamped on
+ack (SPEC R5), as upstream.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+from pathlib import Path
+
+from harel_ref.testing.servers import RedisServer
+from harel_ref.transport import AsyncRedisTransport, RedisTransport
+from harel_ref.transport.redis import key_prefix
+
+from .._backend import Backend, Capabilities
+from ._server import ServerFromEnv
+
+__all__ = ["CAPABILITIES", "delete_opened", "prefix_for", "redis", "redis_async", "server_url"]
+
+CAPABILITIES = Capabilities(durable=True, shared=True, fairness="ack", clock="injectable")
+
+_SERVER = ServerFromEnv("HAREL_REDIS_URL", RedisServer)
+_opened: set[str] = set()  # the prefixes opened on a server of the user's, for delete_opened()
+
+
+def server_url() -> str:
+    """``$HAREL_REDIS_URL``, else the URL of the throwaway server of this process (or of the
+    process that spawned it), started now if it is not running yet."""
+    return _SERVER.url()
+
+
+def prefix_for(namespace: str) -> str:
+    """The key prefix of a namespace: itself when valid, else ``ns_`` and a digest of it."""
+    try:
+        key_prefix(namespace)
+        return namespace
+    except (TypeError, ValueError):
+        return "ns_" + hashlib.sha256(namespace.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+
+
+def _opened_prefix(namespace: str) -> tuple[str, str]:
+    url, prefix = server_url(), prefix_for(namespace)
+    if _SERVER.records_cleanup():
+        _opened.add(prefix)
+    return url, prefix
+
+
+def redis(tmp_dir: Path | str | None = None) -> Backend:
+    """RedisTransport (``tmp_dir`` is not used)."""
+
+    def factory(clock, namespace):
+        url, prefix = _opened_prefix(namespace)
+        return RedisTransport(url, clock=clock, prefix=prefix)
+
+    return Backend("redis", factory, CAPABILITIES)
+
+
+def redis_async(tmp_dir: Path | str | None = None) -> Backend:
+    """AsyncRedisTransport (``tmp_dir`` is not used)."""
+
+    async def factory(clock, namespace):
+        url, prefix = _opened_prefix(namespace)
+        return await AsyncRedisTransport.create(url, clock=clock, prefix=prefix)
+
+    return Backend("redis-async", factory, CAPABILITIES, is_async=True)
+
+
+def delete_opened() -> int:
+    """Delete the keys of every prefix this process opened on the server of
+    ``HAREL_REDIS_URL``; return how many prefixes.  (A throwaway server goes as a whole.)"""
+    if not _opened:
+        return 0
+    import redis as redis_py
+
+    prefixes = sorted(_opened)
+    client = redis_py.Redis.from_url(_SERVER.users())
+    try:
+        for prefix in prefixes:
+            keys = list(client.scan_iter(match=f"{key_prefix(prefix)}:*", count=1000))
+            for start in range(0, len(keys), 500):
+                client.delete(*keys[start:start + 500])
+            _opened.discard(prefix)
+    finally:
+        client.close()
+    return len(prefixes)
+
+
+@atexit.register
+def _delete_at_exit() -> None:
+    try:
+        delete_opened()
+    except Exception:  # a server gone by now: nothing more can be done from here
+        pass
