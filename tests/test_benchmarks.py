@@ -29,3 +29,19 @@ def test_peers_prints_every_peer_and_every_scenario():
     for scenario in "abcd":
         assert re.search(rf"^\| \({scenario}\) .*\| [\d,]+ \(", out, re.MULTILINE), (scenario, out)
     assert "| total |" in out and "load average" in out
+
+
+def test_servers_prints_every_peer_at_every_worker_count_and_both_scenarios():
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "servers.py"), "--rounds", "1", "--seconds", "0.3",
+         "--messages", "3000", "--groups", "200", "--samples", "5", "--scale", "0.002"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    for row in ["harel-ref PostgresTransport", "harel 0.9.0 PostgresTransport", "plain SKIP LOCKED job table",
+                "harel-ref RedisTransport", "harel 0.9.0 RedisTransport", "plain LMOVE reliable queue"]:
+        assert re.search(rf"^\| {re.escape(row)}[^|]*(\| [\d,]+ \([^|]*){{3}}\|$", out, re.MULTILINE), (row, out)
+    for scenario in "ac":
+        assert re.search(rf"^\| \({scenario}\) (\| [\d,]+ \([^|]*){{4}}\|$", out, re.MULTILINE), (scenario, out)
+    assert "load average" in out and "fsync on" in out

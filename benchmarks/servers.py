@@ -1,0 +1,469 @@
+"""harel-ref's Postgres and Redis transports beside the queues a user would run on the same servers.
+
+    pip install -e '.[all]'                              # psycopg, redis-py, harel 0.9.0
+    python benchmarks/servers.py                         # durable throwaway servers, 3 rounds
+    python benchmarks/servers.py --seconds 1 --rounds 1 --scale 0.05   # to try it out
+    HAREL_POSTGRES_URL=... HAREL_REDIS_URL=... python benchmarks/servers.py   # servers of yours
+
+**Throughput**: claim+ack per second for ``--seconds``, with 1, 4 and 16 workers (threads, each
+with its own transport and connection), the queue holding ``--messages`` messages in
+``--groups`` groups when the clock starts.  The peers:
+
+- Postgres: harel-ref ``PostgresTransport``; harel 0.9.0's ``PostgresTransport`` (unfenced
+  nack, no arrival order); a plain ``SKIP LOCKED`` job table without groups (one row per job,
+  claim = lease the first free row, ack = delete it): the known limit of that design;
+- Redis: harel-ref ``RedisTransport``; harel 0.9.0's ``RedisTransport``; a plain reliable queue
+  (``LMOVE jobs processing``, ack = ``LREM processing``), without groups.
+
+**Claim latency** (the median of ``--samples`` claims, each followed by an untimed ack) for
+harel-ref and harel 0.9.0 on both servers: (a) 1,000 groups; (c) 100,000 groups of which 20,000
+are blocked (half leased, half parked, until far in the future).
+
+Every figure is measured ``--rounds`` times with the peers in a rotating order, and the median
+is printed with the range, and the load average before and after each round.  The throwaway
+Postgres server runs with ``fsync`` on (``PostgresServer(durable=True)``); the throwaway Redis
+with no persistence (Redis's common cache setting; every peer alike).  Tables and keys are
+removed at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import threading
+import time
+from collections.abc import Callable
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from peers import load, rounds, spread  # noqa: E402  (benchmarks/ is not a package)
+
+from harel_ref.transport import PostgresTransport, RedisTransport  # noqa: E402
+from harel_ref.transport.postgres import PgNames  # noqa: E402
+from harel_ref.transport.redis import key_prefix  # noqa: E402
+
+FAR = 1e12  # a lease or park end no benchmark outlives
+EVENT = '{"kind": "bench"}'
+
+
+@dataclass
+class Peer:
+    """A queue under test: ``fill(messages, groups)`` loads a fresh backlog, ``worker()``
+    gives one worker's ``(claim, ack)`` pair (its own connection), ``close()`` cleans up."""
+
+    fill: Callable[[int, int], None]
+    worker: Callable[[], tuple[Callable[[], Any], Callable[[Any], Any], Callable[[], None]]]
+    close: Callable[[], None]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=3.0, help="throughput: seconds per run")
+    parser.add_argument("--messages", type=int, default=40_000, help="throughput: backlog at the start of a run")
+    parser.add_argument("--groups", type=int, default=4_000)
+    parser.add_argument("--samples", type=int, default=300, help="latency: claims timed per scenario and round")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--scale", type=float, default=1.0, help="latency: scenario sizes times this")
+    parser.add_argument("--only", choices=["throughput", "latency"])
+    args = parser.parse_args()
+
+    print(f"# {time.strftime('%Y-%m-%d %H:%M')}, python {sys.version.split()[0]}, {os.cpu_count()} cores, {load()}",
+          flush=True)
+    with ExitStack() as stack:
+        pg_url, redis_url = servers(stack)
+        if args.only in (None, "throughput"):
+            throughput_table(pg_url, redis_url, args)
+        if args.only in (None, "latency"):
+            latency_table(pg_url, redis_url, args)
+    print(f"\n# done, {load()}")
+
+
+def servers(stack: ExitStack) -> tuple[str, str]:
+    from harel_ref.testing.servers import PostgresServer, RedisServer
+
+    pg_url = os.environ.get("HAREL_POSTGRES_URL") or stack.enter_context(PostgresServer(durable=True)).url
+    redis_url = os.environ.get("HAREL_REDIS_URL") or stack.enter_context(RedisServer()).url
+    import psycopg
+
+    with psycopg.connect(pg_url) as conn:
+        version = conn.execute("SHOW server_version").fetchone()[0]
+        fsync = conn.execute("SHOW fsync").fetchone()[0]
+    import redis
+
+    client = redis.Redis.from_url(redis_url)
+    redis_version = client.info("server")["redis_version"]
+    aof = client.config_get("appendonly")["appendonly"]
+    client.close()
+    print(f"# postgres {version} (fsync {fsync}), redis {redis_version} (appendonly {aof})", flush=True)
+    return pg_url, redis_url
+
+
+# --- Postgres peers ----------------------------------------------------------------------------
+
+
+def _pg(url: str):
+    import psycopg
+
+    return psycopg.connect(url, autocommit=True)
+
+
+def harel_ref_postgres(url: str, prefix: str = "bench_ref") -> Peer:
+    PostgresTransport(url, prefix=prefix).close()  # creates the tables and functions
+    n = PgNames.named(prefix)
+
+    def fill(messages: int, groups: int, blocked: int = 0) -> None:
+        with _pg(url) as conn:
+            conn.execute(f"TRUNCATE {n.messages}, {n.groups}")
+            # blocked groups first in claim order (stamp 0), half leased, half parked
+            conn.execute(f"INSERT INTO {n.groups} (group_id, last_claimed_at, locked_by, lock_expiry)"
+                         f" SELECT convert_to('b' || i, 'UTF8'), 0,"
+                         f" CASE WHEN i %% 2 = 0 THEN convert_to('bench:token' || i, 'UTF8') ELSE convert_to('__parked__', 'UTF8') END,"
+                         f" {FAR} FROM generate_series(1, %s) i", (blocked,))
+            conn.execute(f"INSERT INTO {n.messages} (group_id, event) SELECT convert_to('b' || i, 'UTF8'),"
+                         f" convert_to(%s, 'UTF8') FROM generate_series(1, %s) i", (EVENT, blocked))
+            conn.execute(f"UPDATE {n.groups} g SET leased_seq = m.seq FROM {n.messages} m"
+                         f" WHERE m.group_id = g.group_id AND g.locked_by <> convert_to('__parked__', 'UTF8')")
+            conn.execute(f"INSERT INTO {n.groups} (group_id, last_claimed_at) SELECT convert_to('g' || i, 'UTF8'), 1"
+                         f" FROM generate_series(1, %s) i", (groups,))
+            conn.execute(f"INSERT INTO {n.messages} (group_id, event) SELECT convert_to('g' || (i %% %s + 1), 'UTF8'),"
+                         f" convert_to(%s, 'UTF8') FROM generate_series(1, %s) i", (groups, EVENT, messages))
+            conn.execute(f"ANALYZE {n.groups}")
+            conn.execute(f"ANALYZE {n.messages}")
+
+    def worker():
+        transport = PostgresTransport(url, prefix=prefix)
+        return (lambda: transport.claim("bench", 60.0)), transport.ack, transport.close
+
+    def close() -> None:
+        with _pg(url) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {n.messages}, {n.groups}, {n.meta}")
+            for function in (n.publish, n.claim, n.ack):
+                conn.execute(f"DROP FUNCTION IF EXISTS {function}")
+
+    return Peer(fill, worker, close)
+
+
+def harel_postgres(url: str, prefix: str = "bench_harel") -> Peer:
+    from harel.engine.transport.postgres import PostgresTransport as HarelPostgres
+
+    from stateful._harel import to_event
+
+    HarelPostgres(_pg(url), prefix=prefix)  # creates its tables and functions
+    event = to_event("bench").model_dump_json()
+    messages_table, groups_table = f"{prefix}_transport_messages", f"{prefix}_transport_groups"
+
+    def fill(messages: int, groups: int, blocked: int = 0) -> None:
+        with _pg(url) as conn:
+            conn.execute(f"TRUNCATE {messages_table}, {groups_table}")
+            conn.execute(f"INSERT INTO {groups_table} (group_id, locked_by, lock_expiry)"
+                         f" SELECT 'b' || i, 'bench:token' || i, {FAR} FROM generate_series(1, %s) i", (blocked,))
+            conn.execute(f"INSERT INTO {messages_table} (group_id, event) SELECT 'b' || i, %s"
+                         f" FROM generate_series(1, %s) i", (event, blocked))
+            conn.execute(f"INSERT INTO {groups_table} (group_id, lock_expiry) SELECT 'g' || i, 1"
+                         f" FROM generate_series(1, %s) i", (groups,))
+            conn.execute(f"INSERT INTO {messages_table} (group_id, event) SELECT 'g' || (i %% %s + 1), %s"
+                         f" FROM generate_series(1, %s) i", (groups, event, messages))
+            conn.execute(f"ANALYZE {groups_table}")
+            conn.execute(f"ANALYZE {messages_table}")
+
+    def worker():
+        conn = _pg(url)
+        conn.autocommit = False  # harel's transport commits itself
+        transport = HarelPostgres(conn, prefix=prefix, create_schema=False)
+        return (lambda: transport.claim("bench", 60.0)), transport.ack, conn.close
+
+    def close() -> None:
+        with _pg(url) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {messages_table}, {groups_table}")
+            conn.execute(f"DROP FUNCTION IF EXISTS {prefix}_claim, {prefix}_ack")
+
+    return Peer(fill, worker, close)
+
+
+def skip_locked_jobs(url: str, table: str = "bench_jobs") -> Peer:
+    with _pg(url) as conn:
+        conn.execute(f"CREATE TABLE IF NOT EXISTS {table} (id BIGSERIAL PRIMARY KEY, payload TEXT NOT NULL,"
+                     f" locked_by TEXT, lock_expiry DOUBLE PRECISION)")
+    claim_sql = (f"UPDATE {table} SET locked_by = %s, lock_expiry = %s WHERE id = (SELECT id FROM {table}"
+                 f" WHERE locked_by IS NULL OR lock_expiry < %s ORDER BY id LIMIT 1 FOR UPDATE SKIP LOCKED)"
+                 f" RETURNING id")
+
+    def fill(messages: int, groups: int, blocked: int = 0) -> None:
+        with _pg(url) as conn:
+            conn.execute(f"TRUNCATE {table}")
+            conn.execute(f"INSERT INTO {table} (payload) SELECT %s FROM generate_series(1, %s)", (EVENT, messages))
+            conn.execute(f"ANALYZE {table}")
+
+    def worker():
+        conn = _pg(url)
+        token = f"bench:{threading.get_ident()}"
+
+        def claim():
+            now = time.time()
+            row = conn.execute(claim_sql, (token, now + 60.0, now)).fetchone()
+            return row and row[0]
+
+        return claim, lambda job: conn.execute(f"DELETE FROM {table} WHERE id = %s AND locked_by = %s", (job, token)), conn.close
+
+    def close() -> None:
+        with _pg(url) as conn:
+            conn.execute(f"DROP TABLE IF EXISTS {table}")
+
+    return Peer(fill, worker, close)
+
+
+# --- Redis peers -------------------------------------------------------------------------------
+
+
+def _redis(url: str):
+    import redis
+
+    return redis.Redis.from_url(url)
+
+
+def harel_ref_redis(url: str, prefix: str = "bench_ref") -> Peer:
+    k = key_prefix(prefix)
+
+    def fill(messages: int, groups: int, blocked: int = 0) -> None:
+        client = _redis(url)
+        _delete(client, f"{k}:*")
+        pipe = client.pipeline(transaction=False)
+        seq = 0
+        for i in range(1, blocked + 1):  # first in claim order (stamp 0), half leased, half parked
+            seq += 1
+            group = f"b{i}"
+            pipe.rpush(f"{k}:q:{group}", f"{seq}\n{EVENT}")
+            holder = f"bench:token{i}" if i % 2 == 0 else "__parked__"
+            pipe.hset(f"{k}:g:{group}", mapping={"priority": 0, "stamp": "0", "arrival": i, "holder": holder,
+                                                 "ends": repr(FAR), "leased": seq})
+            pipe.zadd(f"{k}:held", {group: FAR})
+            if i % 5000 == 0:
+                pipe.execute()
+        for i in range(1, groups + 1):
+            group, arrival = f"g{i}", blocked + i
+            pipe.hset(f"{k}:g:{group}", mapping={"priority": 0, "stamp": "1", "arrival": arrival})
+            pipe.zadd(f"{k}:free:0", {f"{arrival:020d}{group}": 1})
+            if i % 5000 == 0:
+                pipe.execute()
+        for i in range(messages):
+            seq += 1
+            pipe.rpush(f"{k}:q:g{i % groups + 1}", f"{seq}\n{EVENT}")
+            if i % 5000 == 0:
+                pipe.execute()
+        pipe.set(f"{k}:seq", seq)
+        pipe.set(f"{k}:arrivals", blocked + groups)
+        pipe.execute()
+        client.close()
+
+    def worker():
+        transport = RedisTransport(url, prefix=prefix)
+        return (lambda: transport.claim("bench", 60.0)), transport.ack, transport.close
+
+    def close() -> None:
+        client = _redis(url)
+        _delete(client, f"{k}:*")
+        client.close()
+
+    return Peer(fill, worker, close)
+
+
+def harel_redis(url: str, prefix: str = "bench_harel") -> Peer:
+    from harel.engine.transport.redis import RedisTransport as HarelRedis
+
+    from stateful._harel import to_event
+
+    event = to_event("bench")
+
+    def fill(messages: int, groups: int, blocked: int = 0) -> None:
+        client = _redis(url)
+        _delete(client, f"{prefix}:*")
+        transport = HarelRedis(client, prefix=prefix)
+        for i in range(1, blocked + 1):  # published and claimed with a long lease: blocked
+            transport.publish(f"b{i}", event)
+        for _ in range(blocked):
+            transport.claim("bench", FAR / 1e6)
+        for i in range(messages):
+            transport.publish(f"g{i % groups + 1}", event)
+        client.close()
+
+    def worker():
+        client = _redis(url)
+        transport = HarelRedis(client, prefix=prefix)
+        return (lambda: transport.claim("bench", 60.0)), transport.ack, client.close
+
+    def close() -> None:
+        client = _redis(url)
+        _delete(client, f"{prefix}:*")
+        client.close()
+
+    return Peer(fill, worker, close)
+
+
+def lmove_queue(url: str, prefix: str = "bench_lmove") -> Peer:
+    jobs, processing = f"{prefix}:jobs", f"{prefix}:processing"
+
+    def fill(messages: int, groups: int, blocked: int = 0) -> None:
+        client = _redis(url)
+        client.delete(jobs, processing)
+        for start in range(0, messages, 5000):
+            client.rpush(jobs, *(f"{i}:{EVENT}" for i in range(start, min(messages, start + 5000))))
+        client.close()
+
+    def worker():
+        client = _redis(url)
+        return (lambda: client.lmove(jobs, processing, "LEFT", "RIGHT")), (lambda job: client.lrem(processing, 1, job)), client.close
+
+    def close() -> None:
+        client = _redis(url)
+        client.delete(jobs, processing)
+        client.close()
+
+    return Peer(fill, worker, close)
+
+
+def _delete(client: Any, pattern: str) -> None:
+    keys = list(client.scan_iter(match=pattern, count=2000))
+    for start in range(0, len(keys), 1000):
+        client.delete(*keys[start:start + 1000])
+
+
+# --- Throughput --------------------------------------------------------------------------------
+
+
+WORKERS = (1, 4, 16)
+
+
+def run_workers(peer: Peer, workers: int, seconds: float) -> float | None:
+    """Claim+ack per second over ``seconds`` with ``workers`` threads; None if the backlog ran
+    out first (raise --messages)."""
+    pairs = [peer.worker() for _ in range(workers)]
+    done = [0] * workers
+    ran_out = threading.Event()
+    start_line = threading.Barrier(workers + 1)
+    deadline = [0.0]
+
+    def work(index: int) -> None:
+        claim, ack, _ = pairs[index]
+        start_line.wait()
+        while time.perf_counter() < deadline[0]:
+            lease = claim()
+            if lease is None:
+                ran_out.set()
+                return
+            ack(lease)
+            done[index] += 1
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(workers)]
+    for thread in threads:
+        thread.start()
+    deadline[0] = time.perf_counter() + seconds
+    started = time.perf_counter()
+    start_line.wait()
+    for thread in threads:
+        thread.join()
+    elapsed = time.perf_counter() - started
+    for _, _, close in pairs:
+        close()
+    return None if ran_out.is_set() else sum(done) / elapsed
+
+
+def throughput_table(pg_url: str, redis_url: str, args: argparse.Namespace) -> None:
+    families = {
+        "Postgres": {"harel-ref PostgresTransport": harel_ref_postgres(pg_url),
+                     "harel 0.9.0 PostgresTransport": harel_postgres(pg_url),
+                     "plain SKIP LOCKED job table (no groups)": skip_locked_jobs(pg_url)},
+        "Redis": {"harel-ref RedisTransport": harel_ref_redis(redis_url),
+                  "harel 0.9.0 RedisTransport": harel_redis(redis_url),
+                  "plain LMOVE reliable queue (no groups)": lmove_queue(redis_url)},
+    }
+    try:
+        for family, peers in families.items():
+            print(f"\n# {family} throughput: claim+ack per second over {args.seconds:g} s, {args.messages:,} messages"
+                  f" in {args.groups:,} groups at the start; {args.rounds} rounds", flush=True)
+            runs = {(name, workers): peer for name, peer in peers.items() for workers in WORKERS}
+
+            def measure(key, peer):
+                peer.fill(args.messages, args.groups)
+                return run_workers(peer, key[1], args.seconds)
+
+            results = rounds(runs, args.rounds, measure)
+            first = next(iter(peers))
+            print(f"\n| {family}: claim+ack/s, median (range) | " + " | ".join(f"{w} worker{'s' * (w > 1)}" for w in WORKERS) + " |")
+            print("|---|" + "---|" * len(WORKERS))
+            for name in peers:
+                cells = []
+                for workers in WORKERS:
+                    values = results.get((name, workers))
+                    if not values:
+                        cells.append("ran out of messages")
+                        continue
+                    ratio = statistics.median(values) / statistics.median(results[(first, workers)]) if results.get((first, workers)) else float("nan")
+                    cells.append(f"{spread(values, '{:,.0f}')}, **{ratio:.2f}×**")
+                print(f"| {name} | " + " | ".join(cells) + " |")
+            print(f"\n(ratios: against {first} at the same number of workers)")
+    finally:
+        for peers in families.values():
+            for peer in peers.values():
+                peer.close()
+
+
+# --- Latency -----------------------------------------------------------------------------------
+
+
+def claim_latency(peer: Peer, samples: int) -> float:
+    claim, ack, close = peer.worker()
+    try:
+        times = []
+        for _ in range(samples):
+            started = time.perf_counter()
+            lease = claim()
+            times.append(time.perf_counter() - started)
+            if lease is None:
+                raise RuntimeError("the scenario ran out of messages")
+            ack(lease)
+        return statistics.median(times) * 1e6
+    finally:
+        close()
+
+
+def latency_table(pg_url: str, redis_url: str, args: argparse.Namespace) -> None:
+    small = max(10, int(1_000 * args.scale))
+    big, blocked = max(20, int(80_000 * args.scale)), max(10, int(20_000 * args.scale))
+    scenarios = {"(a)": (small, small, 0), "(c)": (big, big, blocked)}  # messages, groups, blocked
+    peers = {"harel-ref postgres": harel_ref_postgres(pg_url), "harel 0.9.0 postgres": harel_postgres(pg_url),
+             "harel-ref redis": harel_ref_redis(redis_url), "harel 0.9.0 redis": harel_redis(redis_url)}
+    print(f"\n# claim latency: median of {args.samples} claims (each followed by an untimed ack), {args.rounds} rounds;"
+          f" (a) {small:,} groups; (c) {big + blocked:,} groups of which {blocked:,} blocked", flush=True)
+    try:
+        results = {}
+        for label, (messages, groups, blocked_groups) in scenarios.items():
+            print(f"# scenario {label}", flush=True)
+
+            def measure(name, peer, sizes=(messages, groups, blocked_groups)):
+                peer.fill(*sizes)
+                return claim_latency(peer, args.samples)
+
+            for name, values in rounds(peers, args.rounds, measure).items():
+                results[(name, label)] = values
+        print("\n| claim latency, µs, median (range) | " + " | ".join(peers) + " |")
+        print("|---|" + "---|" * len(peers))
+        for label in scenarios:
+            cells = []
+            for name in peers:
+                values = results[(name, label)]
+                cell = spread(values, "{:,.0f}")
+                if label != "(a)":
+                    cell += f", **{statistics.median(values) / statistics.median(results[(name, '(a)')]):.2f}×** (a)"
+                cells.append(cell)
+            print(f"| {label} | " + " | ".join(cells) + " |")
+    finally:
+        for peer in peers.values():
+            peer.close()
+
+
+if __name__ == "__main__":
+    main()
