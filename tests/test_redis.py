@@ -146,6 +146,51 @@ def test_a_restart_empties_the_queue_without_persistence_and_keeps_it_with_aof(a
         queue.close()
 
 
+# --- times that are not whole numbers ------------------------------------------------------
+
+
+@pytest.mark.parametrize("start, delay", [(0.1, 0.2), (1_700_000_000.123446, 0.5), (1e15, 1.0)])
+def test_a_park_ends_exactly_at_now_plus_delay(start, delay):
+    """Found by review: the park's end was summed in Lua, whose tostring keeps 14 digits, so a
+    park could end before now + delay (R9) or after it.  The lockstep machine's clock moves in
+    whole steps and could not see it."""
+    now = [start]
+    url, prefix = _opened_prefix(f"park-precision-{start}")
+    queue = RedisTransport(url, clock=lambda: now[0], prefix=prefix)
+    try:
+        queue.publish("g", "e")
+        assert queue.nack(queue.claim("w", 60), delay)
+        end = start + delay
+        now[0] = end
+        assert queue.claim("w", 60) is None, "claimed at the park's end: still parked (R3)"
+        now[0] = end + max(abs(end) * 2.2e-16, 1e-300) * 2  # the next float or two after it
+        assert queue.claim("w", 60) is not None, "not claimable just after the park's end"
+    finally:
+        queue.close()
+
+
+def test_seqs_past_ten_to_the_fourteen_stay_exact():
+    """Lua's tostring writes 10^14 as 1e+14: seqs are formatted as integers."""
+    import redis as redis_py
+
+    url, prefix = _opened_prefix("big-seqs")
+    queue = RedisTransport(url, prefix=prefix)
+    client = redis_py.Redis.from_url(url)
+    try:
+        client.set(f"{redis_module.key_prefix(prefix)}:seq", 10**14 - 1)
+        queue.publish("g", "first")
+        queue.publish("g", "second")
+        leases = []
+        for _ in range(2):
+            lease = queue.claim("w", 60)
+            leases.append(lease.seq)
+            assert queue.ack(lease)
+        assert leases == [10**14, 10**14 + 1]
+    finally:
+        client.close()
+        queue.close()
+
+
 # --- errors ---------------------------------------------------------------------------------
 
 

@@ -122,16 +122,17 @@ end
 PUBLISH = _COMMON + r"""
 -- ARGV: K, group, event, priority, routing key ('' for none)
 local group, event = ARGV[2], ARGV[3]
-local seq = redis.call('INCR', K .. ':seq')
+-- Integers are formatted with %d: Lua's tostring would write 1e+14 from 10^14 on.
+local seq = string.format('%d', redis.call('INCR', K .. ':seq'))
 redis.call('RPUSH', K .. ':q:' .. group, seq .. '\n' .. event)
 if redis.call('EXISTS', K .. ':g:' .. group) == 0 then  -- a new group (R11, R12)
-  local h = {priority = ARGV[4], stamp = '0', arrival = tostring(redis.call('INCR', K .. ':arrivals'))}
+  local h = {priority = ARGV[4], stamp = '0', arrival = string.format('%d', redis.call('INCR', K .. ':arrivals'))}
   if ARGV[5] ~= '' then h.key = ARGV[5] end
   redis.call('HSET', K .. ':g:' .. group, 'priority', h.priority, 'stamp', h.stamp, 'arrival', h.arrival)
   if h.key then redis.call('HSET', K .. ':g:' .. group, 'key', h.key) end
   set_free(group, h)
 end
-return seq
+return tonumber(seq)
 """
 
 CLAIM = _COMMON + r"""
@@ -197,7 +198,8 @@ return 1
 """
 
 NACK = _COMMON + r"""
--- ARGV: K, group, seq, token, now, delay
+-- ARGV: K, group, seq, token, now, delay, now + delay (summed in Python: Lua's tostring
+-- would round the end to 14 digits, and a park must end exactly at now + delay, R9)
 local group, delay = ARGV[2], tonumber(ARGV[6])
 local h = hash(group)
 if h.holder ~= ARGV[4] or h.leased ~= ARGV[3] then return 0 end  -- not this lease (R10)
@@ -205,7 +207,7 @@ if delay == 0 then  -- free again, its stamp unchanged (R8)
   redis.call('HDEL', K .. ':g:' .. group, 'holder', 'ends', 'leased')
   set_free(group, h)
 else  -- parked until now + delay (R9)
-  local untill = tostring(tonumber(ARGV[5]) + delay)
+  local untill = ARGV[7]
   redis.call('HSET', K .. ':g:' .. group, 'holder', '__parked__', 'ends', untill)
   redis.call('HDEL', K .. ':g:' .. group, 'leased')
   set_held(group, h, untill)
@@ -249,7 +251,8 @@ def ack_args(k: str, lease: Lease, now: float) -> list[Any]:
 
 
 def nack_args(k: str, lease: Lease, now: float, delay: float) -> list[Any]:
-    return [k, _utf8(lease.group_id), str(lease.seq), _utf8(lease.token), _number(now), _number(delay)]
+    return [k, _utf8(lease.group_id), str(lease.seq), _utf8(lease.token), _number(now), _number(delay),
+            _number(now + delay)]
 
 
 # --- Errors ---------------------------------------------------------------------------------
@@ -264,8 +267,10 @@ def _errors(url: str, operation: str) -> Iterator[None]:
         yield
     except (StorageError, ClockError, OutcomeUnknownError):
         raise
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        if isinstance(exc, redis.ConnectionError) and "connecting to" in str(exc):
+    except (redis.AuthenticationError, redis.BusyLoadingError) as exc:  # refused before running anything
+        raise StorageError(f"{operation} on {_shown(url)} failed: {exc}") from exc
+    except (redis.ConnectionError, redis.TimeoutError, redis.InvalidResponse) as exc:
+        if "connecting to" in str(exc).lower():  # the connection was never made: nothing was sent
             raise StorageError(f"{operation} on {_shown(url)} failed: cannot connect ({exc}); is the server up?") from exc
         raise OutcomeUnknownError(
             f"{operation} on {_shown(url)}: the connection was lost during the call ({exc}); it may or may "
