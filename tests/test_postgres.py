@@ -20,9 +20,6 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from harel_ref.certify import certify
-from harel_ref.certify._engine import Profile
-from harel_ref.certify._target import Target
 from harel_ref.transport import (
     AsyncPostgresTransport,
     OutcomeUnknownError,
@@ -30,30 +27,12 @@ from harel_ref.transport import (
     StorageError,
 )
 from harel_ref.transport.postgres import PgNames, _functions
+from server_support import assert_concurrent_properties_pass_in_processes, require_server
 from stateful import Backend, Divergence, make_machine
 from stateful.backends.postgres import CAPABILITIES, postgres, postgres_async, prefix_for, server_url
 
 pytest.importorskip("psycopg", reason="the postgres extra is not installed: pip install 'harel-ref[postgres]'")
-
-
-def _server_or_why_not() -> str | None:
-    """None when a server is there or can be started; else why not (a skip outside CI, an
-    error in CI, where nothing may be skipped)."""
-    if os.environ.get("HAREL_POSTGRES_URL"):
-        return None
-    from harel_ref.testing.servers import ServerUnavailable, _binary
-
-    try:
-        _binary("initdb", "postgresql")
-    except ServerUnavailable as exc:
-        return f"{exc}, or set HAREL_POSTGRES_URL"
-    return None
-
-
-if (_why := _server_or_why_not()) is not None:
-    if os.environ.get("CI"):
-        raise RuntimeError(f"the Postgres tests cannot run in CI: {_why}")
-    pytest.skip(_why, allow_module_level=True)
+require_server("HAREL_POSTGRES_URL", "initdb", "postgresql")
 
 TestPostgresMachine = make_machine(postgres()).TestCase
 TestAsyncPostgresMachine = make_machine(postgres_async()).TestCase
@@ -108,13 +87,7 @@ def test_the_broken_edits_change_the_functions():
 
 
 def test_concurrent_properties_pass_with_branches_in_processes(tmp_path):
-    concurrent = ["single-in-flight", "fencing", "no-loss", "contention"]
-    small = Profile("small", max_examples=10, step_count=10, programs=12, repeats=12)
-    for name in ("postgres", "postgres-async"):
-        target = Target.from_bundled(name, tmp_path, None)
-        report = certify(target.factory, profile=small, properties=concurrent, processes=True, _target=target)
-        assert {v.property: v.verdict for v in report.verdicts} == dict.fromkeys(concurrent, "passed"), report.to_markdown()
-        assert report.processes
+    assert_concurrent_properties_pass_in_processes(["postgres", "postgres-async"], tmp_path)
 
 
 # --- upgrade from harel 0.9's layout --------------------------------------------------------

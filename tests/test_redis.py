@@ -13,42 +13,20 @@ Each Hypothesis example gets its own key prefix.
 
 from __future__ import annotations
 
-import os
 import time
 
 import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from harel_ref.certify import certify
-from harel_ref.certify._engine import Profile
-from harel_ref.certify._target import Target
 from harel_ref.transport import AsyncRedisTransport, OutcomeUnknownError, RedisTransport, StorageError
 from harel_ref.transport import redis as redis_module
+from server_support import assert_concurrent_properties_pass_in_processes, require_server
 from stateful import Backend, Divergence, make_machine
 from stateful.backends.redis import CAPABILITIES, _opened_prefix, prefix_for, redis, redis_async, server_url
 
 pytest.importorskip("redis", reason="the redis extra is not installed: pip install 'harel-ref[redis]'")
-
-
-def _server_or_why_not() -> str | None:
-    """None when a server is there or can be started; else why not (a skip outside CI, an
-    error in CI, where nothing may be skipped)."""
-    if os.environ.get("HAREL_REDIS_URL"):
-        return None
-    from harel_ref.testing.servers import ServerUnavailable, _binary
-
-    try:
-        _binary("redis-server", "redis-server")
-    except ServerUnavailable as exc:
-        return f"{exc}, or set HAREL_REDIS_URL"
-    return None
-
-
-if (_why := _server_or_why_not()) is not None:
-    if os.environ.get("CI"):
-        raise RuntimeError(f"the Redis tests cannot run in CI: {_why}")
-    pytest.skip(_why, allow_module_level=True)
+require_server("HAREL_REDIS_URL", "redis-server", "redis-server")
 
 TestRedisMachine = make_machine(redis()).TestCase
 TestAsyncRedisMachine = make_machine(redis_async()).TestCase
@@ -104,13 +82,7 @@ def test_broken_fairness_policies_fail_fairness(broken):
 
 
 def test_concurrent_properties_pass_with_branches_in_processes(tmp_path):
-    concurrent = ["single-in-flight", "fencing", "no-loss", "contention"]
-    small = Profile("small", max_examples=10, step_count=10, programs=12, repeats=12)
-    for name in ("redis", "redis-async"):
-        target = Target.from_bundled(name, tmp_path, None)
-        report = certify(target.factory, profile=small, properties=concurrent, processes=True, _target=target)
-        assert {v.property: v.verdict for v in report.verdicts} == dict.fromkeys(concurrent, "passed"), report.to_markdown()
-        assert report.processes
+    assert_concurrent_properties_pass_in_processes(["redis", "redis-async"], tmp_path)
 
 
 # --- a restart of the server ----------------------------------------------------------------

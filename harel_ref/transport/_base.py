@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -321,6 +322,15 @@ class AsyncClosesOnExit:
 
     async def __aexit__(self, *exc_info: object) -> None:
         await self.close()
+
+
+_URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
+
+
+def without_password(url: str) -> str:
+    """``url`` with its password (``scheme://user:password@host``) shown as ``***``, for
+    error messages and reprs."""
+    return _URL_PASSWORD.sub(r"\1***@", url)
 
 
 def default_clock() -> float:

@@ -55,7 +55,6 @@ converted tables (they compare ``text`` with ``bytea`` and fail): stop harel's w
 
 from __future__ import annotations
 
-import re
 import threading
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
@@ -80,6 +79,7 @@ from ._base import (
     default_clock,
     new_token,
     read_clock,
+    without_password,
 )
 from ._sql import Plan, Statement, Tables
 
@@ -359,12 +359,6 @@ def answered_true(rows: list[Any]) -> bool:
 # --- Errors ---------------------------------------------------------------------------------
 
 
-_URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
-
-
-def _shown(url: str) -> str:
-    """The URL without its password, for error messages."""
-    return _URL_PASSWORD.sub(r"\1***@", url)
 
 
 @contextmanager
@@ -379,18 +373,18 @@ def _errors(url: str, operation: str, connection_lost) -> Iterator[None]:
     except (StorageError, ClockError, OutcomeUnknownError):
         raise
     except psycopg_pool.PoolTimeout as exc:
-        raise StorageError(f"{operation} on {_shown(url)} failed: no connection to the server ({exc})") from exc
+        raise StorageError(f"{operation} on {without_password(url)} failed: no connection to the server ({exc})") from exc
     except psycopg.Error as exc:
         if connection_lost():
             raise OutcomeUnknownError(
-                f"{operation} on {_shown(url)}: the connection was lost during the call ({exc}); "
+                f"{operation} on {without_password(url)}: the connection was lost during the call ({exc}); "
                 "it may or may not have taken effect (SPEC R17)"
             ) from exc
-        raise StorageError(f"{operation} on {_shown(url)} failed: {exc}") from exc
+        raise StorageError(f"{operation} on {without_password(url)} failed: {exc}") from exc
 
 
 def _connect_error(url: str, exc: BaseException) -> StorageError:
-    return StorageError(f"cannot connect to Postgres at {_shown(url)}: {exc} (is the server up?)")
+    return StorageError(f"cannot connect to Postgres at {without_password(url)}: {exc} (is the server up?)")
 
 
 # --- The transports -------------------------------------------------------------------------
@@ -482,7 +476,7 @@ class PostgresTransport(ClosedGuard, ClosesOnExit):
 
     def __repr__(self) -> str:
         state = ", closed" if self._closed else ""
-        return f"<PostgresTransport {_shown(self.url)} tables {self._names.messages!r}{state}>"
+        return f"<PostgresTransport {without_password(self.url)} tables {self._names.messages!r}{state}>"
 
 
 def _run_plan(conn: Any, plan: Plan[None]) -> None:
@@ -591,5 +585,5 @@ class AsyncPostgresTransport(ClosedGuard, AsyncClosesOnExit):
 
     def __repr__(self) -> str:
         state = ", closed" if self._closed else ""
-        return f"<AsyncPostgresTransport {_shown(self.url)} tables {self._names.messages!r}{state}>"
+        return f"<AsyncPostgresTransport {without_password(self.url)} tables {self._names.messages!r}{state}>"
 

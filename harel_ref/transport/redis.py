@@ -70,6 +70,7 @@ from ._base import (
     default_clock,
     new_token,
     read_clock,
+    without_password,
 )
 
 __all__ = ["AsyncRedisTransport", "RedisTransport", "key_prefix"]
@@ -268,23 +269,18 @@ def _errors(url: str, operation: str) -> Iterator[None]:
     except (StorageError, ClockError, OutcomeUnknownError):
         raise
     except (redis.AuthenticationError, redis.BusyLoadingError) as exc:  # refused before running anything
-        raise StorageError(f"{operation} on {_shown(url)} failed: {exc}") from exc
+        raise StorageError(f"{operation} on {without_password(url)} failed: {exc}") from exc
     except (redis.ConnectionError, redis.TimeoutError, redis.InvalidResponse) as exc:
         if "connecting to" in str(exc).lower():  # the connection was never made: nothing was sent
-            raise StorageError(f"{operation} on {_shown(url)} failed: cannot connect ({exc}); is the server up?") from exc
+            raise StorageError(f"{operation} on {without_password(url)} failed: cannot connect ({exc}); is the server up?") from exc
         raise OutcomeUnknownError(
-            f"{operation} on {_shown(url)}: the connection was lost during the call ({exc}); it may or may "
+            f"{operation} on {without_password(url)}: the connection was lost during the call ({exc}); it may or may "
             "not have taken effect (SPEC R17)"
         ) from exc
     except redis.RedisError as exc:
-        raise StorageError(f"{operation} on {_shown(url)} failed: {exc}") from exc
+        raise StorageError(f"{operation} on {without_password(url)} failed: {exc}") from exc
 
 
-_URL_PASSWORD = re.compile(r"(://[^:/@]*:)[^@]*@")
-
-
-def _shown(url: str) -> str:
-    return _URL_PASSWORD.sub(r"\1***@", url)
 
 
 def _client_options(timeout: float) -> dict[str, Any]:
@@ -359,7 +355,7 @@ class RedisTransport(ClosedGuard, ClosesOnExit):
 
     def __repr__(self) -> str:
         state = ", closed" if self._closed else ""
-        return f"<RedisTransport {_shown(self.url)} keys {self._k}:*{state}>"
+        return f"<RedisTransport {without_password(self.url)} keys {self._k}:*{state}>"
 
 
 class AsyncRedisTransport(ClosedGuard, AsyncClosesOnExit):
@@ -425,4 +421,4 @@ class AsyncRedisTransport(ClosedGuard, AsyncClosesOnExit):
 
     def __repr__(self) -> str:
         state = ", closed" if self._closed else ""
-        return f"<AsyncRedisTransport {_shown(self.url)} keys {self._k}:*{state}>"
+        return f"<AsyncRedisTransport {without_password(self.url)} keys {self._k}:*{state}>"

@@ -11,13 +11,24 @@ exit first, so they must not.
 
 from __future__ import annotations
 
+import hashlib
 import multiprocessing
 import os
 import threading
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["ServerFromEnv"]
+__all__ = ["ServerFromEnv", "prefix_for"]
+
+
+def prefix_for(namespace: str, check: Callable[[str], Any]) -> str:
+    """The table or key prefix of a namespace: itself when ``check(namespace)`` accepts it
+    (the machine's ``ns_<hex>`` are accepted), else ``ns_`` and a digest of it."""
+    try:
+        check(namespace)
+        return namespace
+    except (TypeError, ValueError):
+        return "ns_" + hashlib.sha256(namespace.encode("utf-8", "surrogatepass")).hexdigest()[:24]
 
 
 class ServerFromEnv:
@@ -27,6 +38,7 @@ class ServerFromEnv:
         self._start = start
         self._lock = threading.Lock()
         self.server: Any = None  # the throwaway server, once started here
+        self.opened: set[str] = set()  # prefixes made on the user's server, to remove at exit
 
     def users(self) -> str:
         """The user's URL, or ''."""
@@ -45,3 +57,11 @@ class ServerFromEnv:
     def records_cleanup(self) -> bool:
         """True in the process that should remove what it made on the user's server."""
         return bool(self.users()) and multiprocessing.parent_process() is None
+
+    def open(self, namespace: str, check: Callable[[str], Any]) -> tuple[str, str]:
+        """The server's URL and the namespace's prefix (:func:`prefix_for`), remembered in
+        :attr:`opened` when :meth:`records_cleanup` says so."""
+        url, prefix = self.url(), prefix_for(namespace, check)
+        if self.records_cleanup():
+            self.opened.add(prefix)
+        return url, prefix

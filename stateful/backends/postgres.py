@@ -16,7 +16,6 @@ The clock is injectable (``now`` is a parameter of every call) and fairness is s
 from __future__ import annotations
 
 import atexit
-import hashlib
 from pathlib import Path
 
 from harel_ref.transport import AsyncPostgresTransport, PostgresTransport
@@ -25,13 +24,13 @@ from harel_ref.transport.postgres import PgNames
 
 from .._backend import Backend, Capabilities
 from ._server import ServerFromEnv
+from ._server import prefix_for as _prefix_for
 
 __all__ = ["CAPABILITIES", "drop_opened", "postgres", "postgres_async", "prefix_for", "server_url"]
 
 CAPABILITIES = Capabilities(durable=True, shared=True, fairness="ack", clock="injectable")
 
-_SERVER = ServerFromEnv("HAREL_POSTGRES_URL", lambda: PostgresServer())
-_opened: set[str] = set()  # the prefixes opened on a server of the user's, for drop_opened()
+_SERVER = ServerFromEnv("HAREL_POSTGRES_URL", PostgresServer)
 
 
 def server_url() -> str:
@@ -40,23 +39,21 @@ def server_url() -> str:
     return _SERVER.url()
 
 
+def _check(prefix: str) -> None:
+    """Postgres folds names to lower case: a prefix with capitals would name another's tables."""
+    PgNames.named(prefix)
+    if prefix != prefix.lower():
+        raise ValueError("upper case")
+
+
 def prefix_for(namespace: str) -> str:
-    """The table prefix of a namespace: itself (lower case) when it makes valid Postgres
-    names, else ``ns_`` and a digest of it."""
-    try:
-        PgNames.named(namespace)
-        if namespace == namespace.lower():
-            return namespace
-    except (TypeError, ValueError):
-        pass
-    return "ns_" + hashlib.sha256(namespace.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    """The table prefix of a namespace: itself when it makes valid lower-case Postgres names,
+    else ``ns_`` and a digest of it."""
+    return _prefix_for(namespace, _check)
 
 
 def _opened_prefix(namespace: str) -> tuple[str, str]:
-    url, prefix = server_url(), prefix_for(namespace)
-    if _SERVER.records_cleanup():
-        _opened.add(prefix)
-    return url, prefix
+    return _SERVER.open(namespace, _check)
 
 
 def postgres(tmp_dir: Path | str | None = None) -> Backend:
@@ -82,11 +79,11 @@ def postgres_async(tmp_dir: Path | str | None = None) -> Backend:
 def drop_opened() -> int:
     """Drop the tables and functions of every prefix this process opened on the server of
     ``HAREL_POSTGRES_URL``; return how many prefixes.  (A throwaway server goes as a whole.)"""
-    if not _opened:
+    if not _SERVER.opened:
         return 0
     import psycopg
 
-    prefixes = sorted(_opened)
+    prefixes = sorted(_SERVER.opened)
     with psycopg.connect(_SERVER.users(), autocommit=True) as conn:
         for prefix in prefixes:
             names = PgNames.named(prefix)
@@ -94,7 +91,7 @@ def drop_opened() -> int:
                 conn.execute(f"DROP TABLE IF EXISTS {names.messages}, {names.groups}, {names.meta}")
                 for function in (names.publish, names.claim, names.ack):
                     conn.execute(f"DROP FUNCTION IF EXISTS {function}")
-            _opened.discard(prefix)
+            _SERVER.opened.discard(prefix)
     return len(prefixes)
 
 

@@ -16,7 +16,6 @@ ack (SPEC R5), as upstream.
 from __future__ import annotations
 
 import atexit
-import hashlib
 from pathlib import Path
 
 from harel_ref.testing.servers import RedisServer
@@ -25,13 +24,13 @@ from harel_ref.transport.redis import key_prefix
 
 from .._backend import Backend, Capabilities
 from ._server import ServerFromEnv
+from ._server import prefix_for as _prefix_for
 
 __all__ = ["CAPABILITIES", "delete_opened", "prefix_for", "redis", "redis_async", "server_url"]
 
 CAPABILITIES = Capabilities(durable=True, shared=True, fairness="ack", clock="injectable")
 
 _SERVER = ServerFromEnv("HAREL_REDIS_URL", RedisServer)
-_opened: set[str] = set()  # the prefixes opened on a server of the user's, for delete_opened()
 
 
 def server_url() -> str:
@@ -42,18 +41,11 @@ def server_url() -> str:
 
 def prefix_for(namespace: str) -> str:
     """The key prefix of a namespace: itself when valid, else ``ns_`` and a digest of it."""
-    try:
-        key_prefix(namespace)
-        return namespace
-    except (TypeError, ValueError):
-        return "ns_" + hashlib.sha256(namespace.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return _prefix_for(namespace, key_prefix)
 
 
 def _opened_prefix(namespace: str) -> tuple[str, str]:
-    url, prefix = server_url(), prefix_for(namespace)
-    if _SERVER.records_cleanup():
-        _opened.add(prefix)
-    return url, prefix
+    return _SERVER.open(namespace, key_prefix)
 
 
 def redis(tmp_dir: Path | str | None = None) -> Backend:
@@ -79,18 +71,18 @@ def redis_async(tmp_dir: Path | str | None = None) -> Backend:
 def delete_opened() -> int:
     """Delete the keys of every prefix this process opened on the server of
     ``HAREL_REDIS_URL``; return how many prefixes.  (A throwaway server goes as a whole.)"""
-    if not _opened:
+    if not _SERVER.opened:
         return 0
     import redis as redis_py
 
-    prefixes = sorted(_opened)
+    prefixes = sorted(_SERVER.opened)
     client = redis_py.Redis.from_url(_SERVER.users())
     try:
         for prefix in prefixes:
             keys = list(client.scan_iter(match=f"{key_prefix(prefix)}:*", count=1000))
             for start in range(0, len(keys), 500):
                 client.delete(*keys[start:start + 500])
-            _opened.discard(prefix)
+            _SERVER.opened.discard(prefix)
     finally:
         client.close()
     return len(prefixes)

@@ -1,0 +1,41 @@
+"""Shared by the Postgres and Redis test modules: is a server there, and the concurrent
+properties with branches in processes."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+
+from harel_ref.certify import certify
+from harel_ref.certify._engine import Profile
+from harel_ref.certify._target import Target
+
+CONCURRENT = ["single-in-flight", "fencing", "no-loss", "contention"]
+SMALL = Profile("small", max_examples=10, step_count=10, programs=12, repeats=12)
+
+
+def require_server(variable: str, binary: str, package: str) -> None:
+    """Call at the top of a module: skip it (saying why) when neither ``$variable`` names a
+    server nor ``binary`` can start one; in CI, where nothing may be skipped, fail instead."""
+    if os.environ.get(variable):
+        return
+    from harel_ref.testing.servers import ServerUnavailable, _binary
+
+    try:
+        _binary(binary, package)
+    except ServerUnavailable as exc:
+        why = f"{exc}, or set {variable}"
+        if os.environ.get("CI"):
+            raise RuntimeError(f"these tests cannot run in CI: {why}") from exc
+        pytest.skip(why, allow_module_level=True)
+
+
+def assert_concurrent_properties_pass_in_processes(names: list[str], directory) -> None:
+    """The concurrent searches of each bundled transport in ``names``, with the branches of
+    every program in separate processes racing on one server."""
+    for name in names:
+        target = Target.from_bundled(name, directory, None)
+        report = certify(target.factory, profile=SMALL, properties=CONCURRENT, processes=True, _target=target)
+        assert {v.property: v.verdict for v in report.verdicts} == dict.fromkeys(CONCURRENT, "passed"), report.to_markdown()
+        assert report.processes
