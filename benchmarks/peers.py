@@ -62,6 +62,7 @@ from harel_ref.transport import (
     RqliteTransport,
     SqliteTransport,
 )
+from harel_ref.transport._sql import PAGE_SIZE
 
 RQLITE = os.environ.get("HAREL_RQLITE_URLS", "http://127.0.0.1:4001,http://127.0.0.1:4011,http://127.0.0.1:4021")
 FAR = 1e12  # a lease or park end that no benchmark outlives
@@ -239,13 +240,19 @@ def open_harel_ref(kind: str, directory: Path, backlog: Backlog) -> Queue:
     return harel_ref_queue(transport_class(path))
 
 
-def open_harel(kind: str, directory: Path, backlog: Backlog) -> Queue:
-    """harel 0.9.0's transport ``kind`` ("sqlite", "libsql") holding ``backlog``."""
+def open_harel(kind: str, directory: Path, backlog: Backlog, page_size: int | None = None) -> Queue:
+    """harel 0.9.0's transport ``kind`` ("sqlite", "libsql") holding ``backlog``, in a file of
+    SQLite's default page size (as harel makes it), or of ``page_size`` bytes."""
     from harel.engine.transport.libsql import LibsqlTransport as HarelLibsql
     from harel.engine.transport.sqlite import SqliteTransport as HarelSqlite
 
     path = directory / f"harel-{kind}-{uuid.uuid4().hex[:8]}.db"
     transport_class, connect = {"sqlite": (HarelSqlite, sqlite_connect), "libsql": (HarelLibsql, libsql_connect)}[kind]
+    if page_size is not None:  # fixed before harel's first write: its page size is then kept
+        conn = connect(str(path))
+        conn.execute(f"PRAGMA page_size = {page_size}")
+        conn.execute("PRAGMA journal_mode = WAL").fetchall()
+        conn.close()
     transport_class(str(path))  # creates the schema
     load_sqlite(path, backlog, connect)
     return harel_queue(transport_class(str(path)))
@@ -427,6 +434,8 @@ def throughput_table(directory: Path, args: argparse.Namespace) -> None:
     }
     if available("harel"):
         openers["harel 0.9.0 SqliteTransport (unfenced)"] = lambda directory, backlog: open_harel("sqlite", directory, backlog)
+        openers[f"harel 0.9.0 SqliteTransport, in a file of {PAGE_SIZE}-byte pages"] = (
+            lambda directory, backlog: open_harel("sqlite", directory, backlog, PAGE_SIZE))
     if available("persistqueue"):
         openers["persist-queue SQLiteAckQueue (no groups)"] = persist_queue_drainer
     if available("litequeue"):

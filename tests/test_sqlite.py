@@ -31,6 +31,7 @@ from harel_ref.transport import (
     TransportClosedError,
 )
 from harel_ref.transport._sql import (
+    PAGE_SIZE,
     SCHEMA_VERSION,
     Tables,
     ack_statement,
@@ -178,6 +179,35 @@ def test_a_newer_schema_is_refused(driver, tmp_path):
     conn.close()
     with pytest.raises(StorageError, match="schema version 99"):
         TRANSPORTS[driver](path)
+
+
+def test_a_new_file_gets_small_pages_and_an_existing_one_keeps_its_own(driver, tmp_path):
+    new = tmp_path / "new.db"
+    TRANSPORTS[driver](new).close()
+    assert rows(driver, new, "PRAGMA page_size") == [(PAGE_SIZE,)]
+
+    async def open_async():
+        await (await AsyncSqliteTransport.create(tmp_path / "new-async.db")).close()
+    asyncio.run(open_async())
+    assert rows("sqlite", tmp_path / "new-async.db", "PRAGMA page_size") == [(PAGE_SIZE,)]
+
+    # A file made at SQLite's default page size, with tables of its own and a queue in it.
+    old = tmp_path / "old.db"
+    conn = CONNECT[driver](old)
+    conn.execute("CREATE TABLE theirs (x)")
+    conn.execute("INSERT INTO theirs VALUES ('kept')")
+    conn.close()
+    queue = TRANSPORTS[driver](old)
+    queue.publish("g", "before")
+    queue.close()
+    assert rows(driver, old, "PRAGMA page_size") == [(4096,)]
+    queue = TRANSPORTS[driver](old)
+    queue.publish("g", "after")
+    assert queue.claim("w", 10).event == "before"
+    queue.close()
+    assert rows(driver, old, "PRAGMA page_size") == [(4096,)]
+    assert rows(driver, old, "SELECT x FROM theirs") == [("kept",)]
+    assert events_in(driver, old) == ["before", "after"]
 
 
 def test_prefixes_are_validated_and_keep_queues_apart(driver, tmp_path):

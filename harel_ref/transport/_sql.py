@@ -104,6 +104,7 @@ from ._base import (
 
 __all__ = [
     "FREE",
+    "PAGE_SIZE",
     "PARKED",
     "SCHEMA_VERSION",
     "Plan",
@@ -222,10 +223,25 @@ def check_busy_timeout(busy_timeout: object) -> float:
 # --- Schema ---------------------------------------------------------------------------------
 
 
+PAGE_SIZE = 2048
+"""The page size of a database file that a transport creates (SQLite's default is 4096).
+
+Every commit appends each page it changed to the WAL, whole, and fsyncs it: a claim+ack
+changes about 8 pages, each holding a few of the queue's small rows, so smaller pages mean
+fewer bytes to sync (measured in ``benchmarks/peers.py``: about 10% more claim+ack per second
+than with 4096).  An existing file keeps its page size: SQLite changes it only in an empty file.
+"""
+
+
 def connection_pragmas(busy_timeout: float, *, wal: bool = True) -> list[Statement]:
-    """Per-connection settings, run outside any transaction (journal_mode cannot change inside)."""
+    """Per-connection settings, run outside any transaction (journal_mode cannot change inside).
+
+    ``page_size`` comes before ``journal_mode``: switching a new file to WAL writes its header,
+    after which its page size is fixed.
+    """
     pragmas = [Statement(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}", fetch=True)]
     if wal:
+        pragmas.append(Statement(f"PRAGMA page_size = {PAGE_SIZE}"))
         pragmas.append(Statement("PRAGMA journal_mode = WAL", fetch=True))
     return pragmas
 
