@@ -41,7 +41,8 @@ class UnfencedAckSqlite(SqliteTransport):
         lease = check_lease(lease)
         with self._lock:
             self._check_open()
-            return bool(self._one("ack", _unfenced_ack(self._tables, lease)))
+            statement = _unfenced_ack(self._tables, lease)
+            return bool(self._one("ack", statement.sql, statement.params))
 
 
 def test_machine_catches_the_seeds_unfenced_ack(tmp_path):
