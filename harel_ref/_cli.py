@@ -40,7 +40,7 @@ from harel_ref.certify import (
     certify,
 )
 from harel_ref.certify._report import LEVELS
-from harel_ref.certify._target import Target
+from harel_ref.certify._target import Target, remove_directory
 
 __all__ = ["Console", "build_parser", "main", "profile_type"]
 
@@ -213,7 +213,7 @@ def _clean_up(directory: str | None, bundled: str | None) -> None:
     """Remove what a bundled transport left: its temporary directory, or its tables in the
     rqlite cluster.  A failure here is reported, never raised: the report is what matters."""
     if directory is not None:
-        shutil.rmtree(directory, ignore_errors=True)
+        remove_directory(directory)
     if bundled and "rqlite" in bundled:
         from stateful.backends.rqlite import drop_opened_tables
 

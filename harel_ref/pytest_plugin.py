@@ -19,7 +19,6 @@ interrupted still writes ``--harel-report-dir``, with the verdicts reached so fa
 
 from __future__ import annotations
 
-import shutil
 import tempfile
 
 import pytest
@@ -114,7 +113,9 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     if _DIRECTORY in config.stash:
-        shutil.rmtree(config.stash[_DIRECTORY], ignore_errors=True)
+        from harel_ref.certify._target import remove_directory
+
+        remove_directory(config.stash[_DIRECTORY])
 
 
 def pytest_ignore_collect(collection_path, config: pytest.Config):

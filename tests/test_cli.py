@@ -2,18 +2,21 @@
 
 import dataclasses
 import io
+import itertools
 import json
 import re
 import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from harel_ref._cli import build_parser, main
+from harel_ref.certify._target import remove_directory
 from harel_ref.pytest_plugin import pytest_addoption
 from stateful import Capabilities
 
@@ -302,6 +305,30 @@ def test_a_stopped_run_writes_the_report_so_far_and_leaves_nothing(tmp_path, sto
     verdicts, _ = _report(reports)
     assert verdicts == {"close": "passed", "single-in-flight": "unknown"}
     assert list(scratch.iterdir()) == []
+
+
+def test_a_bundled_directory_is_removed_while_a_thread_still_writes_into_it(tmp_path):
+    """The race behind a directory left by a stopped run: a branch still finishing a call
+    creates a file while the tree is being removed."""
+    directory = tmp_path / "bundled"
+    directory.mkdir()
+    until = time.monotonic() + 0.5
+
+    def keep_writing():
+        for n in itertools.count():
+            if time.monotonic() > until:
+                return
+            try:
+                (directory / f"file-{n}").write_text("x")
+            except FileNotFoundError:  # the directory is gone
+                return
+
+    writer = threading.Thread(target=keep_writing)
+    writer.start()
+    time.sleep(0.05)
+    remove_directory(directory)
+    writer.join()
+    assert not directory.exists()
 
 
 def test_call_deadline_option(tmp_path, capsys):

@@ -24,7 +24,9 @@ import importlib
 import inspect
 import os
 import shlex
+import shutil
 import sys
+import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,7 +36,14 @@ from stateful import Capabilities
 from stateful._harel import call_factory, takes_namespace
 from stateful._processes import FactoryRecipe
 
-__all__ = ["CertificationError", "Target", "capability_flags", "detect_protocol", "parse_capabilities"]
+__all__ = [
+    "CertificationError",
+    "Target",
+    "capability_flags",
+    "detect_protocol",
+    "parse_capabilities",
+    "remove_directory",
+]
 
 
 class CertificationError(Exception):
@@ -436,3 +445,24 @@ def _importable_spec(factory: Callable) -> str | None:
     if module is None or getattr(module, qualname, None) is not factory:
         return None
     return f"{module_name}:{qualname}"
+
+
+def remove_directory(directory: str | os.PathLike[str], *, patience: float = 10.0) -> None:
+    """Remove a bundled transport's temporary directory, whatever a stopped run left in it.
+
+    After Ctrl-C or SIGTERM, threads of the interrupted search may still be finishing a call in
+    it (a branch of a parallel search, a call thread): one that creates a file (a WAL, a new
+    database) while the tree is being removed leaves the directory behind.  Nothing creates
+    the directory again, so the removal is simply repeated until it is gone, for up to
+    ``patience`` seconds; what is still there then is reported on stderr, not raised.
+    """
+    deadline = time.monotonic() + patience
+    while True:
+        shutil.rmtree(directory, ignore_errors=True)
+        if not os.path.exists(directory):
+            return
+        if time.monotonic() > deadline:
+            print(f"harel-ref: warning: {os.fspath(directory)!r} could not be removed: something "
+                  "kept writing into it", file=sys.stderr)
+            return
+        time.sleep(0.05)
