@@ -436,8 +436,8 @@ def lease_head_sql(t: Tables, routing_keys: int | None, returning: str) -> str:
 
 def claim_params(token: str, now: float, visibility: float, min_priority: int,
                  routing_keys: tuple[str, ...] | None) -> tuple[Any, ...]:
-    """The parameters of :func:`lease_head_sql`: the lease's, then :func:`head_params` (spelled
-    out here: this runs on every claim, and a call less is measurable)."""
+    """The parameters of :func:`lease_head_sql`: the lease's, then :func:`head_params`'s, spelled
+    out here because this runs on every claim."""
     if routing_keys is None:
         return (token, now + visibility, now, min_priority, now, now, min_priority, now)
     return (token, now + visibility, now, min_priority, *routing_keys, now, now, min_priority, *routing_keys, now)
