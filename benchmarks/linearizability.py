@@ -5,7 +5,7 @@ to 12 groups, claims with leases of 20-100 ms, acks, nacks, parks, late acks; th
 1k, 10k and 100k calls, and times, interleaved over the rounds:
 
 - ``partitioned``: ``check_linearizable(records, partition=True)``, what soaks and
-  ``stateful.history.check`` use;
+  ``harel_ref.stateful.history.check`` use;
 - ``whole``: the same search over the whole history at once (no partitions), where it finishes
   within its step limit (it is what the parallel search uses, on histories of a dozen calls);
 - ``porcupine``: Porcupine (github.com/anishathalye/porcupine, Go), the checker a user would
@@ -31,10 +31,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from stateful import check_linearizable
-from stateful._linearize import _Call, _partitions
-from stateful.backends import load
-from stateful.soak import soak
+from harel_ref.stateful import check_linearizable
+from harel_ref.stateful._linearize import _Call, _partitions
+from harel_ref.stateful.backends import load
+from harel_ref.stateful.soak import soak
 
 SIZES = (1_000, 10_000, 100_000)
 HERE = Path(__file__).parent

@@ -12,8 +12,8 @@ import time
 from hypothesis import Phase, settings
 from hypothesis.stateful import invariant, run_state_machine_as_test
 
-from stateful import make_machine
-from stateful.backends.memory import memory, memory_async
+from harel_ref.stateful import make_machine
+from harel_ref.stateful.backends.memory import memory, memory_async
 
 
 def measure(backend, examples: int, steps: int) -> tuple[float, float, int]:

@@ -150,7 +150,7 @@ def harel_ref_postgres(url: str, prefix: str = "bench_ref") -> Peer:
 def harel_postgres(url: str, prefix: str = "bench_harel") -> Peer:
     from harel.engine.transport.postgres import PostgresTransport as HarelPostgres
 
-    from stateful._harel import to_event
+    from harel_ref.stateful._harel import to_event
 
     HarelPostgres(_pg(url), prefix=prefix)  # creates its tables and functions
     event = to_event("bench").model_dump_json()
@@ -274,7 +274,7 @@ def harel_ref_redis(url: str, prefix: str = "bench_ref") -> Peer:
 def harel_redis(url: str, prefix: str = "bench_harel") -> Peer:
     from harel.engine.transport.redis import RedisTransport as HarelRedis
 
-    from stateful._harel import to_event
+    from harel_ref.stateful._harel import to_event
 
     event = to_event("bench")
 

@@ -48,7 +48,7 @@ DEFAULT_BUNDLED = "sqlite"
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from stateful.backends import BUNDLED
+    from harel_ref.stateful.backends import BUNDLED
 
     parser = argparse.ArgumentParser(
         prog="harel-ref", description="The reference and certification kit for harel transports."
@@ -215,7 +215,7 @@ def _clean_up(directory: str | None, bundled: str | None) -> None:
     if directory is not None:
         remove_directory(directory)
     if bundled and "rqlite" in bundled:
-        from stateful.backends.rqlite import drop_opened_tables
+        from harel_ref.stateful.backends.rqlite import drop_opened_tables
 
         try:
             drop_opened_tables()

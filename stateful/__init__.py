@@ -1,10 +1,10 @@
-"""Checkers that compare a transport with the specification in ``model/``.
+"""Checkers that compare a transport with the specification, :mod:`harel_ref.model`.
 
 The lockstep machine (after zarr's ``zarr.testing.stateful``) is shipped for anyone's
 transport.  Describe the transport as a :class:`Backend` (a factory and its
 :class:`Capabilities`) and run it::
 
-    from stateful import Backend, Capabilities, make_machine
+    from harel_ref.stateful import Backend, Capabilities, make_machine
 
     def factory(clock, namespace):      # fresh, isolated queue per namespace;
         return MyTransport(clock=clock)  # the same namespace again = the same storage
@@ -14,8 +14,8 @@ transport.  Describe the transport as a :class:`Backend` (a factory and its
 Hypothesis prints a failing run as runnable steps, and the :class:`Divergence` beneath them
 shows what the model allowed beside what the transport answered.
 
-For concurrent callers: :mod:`stateful.parallel` runs programs whose branches run at once,
-:mod:`stateful.soak` runs workers against the wall clock, :mod:`stateful.history` records
+For concurrent callers: :mod:`harel_ref.stateful.parallel` runs programs whose branches run at once,
+:mod:`harel_ref.stateful.soak` runs workers against the wall clock, :mod:`harel_ref.stateful.history` records
 calls, and :func:`check_linearizable` judges a history against the model (SPEC.md R19).
 """
 

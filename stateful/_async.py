@@ -14,7 +14,7 @@ of three things from each call, never anything else.
   - ``crashed: claim ended the thread it ran on (SystemExit: 3)``: the call raised
     ``SystemExit`` on a thread of its own (below), which ends that thread, as Python ends any
     thread but the main one: :class:`TransportCrashed` (a branch process that dies is one too,
-    see :mod:`stateful._processes`);
+    see :mod:`harel_ref.stateful._processes`);
   - ``hung: claim did not return within 30 s``: :class:`TransportHung`.
 
 - ``KeyboardInterrupt``, and ``SystemExit`` raised where the checker runs: requests to stop,
@@ -343,7 +343,7 @@ def open_transport(factory, clock, namespace, loop: asyncio.AbstractEventLoop | 
                    protocol: str = "harel-ref") -> Any:
     """Call ``factory(clock, namespace)`` (or ``factory(clock)``) under the current call limits,
     and guard what it opens; with a ``loop``, await it and wrap the async result.  A transport
-    of harel's ``protocol`` is adapted to this package's (:mod:`stateful._harel`)."""
+    of harel's ``protocol`` is adapted to this package's (:mod:`harel_ref.stateful._harel`)."""
     limits = current_limits()
     what = "opening the transport"
     if loop is None:

@@ -1,10 +1,10 @@
 """Is a concurrent history linearizable against the model?  (SPEC.md R19)
 
-A history is a list of :class:`~stateful.history.Record`: who called what, with which
+A history is a list of :class:`~harel_ref.stateful.history.Record`: who called what, with which
 arguments, when the call was invoked and when its answer came back, and the answer.  It is
 *linearizable* if the calls can be put in one order that respects real time (a call that
 returned before another was invoked comes first) and in which every answer is one that
-:class:`model.QueueModel`, applying the calls one by one, allows.
+:class:`harel_ref.model.QueueModel`, applying the calls one by one, allows.
 
 The search is Wing and Gong's, with Lowe's memoization, as Porcupine and Knossos do it: keep the
 calls not yet placed in a list of invoke and return events sorted by time; a call may be placed
@@ -33,7 +33,7 @@ moment for it, so a None that is wrong only because two groups were free at *dif
 moments of one claim is not caught; everything else is exact.
 
 **Diagnosis.**  A history that does not fit is checked again without R2, then without R10
-(:data:`model.RELAXABLE`; leaving a rule out only ever allows more).  If it fits without R2,
+(:data:`harel_ref.model.RELAXABLE`; leaving a rule out only ever allows more).  If it fits without R2,
 some claim took a leased head: it breaks ``single-in-flight``.  If it fits without R10, some ack
 or nack acted for a lease that was not current: it breaks ``fencing``.  Otherwise the call at the deepest point the search reached is
 explained against the model there, as the lockstep machine explains a step.
@@ -50,7 +50,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from model import Claimed, QueueModel, When
+from harel_ref.model import Claimed, QueueModel, When
 
 from ._machine import claim_property, describe_queue, property_of, release_check, show_outcomes
 from .history import Record
@@ -118,9 +118,9 @@ def check_linearizable(
     acks_answer: bool = True,
     max_steps: int = DEFAULT_MAX_STEPS,
 ) -> Linearizability:
-    """Judge ``records`` against :class:`model.QueueModel` (see the module docstring).
+    """Judge ``records`` against :class:`harel_ref.model.QueueModel` (see the module docstring).
 
-    ``relax`` leaves rules of :data:`model.RELAXABLE` out of the model: a property already
+    ``relax`` leaves rules of :data:`harel_ref.model.RELAXABLE` out of the model: a property already
     known broken (say single-in-flight, R2) then does not hide what else a history breaks.
     ``acks`` is the model's (``"fenced"``, or ``"by-seq"`` for a transport that acks by seq);
     ``acks_answer=False`` is for harel's Protocol, whose ack and nack answer None: only what

@@ -30,7 +30,7 @@ from hypothesis.stateful import (
 
 from harel_ref.transport import Lease
 from harel_ref.transport._base import PARKED
-from model import Claimed, QueueModel, When
+from harel_ref.model import Claimed, QueueModel, When
 
 from ._async import open_transport
 from ._backend import Backend
@@ -261,7 +261,7 @@ def _a_case_of(families: list[dict[str, BadCall]]) -> st.SearchStrategy[str]:
 
 
 class TransportMachine(RuleBasedStateMachine):
-    """Lockstep checks of one backend against :class:`model.QueueModel`.
+    """Lockstep checks of one backend against :class:`harel_ref.model.QueueModel`.
 
     Subclasses set ``backend`` (see :func:`make_machine`).  Rules are gated by the backend's
     capabilities: no priority means every publish uses 0 and every claim min_priority 0, and
@@ -285,7 +285,7 @@ class TransportMachine(RuleBasedStateMachine):
       transport whose ack and nack answer nothing (harel's Protocol): what the stale call did
       shows only at a later step.
     - ``model_acks``: how the model's ack and nack find their message (``"fenced"`` or
-      ``"by-seq"``, see :class:`model.QueueModel`); None follows the backend's ``acks``.
+      ``"by-seq"``, see :class:`harel_ref.model.QueueModel`); None follows the backend's ``acks``.
     - ``consequences``: what a stale ack or nack *by seq* may break, checked against each
       worker's own view of its leases (SPEC.md R20): ``"single-in-flight"`` (a claim hands out
       a message whose earlier holder is still working on it) and ``"no-loss"`` (an ack deletes

@@ -8,11 +8,11 @@ with a frozen clock, waits at a barrier shared by the workers, runs its calls, c
 transport and sends back its records.  Invoke and complete times are ``time.perf_counter``,
 which is the same system-wide monotonic clock in every process on Linux.
 
-A worker makes its calls under the call deadline it was given (:func:`stateful._async.limit_calls`)
-and sends a :class:`~stateful._async.TransportFault` back as one, so the parent raises the same
+A worker makes its calls under the call deadline it was given (:func:`harel_ref.stateful._async.limit_calls`)
+and sends a :class:`~harel_ref.stateful._async.TransportFault` back as one, so the parent raises the same
 fault.  A worker that dies (a segfault in a C extension, ``os._exit``) or gives no answer at all
-breaks the pool: the run raises :class:`~stateful._async.TransportCrashed` or
-:class:`~stateful._async.TransportHung`, declared on the parent's call limits (the search stops
+breaks the pool: the run raises :class:`~harel_ref.stateful._async.TransportCrashed` or
+:class:`~harel_ref.stateful._async.TransportHung`, declared on the parent's call limits (the search stops
 there), and the pool starts fresh workers for its next run.
 """
 
@@ -60,7 +60,7 @@ class FactoryRecipe:
 
     def load(self) -> Callable:
         if self.bundled is not None:
-            from stateful.backends import load
+            from harel_ref.stateful.backends import load
 
             return load(self.bundled)(self.directory).factory
         if self.path and self.path not in sys.path:
@@ -137,7 +137,7 @@ class BranchProcesses:
     def probe(self, factory: Callable, open_transport: Callable) -> None:
         """Check that a message one worker publishes is seen by a transport of this process:
         else the storage is not shared across processes and ``--processes`` cannot work."""
-        from stateful._machine import FakeClock
+        from harel_ref.stateful._machine import FakeClock
 
         namespace = f"harel_ref_probe_{uuid.uuid4().hex[:8]}"
         self._pipes[0].send(("probe", namespace))
@@ -221,9 +221,9 @@ def _worker(recipe: FactoryRecipe, number: int, pipe: Any, barriers: dict, is_as
 
 
 def _serve(recipe: FactoryRecipe, number: int, pipe: Any, barriers: dict, is_async: bool, protocol: str) -> None:
-    from stateful._async import open_transport
-    from stateful._machine import FakeClock
-    from stateful.parallel import _Calls, _Recorder, close_all
+    from harel_ref.stateful._async import open_transport
+    from harel_ref.stateful._machine import FakeClock
+    from harel_ref.stateful.parallel import _Calls, _Recorder, close_all
 
     try:
         factory = recipe.load()

@@ -34,7 +34,7 @@ What ``check`` reports (each a list of :class:`Violation` in the :class:`History
 - ``redelivered``: a message delivered by a claim invoked after a successful ack of it had
   completed, or left at the drain after a successful ack.
 - ``model``: the history is not linearizable against the model (SPEC.md R19,
-  :func:`stateful.check_linearizable`, partitioned by group, each call placed at some moment
+  :func:`harel_ref.stateful.check_linearizable`, partitioned by group, each call placed at some moment
   between its invocation and its answer): this is what catches a claim during a park, a claim
   that answered None while a group was claimable, an ack that acted for a superseded lease,
   and the rest of what the model knows.  ``report.linearizability`` has the checker's answer.
@@ -346,7 +346,7 @@ def check(records: Iterable[Record], drained: Iterable[Message] = (), *, acks: s
     """Judge a history (see the module docstring) given what a final :func:`drain` returned.
 
     ``acks`` and ``acks_answer`` describe the transport as for
-    :func:`~stateful.check_linearizable`; an ack that answered None under harel's Protocol
+    :func:`~harel_ref.stateful.check_linearizable`; an ack that answered None under harel's Protocol
     (``acks_answer=False``) may have removed its message."""
     from ._linearize import DRAIN_WORKER, check_linearizable
 

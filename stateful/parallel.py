@@ -30,7 +30,7 @@ How one run goes (:func:`run_program`):
 
 Races are rare events, so :func:`check_program` runs a program ``repeats`` times and stops at
 the first run the checker refuses.  It raises :class:`ConcurrencyFailure`, a
-:class:`~stateful.Divergence` naming the property broken, with the program, the history and a
+:class:`~harel_ref.stateful.Divergence` naming the property broken, with the program, the history and a
 timeline picture.
 
 Two judgements, two searches in the certifier:
@@ -42,7 +42,7 @@ Two judgements, two searches in the certifier:
   branches one after another; if the same error comes again, it is not contention (the
   lockstep searches own it) and the run counts as passed.
 
-A call that hangs (:class:`~stateful._async.TransportHung`, under a call deadline) is no
+A call that hangs (:class:`~harel_ref.stateful._async.TransportHung`, under a call deadline) is no
 answer at all: it is not recorded as an error but raised, and the run stops there.
 """
 
@@ -303,7 +303,7 @@ class _Calls:
             try:
                 outcome = (method(), None)
             except TransportHung:
-                raise  # not an answer: the transport cannot be called again (stateful._async)
+                raise  # not an answer: the transport cannot be called again (harel_ref.stateful._async)
             except Exception as exc:
                 outcome = (None, exc)
 
@@ -375,7 +375,7 @@ def run_program(
     bench: Bench | None = None,
 ) -> Run:
     """Run ``program`` once on a fresh namespace (see the module docstring) and return its
-    history.  ``processes`` is a :class:`~stateful._processes.BranchProcesses` pool;
+    history.  ``processes`` is a :class:`~harel_ref.stateful._processes.BranchProcesses` pool;
     ``concurrently=False`` runs the branches one after another instead.  ``bench``: run on
     that :class:`Bench` (an empty queue, its transports left open), not on a new one."""
     own = bench is None

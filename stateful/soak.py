@@ -1,17 +1,17 @@
 """A soak: several workers run a random workload against the wall clock, then the history is
 judged against the model.
 
-Where the parallel search (:mod:`stateful.parallel`) runs short programs at a frozen clock, a
+Where the parallel search (:mod:`harel_ref.stateful.parallel`) runs short programs at a frozen clock, a
 soak runs for ``seconds`` with real time passing: leases of 20 to 100 ms lapse while workers
 still hold them, parked messages come back, stale acks race with new claims.  Every call is
-recorded (:mod:`stateful.history`) with the wall-clock moments it was invoked and answered, so
+recorded (:mod:`harel_ref.stateful.history`) with the wall-clock moments it was invoked and answered, so
 the model allows whatever is consistent with some moment in between (SPEC.md R18).  At the end
 the queue is drained, and the history is judged twice:
 
-- by :func:`~stateful.check_linearizable`, partitioned by group (fairness left out, R19): this
+- by :func:`~harel_ref.stateful.check_linearizable`, partitioned by group (fairness left out, R19): this
   is what catches a claim during a park, a claim that answered None while a group was
   claimable, and the rest of what the model knows;
-- by :func:`stateful.history.check`: overlapping leases, FIFO breaks, lost, duplicated and
+- by :func:`harel_ref.stateful.history.check`: overlapping leases, FIFO breaks, lost, duplicated and
   redelivered messages, each reported in its own words.
 
 A call that raised, or did not return within two minutes, counts against ``contention``:

@@ -9,8 +9,8 @@ from __future__ import annotations
 from harel_ref.transport import InMemoryStore, InMemoryTransport, Lease
 from harel_ref.transport._base import check_claim_args, check_delay, check_lease
 from harel_ref.transport._base import PARKED
-from stateful import Backend, Capabilities
-from stateful._machine import TICK
+from harel_ref.stateful import Backend, Capabilities
+from harel_ref.stateful._machine import TICK
 
 
 class UnfencedAck(InMemoryTransport):
@@ -332,7 +332,7 @@ CONCURRENCY_BROKEN = {
 
 def broken_sqlite_backend(name: str, directory) -> Backend:
     """A :class:`Backend` for the SQLite variant ``name``: a file per namespace in ``directory``."""
-    from stateful.backends.sql import database_path
+    from harel_ref.stateful.backends.sql import database_path
 
     cls, _ = CONCURRENCY_BROKEN[name]
 
@@ -360,7 +360,7 @@ def exits_in_a_branch_process(clock, namespace):
     directory named by ``$HAREL_BROKEN_DIR``)."""
     import os
 
-    from stateful.backends.sql import database_path
+    from harel_ref.stateful.backends.sql import database_path
 
     return ExitsInABranchProcess(database_path(os.environ["HAREL_BROKEN_DIR"], namespace, "sqlite"), clock=clock)
 
@@ -375,7 +375,7 @@ import asyncio  # noqa: E402
 import queue  # noqa: E402
 import threading  # noqa: E402
 
-from stateful.backends.memory import AsyncInMemoryTransport  # noqa: E402
+from harel_ref.stateful.backends.memory import AsyncInMemoryTransport  # noqa: E402
 
 
 class PanicException(BaseException):
@@ -490,7 +490,7 @@ def segfaults_in_a_branch_process(clock, namespace):
     the directory named by ``$HAREL_BROKEN_DIR``)."""
     import os
 
-    from stateful.backends.sql import database_path
+    from harel_ref.stateful.backends.sql import database_path
 
     return SegfaultsInABranchProcess(database_path(os.environ["HAREL_BROKEN_DIR"], namespace, "sqlite"), clock=clock)
 

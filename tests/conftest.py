@@ -12,7 +12,7 @@ import pkgutil
 import sys
 from pathlib import Path
 
-from stateful import load_from_env
+from harel_ref.stateful import load_from_env
 
 load_from_env()
 
@@ -20,7 +20,9 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 
 def _import_every_project_module() -> None:
-    for package_name in ("harel_ref", "model", "stateful", "examples"):
+    # harel_ref.model and harel_ref.stateful live in folders of their own (pyproject.toml's
+    # package-dir), so walking harel_ref's folder does not reach them: they are named here
+    for package_name in ("harel_ref", "harel_ref.model", "harel_ref.stateful", "examples"):
         try:
             package = importlib.import_module(package_name)
         except ImportError:  # examples/ is importable only from the repository's root

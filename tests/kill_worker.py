@@ -12,7 +12,7 @@ Python start-ups on a busy machine.  It answers on stdout, one JSON object a lin
 - ``{"cmd": "quit"}`` or end of stdin: SIGKILL the children left, reap them, exit.
 
 A worker (:func:`work`) opens the transport on the shared file, records every call in its own
-JSON-lines history (:class:`stateful.history.History`, flushed line by line so it survives the
+JSON-lines history (:class:`harel_ref.stateful.history.History`, flushed line by line so it survives the
 kill) and loops: publish, or claim then ack / nack(0) / nack(delay) / ack after the lease
 lapsed.  It marks where it is in a small memory-mapped *phase file* (``"claim:update-messages"``:
 the claim's one statement has changed the rows, but its rows are not read yet, so its
@@ -43,7 +43,7 @@ from typing import Any
 from harel_ref.transport import Lease
 from harel_ref.transport._base import check_claim_args, new_token
 from harel_ref.transport._sql import Plan, Statement, claim_statement, claimed
-from stateful.history import History, RecordingTransport
+from harel_ref.stateful.history import History, RecordingTransport
 
 PHASE_BYTES = 96
 

@@ -4,7 +4,7 @@ Used by the Postgres and Redis tests: a publisher and a few workers (threads, ea
 transport, on the wall clock) publish, claim and ack while the server is stopped and started
 again.  Calls that fail meanwhile (``StorageError``: nothing happened; ``OutcomeUnknownError``:
 it may have) are recorded as failed and retried later.  When the traffic stops and every lease
-has lapsed, a fresh transport drains the queue, and ``stateful.history.check`` judges the
+has lapsed, a fresh transport drains the queue, and ``harel_ref.stateful.history.check`` judges the
 history: two leases on one group at once, a FIFO break, a lost or duplicated message, or an
 answer the model does not allow.
 """
@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from harel_ref.transport import OutcomeUnknownError, StorageError
-from stateful.history import History, HistoryReport, RecordingTransport, check, drain, load
+from harel_ref.stateful.history import History, HistoryReport, RecordingTransport, check, drain, load
 
 
 @dataclass

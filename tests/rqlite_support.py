@@ -20,7 +20,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from stateful.backends.rqlite import cluster_urls, drop_opened_tables
+from harel_ref.stateful.backends.rqlite import cluster_urls, drop_opened_tables
 
 __all__ = ["LOCK_PATH", "cluster_lock", "require_cluster", "shared_cluster"]
 

@@ -16,9 +16,9 @@ import uuid
 
 import pytest
 
-from stateful._async import open_transport
-from stateful._machine import BAD_CALLS, BAD_RELEASES, FakeClock
-from stateful.backends import load
+from harel_ref.stateful._async import open_transport
+from harel_ref.stateful._machine import BAD_CALLS, BAD_RELEASES, FakeClock
+from harel_ref.stateful.backends import load
 
 LOCAL = ["memory", "memory-async", "sqlite", "sqlite-async", "libsql", "libsql-async"]
 NETWORKED = ["rqlite", "rqlite-async"]
@@ -74,7 +74,7 @@ def test_every_bad_input_is_refused_and_writes_nothing(name, tmp_path, request):
 @pytest.mark.parametrize("name", NETWORKED)
 def test_every_bad_input_is_refused_by_rqlite(name, tmp_path, request):
     from rqlite_support import cluster_lock, require_cluster
-    from stateful.backends.rqlite import drop_opened_tables
+    from harel_ref.stateful.backends.rqlite import drop_opened_tables
 
     with cluster_lock(exclusive=False):
         require_cluster()

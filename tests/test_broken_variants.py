@@ -5,7 +5,7 @@ from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from broken import BROKEN, broken_backend
-from stateful import Divergence, make_machine
+from harel_ref.stateful import Divergence, make_machine
 
 # The unfocused machine names this failure by the later check that trips (an ack or nack that
 # answers False, a claim that gets a leased group...); the certifier's bad-input search blames

@@ -11,8 +11,8 @@ import pytest
 from broken import BROKEN, FAULTS, broken_backend, fault_backend
 from harel_ref.certify import PROFILES, PROPERTIES, Profile, certify
 from harel_ref.transport import InMemoryStore, InMemoryTransport
-from stateful import Capabilities, Divergence
-from stateful.backends import load
+from harel_ref.stateful import Capabilities, Divergence
+from harel_ref.stateful.backends import load
 
 SMALL = Profile("small", max_examples=25, step_count=15)
 

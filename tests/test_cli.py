@@ -18,7 +18,7 @@ import pytest
 from harel_ref._cli import build_parser, main
 from harel_ref.certify._target import remove_directory
 from harel_ref.pytest_plugin import pytest_addoption
-from stateful import Capabilities
+from harel_ref.stateful import Capabilities
 
 ROOT = Path(__file__).resolve().parent.parent
 README = (ROOT / "README.md").read_text()
@@ -233,7 +233,7 @@ def _screen(written: str) -> str:
 def test_on_a_terminal_the_searched_property_has_a_live_line_replaced_by_its_verdict(monkeypatch):
     from harel_ref._cli import Console
     from harel_ref.certify import Profile, certify
-    from stateful.backends import load
+    from harel_ref.stateful.backends import load
 
     terminal = _Terminal()
     console = Console(terminal)

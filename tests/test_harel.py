@@ -27,8 +27,8 @@ from broken import BROKEN, CONCURRENCY_BROKEN, broken_backend, broken_sqlite_bac
 from harel_ref.certify import CertificationError, certify
 from harel_ref.certify._target import Target, detect_protocol
 from harel_ref.transport import Lease
-from stateful import Capabilities
-from stateful.backends import load
+from harel_ref.stateful import Capabilities
+from harel_ref.stateful.backends import load
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -80,7 +80,7 @@ def every_variant(directory) -> dict:
 
 
 def test_harel_kit_passes_the_reference_transport_through_the_reversed_protocol():
-    from stateful.backends import load as load_bundled
+    from harel_ref.stateful.backends import load as load_bundled
 
     for reference in ("memory", "sqlite"):  # so a variant the kit fails is the variant's fault
         assert not harel_kit_catches(load_bundled(reference)(None))
@@ -305,7 +305,7 @@ def test_detection_keeps_what_the_command_line_says():
 
 
 def test_a_harel_ref_transport_behind_args_is_not_taken_for_harels():
-    from stateful.backends import load as load_bundled
+    from harel_ref.stateful.backends import load as load_bundled
 
     memory = load_bundled("memory")(None).factory
 

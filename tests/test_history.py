@@ -9,7 +9,7 @@ import json
 import pytest
 
 from harel_ref.transport import InMemoryTransport
-from stateful.history import History, Record, RecordingTransport, check, drain, load
+from harel_ref.stateful.history import History, Record, RecordingTransport, check, drain, load
 
 
 def lease(group, event, token, seq=1):

@@ -13,7 +13,7 @@ that ``_connect()`` returns; the transports are otherwise used unchanged).
 The hundred kills are dealt in rounds of ten, each round on its own queue (its own table
 prefix) in the same database file.  After each round every lease and park lapses, the file
 must pass ``PRAGMA integrity_check``, a final drain empties the round's queue, and the history
-checker judges the round's histories (stateful.history.check): nothing published is lost,
+checker judges the round's histories (harel_ref.stateful.history.check): nothing published is lost,
 nothing acked twice or redelivered after its ack, no two leases of one group overlap beyond
 what lapsed leases allow, FIFO per group, and the whole history linearizable against the model.
 A call cut short by a kill has no completion line: its outcome is unknown, and the checker lets
@@ -50,7 +50,7 @@ from typing import Any
 
 import pytest
 
-from stateful.history import History, RecordingTransport, check, drain, load
+from harel_ref.stateful.history import History, RecordingTransport, check, drain, load
 
 pytestmark = pytest.mark.slow
 
@@ -353,7 +353,7 @@ def _integrity(backend: str, db: Path) -> str:
 
 def _mend_torn_lines(directory: Path) -> int:
     """A kill during the write of a history line can leave half a line at the end of the file
-    (stateful.history.load would fail on it): cut it.  The call it began stays unanswered."""
+    (harel_ref.stateful.history.load would fail on it): cut it.  The call it began stays unanswered."""
     torn = 0
     for path in directory.glob("*.jsonl"):
         data = path.read_bytes()

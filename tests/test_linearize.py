@@ -11,9 +11,9 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from harel_ref.transport import InMemoryTransport
-from model import QueueModel, When
-from stateful import check_linearizable
-from stateful.history import Record
+from harel_ref.model import QueueModel, When
+from harel_ref.stateful import check_linearizable
+from harel_ref.stateful.history import Record
 
 
 def lease(group, event, token, seq=1):
@@ -268,7 +268,7 @@ def test_a_long_correct_history_is_linearizable_partitioned():
     import threading
     import time
 
-    from stateful.history import History, RecordingTransport
+    from harel_ref.stateful.history import History, RecordingTransport
 
     queue = InMemoryTransport()
     history = History()

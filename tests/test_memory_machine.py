@@ -1,7 +1,7 @@
 """The lockstep machine against InMemoryTransport, sync and async."""
 
-from stateful import make_machine
-from stateful.backends.memory import memory, memory_async
+from harel_ref.stateful import make_machine
+from harel_ref.stateful.backends.memory import memory, memory_async
 
 TestMemoryMachine = make_machine(memory()).TestCase
 TestAsyncMemoryMachine = make_machine(memory_async()).TestCase

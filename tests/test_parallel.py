@@ -1,4 +1,4 @@
-"""The parallel search (stateful.parallel) and the soak (stateful.soak): bundled transports
+"""The parallel search (harel_ref.stateful.parallel) and the soak (harel_ref.stateful.soak): bundled transports
 pass, each transport broken only under concurrency fails its own property with a short
 program, a timeline and a reproduction that replays; branches in processes."""
 
@@ -10,9 +10,9 @@ import pytest
 from broken import CONCURRENCY_BROKEN, broken_backend, broken_sqlite_backend
 from harel_ref.certify import PROFILES, Profile, certify
 from harel_ref.certify._target import Target
-from stateful import Capabilities
-from stateful.backends import load
-from stateful.parallel import (
+from harel_ref.stateful import Capabilities
+from harel_ref.stateful.backends import load
+from harel_ref.stateful.parallel import (
     Ack,
     Claim,
     ConcurrencyFailure,
@@ -23,7 +23,7 @@ from stateful.parallel import (
     check_program,
     run_program,
 )
-from stateful.soak import soak
+from harel_ref.stateful.soak import soak
 
 CONCURRENT = ["single-in-flight", "fencing", "no-loss", "contention"]
 SMALL = Profile("small", max_examples=10, step_count=10, programs=12, repeats=12)
@@ -192,7 +192,7 @@ def test_certify_with_a_soak_reports_it(tmp_path):
 
 @pytest.mark.skipif(sys.platform != "linux", reason="perf_counter is one clock across processes only on Linux")
 def test_branch_processes_share_one_clock_for_ordering(tmp_path):
-    from stateful._processes import BranchProcesses, FactoryRecipe
+    from harel_ref.stateful._processes import BranchProcesses, FactoryRecipe
 
     backend = load("sqlite")(tmp_path)
     with BranchProcesses(FactoryRecipe(bundled="sqlite", directory=str(tmp_path))) as processes:
@@ -208,7 +208,7 @@ def test_a_branch_process_that_dies_is_named_and_the_pool_says_so_again(tmp_path
     from pathlib import Path
 
     from broken import exits_in_a_branch_process
-    from stateful._processes import BranchProcesses, FactoryRecipe
+    from harel_ref.stateful._processes import BranchProcesses, FactoryRecipe
 
     monkeypatch.setenv("HAREL_BROKEN_DIR", str(tmp_path))
     recipe = FactoryRecipe(spec="broken:exits_in_a_branch_process", path=str(Path(__file__).parent))
@@ -223,11 +223,11 @@ def test_a_transport_that_hangs_under_concurrency_is_reported_not_waited_for(mon
     import asyncio
     import threading
 
-    import stateful.parallel
+    import harel_ref.stateful.parallel
     from harel_ref.transport import InMemoryStore, InMemoryTransport
-    from stateful.backends.memory import AsyncInMemoryTransport
+    from harel_ref.stateful.backends.memory import AsyncInMemoryTransport
 
-    monkeypatch.setattr(stateful.parallel, "HUNG", 1.0)
+    monkeypatch.setattr(harel_ref.stateful.parallel, "HUNG", 1.0)
     stores, gate = {}, threading.Event()
 
     class HangsOnSecondClaim(AsyncInMemoryTransport):
@@ -261,8 +261,8 @@ def test_a_transport_that_hangs_under_concurrency_is_reported_not_waited_for(mon
 def test_an_async_transport_answers_every_call_of_its_branches(name):
     """The branches of an asyncio transport run as tasks on its loop, awaiting the transport
     itself: every call answers (a wrapper that hid the coroutines would make them all fail)."""
-    from stateful.backends import load
-    from stateful.parallel import Claim, Publish, run_program
+    from harel_ref.stateful.backends import load
+    from harel_ref.stateful.parallel import Claim, Publish, run_program
 
     backend = load(name)(None)
     program = Program(prefix=(Publish("g1", "e1"), Publish("g2", "e2")), branches=((Claim(),), (Claim(),)))

@@ -1,6 +1,6 @@
 """PostgresTransport and its async twin on a real Postgres server.
 
-The server is this xdist worker's throwaway one (``stateful.backends.postgres``: Debian's
+The server is this xdist worker's throwaway one (``harel_ref.stateful.backends.postgres``: Debian's
 binaries, started on first use, deleted at exit), or the one ``HAREL_POSTGRES_URL`` names.
 Each Hypothesis example gets its own table prefix.
 
@@ -28,8 +28,8 @@ from harel_ref.transport import (
 )
 from harel_ref.transport.postgres import PgNames, _functions
 from server_support import assert_concurrent_properties_pass_in_processes, require_server
-from stateful import Backend, Divergence, make_machine
-from stateful.backends.postgres import CAPABILITIES, postgres, postgres_async, prefix_for, server_url
+from harel_ref.stateful import Backend, Divergence, make_machine
+from harel_ref.stateful.backends.postgres import CAPABILITIES, postgres, postgres_async, prefix_for, server_url
 
 pytest.importorskip("psycopg", reason="the postgres extra is not installed: pip install 'harel-ref[postgres]'")
 require_server("HAREL_POSTGRES_URL", "initdb", "postgresql")
@@ -97,7 +97,7 @@ def test_harels_tables_are_upgraded_in_place_with_their_data():
     harel_postgres = pytest.importorskip("harel.engine.transport.postgres", reason="harel is not installed")
     import psycopg
 
-    from stateful._harel import to_event
+    from harel_ref.stateful._harel import to_event
 
     prefix = f"up{os.getpid()}"  # short: harel allows 30 characters in its own prefix
     harel_prefix = f"{prefix}_harel"  # harel names its tables <prefix>_transport_..., ours <prefix>_harel_transport_...

@@ -1,6 +1,6 @@
 """RedisTransport and its async twin on a real redis-server.
 
-The server is this xdist worker's throwaway one (``stateful.backends.redis``: Debian's
+The server is this xdist worker's throwaway one (``harel_ref.stateful.backends.redis``: Debian's
 ``redis-server``, started on first use, deleted at exit), or the one ``HAREL_REDIS_URL`` names.
 Each Hypothesis example gets its own key prefix.
 
@@ -22,8 +22,8 @@ from hypothesis.stateful import run_state_machine_as_test
 from harel_ref.transport import AsyncRedisTransport, OutcomeUnknownError, RedisTransport, StorageError
 from harel_ref.transport import redis as redis_module
 from server_support import assert_concurrent_properties_pass_in_processes, require_server
-from stateful import Backend, Divergence, make_machine
-from stateful.backends.redis import CAPABILITIES, _opened_prefix, prefix_for, redis, redis_async, server_url
+from harel_ref.stateful import Backend, Divergence, make_machine
+from harel_ref.stateful.backends.redis import CAPABILITIES, _opened_prefix, prefix_for, redis, redis_async, server_url
 
 pytest.importorskip("redis", reason="the redis extra is not installed: pip install 'harel-ref[redis]'")
 require_server("HAREL_REDIS_URL", "redis-server", "redis-server")

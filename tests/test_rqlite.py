@@ -27,8 +27,8 @@ from harel_ref.transport import (
 )
 from harel_ref.transport._sql import head_params, head_query
 from old_schemas import EXPECTED_CLAIMABLE_AT, NOW, check_upgraded_v4, names, v4_with_data
-from stateful import FakeClock, make_machine
-from stateful.backends.rqlite import prefix_for, rqlite, rqlite_async
+from harel_ref.stateful import FakeClock, make_machine
+from harel_ref.stateful.backends.rqlite import prefix_for, rqlite, rqlite_async
 
 # Every example costs a few dozen Raft round trips: fewer examples than the local backends.
 _MACHINE_SETTINGS = settings(parent=settings.default, max_examples=min(settings.default.max_examples, 20))

@@ -47,7 +47,7 @@ import pytest
 from harel_ref.transport import AsyncRqliteTransport, OutcomeUnknownError, RqliteTransport, StorageError
 from harel_ref.transport import rqlite as rqlite_module
 from harel_ref.transport.rqlite import _FAILURES, _MAY_HAVE_APPLIED, _NOT_APPLIED, _REFUSED
-from stateful import FakeClock
+from harel_ref.stateful import FakeClock
 
 TIMEOUT = 0.4  # seconds per request: what the timeout cases wait
 DOCS = Path(__file__).parent.parent / "docs" / "rqlite-failures.md"

@@ -2,7 +2,7 @@
 
 Three client threads work one queue at once, each through its own RqliteTransport whose first
 node is a different one of the three: they publish, claim with short leases (0.3 to 2 s of
-wall clock) and ack, and each call is recorded (stateful.history: History, RecordingTransport).
+wall clock) and ack, and each call is recorded (harel_ref.stateful.history: History, RecordingTransport).
 While they work, one fault per test:
 
 - ``kill-leader``: SIGKILL the leader; the other two elect a new one; the old one is started
@@ -58,8 +58,8 @@ import pytest
 from rqlite_support import cluster_lock, require_cluster
 
 from harel_ref.transport import OutcomeUnknownError, RqliteTransport, StorageError
-from stateful.backends.rqlite import our_tables
-from stateful.history import History, Record, RecordingTransport, check, drain
+from harel_ref.stateful.backends.rqlite import our_tables
+from harel_ref.stateful.history import History, Record, RecordingTransport, check, drain
 
 pytestmark = pytest.mark.slow
 

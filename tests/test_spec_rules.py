@@ -7,7 +7,7 @@ import math
 import pytest
 
 from harel_ref.transport import InMemoryStore, InMemoryTransport, Lease, TransportClosedError
-from model import Claimed, QueueModel, When
+from harel_ref.model import Claimed, QueueModel, When
 
 
 def claim(q: QueueModel, now, token="t", visibility=10.0, **filters):
@@ -322,8 +322,8 @@ def test_r10_a_forged_lease_with_the_park_marker_cannot_free_a_parked_message(ki
 
 
 def test_r19_overlapping_calls_need_one_order_that_fits_the_model():
-    from stateful import check_linearizable
-    from stateful.history import Record
+    from harel_ref.stateful import check_linearizable
+    from harel_ref.stateful.history import Record
 
     def lease(token):
         return {"group_id": "g", "event": "a", "seq": 1, "token": token}
@@ -377,7 +377,7 @@ def test_r20_a_holding_ends_with_its_own_ack_or_nack_or_when_it_lapses():
 def test_r20_each_event_text_is_one_harel_event_compared_by_equality():
     from harel.spec.states import Event  # the harel extra: pip install 'harel-ref[harel]'
 
-    from stateful._harel import from_event, to_event
+    from harel_ref.stateful._harel import from_event, to_event
 
     assert to_event("a") == to_event("a") and to_event("a") != to_event("b")
     assert from_event(to_event("ü✓")) == "ü✓"

@@ -16,8 +16,8 @@ from hypothesis.stateful import run_state_machine_as_test
 from harel_ref.transport import SqliteTransport
 from harel_ref.transport._base import check_lease
 from harel_ref.transport._sql import Statement
-from stateful import Backend, Capabilities, Divergence, make_machine
-from stateful.backends.sql import database_path, libsql, libsql_async, sqlite, sqlite_async
+from harel_ref.stateful import Backend, Capabilities, Divergence, make_machine
+from harel_ref.stateful.backends.sql import database_path, libsql, libsql_async, sqlite, sqlite_async
 
 # The machine classes are built at import, before any fixture exists: one directory per run.
 _DIR = tempfile.mkdtemp(prefix="harel-ref-sql-machine-")

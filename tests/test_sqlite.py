@@ -40,7 +40,7 @@ from harel_ref.transport._sql import (
     promote_statement,
 )
 from old_schemas import EXPECTED_CLAIMABLE_AT, NOW, check_upgraded_v4, seeds_schema, v4_with_data
-from stateful.history import History, RecordingTransport, check, drain, load
+from harel_ref.stateful.history import History, RecordingTransport, check, drain, load
 
 TRANSPORTS = {"sqlite": SqliteTransport, "libsql": LibsqlTransport}
 CONNECT = {

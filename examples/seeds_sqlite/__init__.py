@@ -33,7 +33,7 @@ import uuid
 from pathlib import Path
 
 from harel_ref.transport import Lease
-from stateful import Capabilities
+from harel_ref.stateful import Capabilities
 
 __all__ = ["HAREL_CAPABILITIES", "SeedsSqliteTransport", "factory"]
 

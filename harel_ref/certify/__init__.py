@@ -3,7 +3,7 @@
 From Python::
 
     from harel_ref.certify import certify
-    from stateful import Capabilities
+    from harel_ref.stateful import Capabilities
 
     def factory(clock, namespace):         # a fresh, isolated queue for a new namespace;
         return MyTransport(clock=clock, prefix=namespace)  # the same storage for a known one

@@ -15,7 +15,7 @@ Every divergence names the property it breaks (``Divergence.property``).  A sear
 at another property's divergence records that failure against the other property, and its own
 verdict is "unknown" (it was cut short).  Each search is seeded, so a failure replays exactly.
 
-Concurrency (SPEC.md R19) has searches of its own (:mod:`stateful.parallel`): programs of a
+Concurrency (SPEC.md R19) has searches of its own (:mod:`harel_ref.stateful.parallel`): programs of a
 sequential prefix and two or three branches run at once, each run ``repeats`` times and judged
 by the linearizability checker.
 
@@ -24,9 +24,9 @@ by the linearizability checker.
 - The *concurrent* search is shared by ``single-in-flight``, ``fencing`` and ``no-loss``: their
   verdicts need both their lockstep search and it, and it records what it finds under the
   property the checker names.  It runs once, for the first of them.
-- With ``soak=SECONDS``, a soak (:mod:`stateful.soak`) is shared the same way by those four.
+- With ``soak=SECONDS``, a soak (:mod:`harel_ref.stateful.soak`) is shared the same way by those four.
 
-The certifier survives anything a transport does (:mod:`stateful._async`): every call is made
+The certifier survives anything a transport does (:mod:`harel_ref.stateful._async`): every call is made
 under a deadline (``call_deadline``), and a call that panics, crashes its thread or its branch
 process, or hangs is a failure of the property being searched, named by what happened
 (``panicked: PanicException: ...``, ``hung: claim did not return within 30 s``).  A hang or a
@@ -51,8 +51,8 @@ from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
 from hypothesis.errors import FlakyFailure, HypothesisException
 from hypothesis.stateful import run_state_machine_as_test
 
-from stateful import Backend, Capabilities, Divergence, make_machine
-from stateful._async import (
+from harel_ref.stateful import Backend, Capabilities, Divergence, make_machine
+from harel_ref.stateful._async import (
     CallLimits,
     TransportCrashed,
     TransportHung,
@@ -60,10 +60,10 @@ from stateful._async import (
     limit_calls,
     open_transport,
 )
-from stateful._machine import FOCUS_RULES, RULES, TICK, FakeClock, property_of
-from stateful._processes import BranchProcesses
-from stateful.parallel import ConcurrencyFailure, check_program, close_all, programs
-from stateful.soak import soak as run_soak
+from harel_ref.stateful._machine import FOCUS_RULES, RULES, TICK, FakeClock, property_of
+from harel_ref.stateful._processes import BranchProcesses
+from harel_ref.stateful.parallel import ConcurrencyFailure, check_program, close_all, programs
+from harel_ref.stateful.soak import soak as run_soak
 
 from ._report import LEVELS, Failure, PropertyVerdict, Report
 from ._target import CertificationError, Target, detect_protocol
@@ -1033,7 +1033,7 @@ def _program_note(error: BaseException) -> list[str]:
 
 
 def _jsonable(record) -> dict:
-    from stateful.history import _jsonable as jsonable
+    from harel_ref.stateful.history import _jsonable as jsonable
 
     return {field.name: jsonable(getattr(record, field.name)) for field in dataclasses.fields(record)}
 

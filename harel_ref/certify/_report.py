@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from stateful import Capabilities
+from harel_ref.stateful import Capabilities
 
 __all__ = ["CONTRACT", "EXIT_CODES", "LEVELS", "Failure", "PropertyVerdict", "Report", "VERDICTS", "timeline_file"]
 
@@ -33,7 +33,7 @@ LEVELS = {"contract": "harel contract", "strict": "harel-ref strict"}
 """The conformance levels, and how a report names them."""
 
 FAULTS = frozenset({"panicked", "crashed", "hung"})
-"""The checks of a failure whose answer is a fault of the transport (stateful._async): the
+"""The checks of a failure whose answer is a fault of the transport (harel_ref.stateful._async): the
 answer says what happened (``hung: claim did not return within 30 s``), no model is involved."""
 
 STOPS = frozenset({"hung", "crashed"})

@@ -6,7 +6,7 @@ declare its capabilities itself, so that its users need no flags:
 
 - ``factory.capabilities = Capabilities(...)`` (an attribute of the function), else
 - ``HAREL_CAPABILITIES = Capabilities(...)`` in the factory's module, else
-- the defaults of :class:`stateful.Capabilities`.
+- the defaults of :class:`harel_ref.stateful.Capabilities`.
 
 CLI flags and ``--harel-capabilities`` override the declared ones field by field; the
 ``capabilities`` argument of ``certify`` replaces them whole.
@@ -32,9 +32,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from stateful import Capabilities
-from stateful._harel import call_factory, takes_namespace
-from stateful._processes import FactoryRecipe
+from harel_ref.stateful import Capabilities
+from harel_ref.stateful._harel import call_factory, takes_namespace
+from harel_ref.stateful._processes import FactoryRecipe
 
 __all__ = [
     "CertificationError",
@@ -105,8 +105,8 @@ class Target:
 
     @classmethod
     def from_bundled(cls, name: str, directory: Path, overrides: Mapping[str, Any] | None = None) -> Target:
-        """A bundled transport (``stateful.backends.BUNDLED``) keeping its files in ``directory``."""
-        from stateful.backends import BUNDLED, load
+        """A bundled transport (``harel_ref.stateful.backends.BUNDLED``) keeping its files in ``directory``."""
+        from harel_ref.stateful.backends import BUNDLED, load
 
         if name not in BUNDLED:
             raise CertificationError(f"unknown bundled transport {name!r}; choose from {sorted(BUNDLED)}")
@@ -136,7 +136,7 @@ class Target:
         if not callable(factory):
             raise TypeError(f"factory must be a callable factory(clock, namespace), got {factory!r}")
         if capabilities is not None and not isinstance(capabilities, Capabilities):
-            raise TypeError(f"capabilities must be a stateful.Capabilities, got {capabilities!r}")
+            raise TypeError(f"capabilities must be a harel_ref.stateful.Capabilities, got {capabilities!r}")
         declared = declared_capabilities(factory)
         spec = _importable_spec(factory)
         if is_async is None:
@@ -186,8 +186,8 @@ class Target:
             "# and raises the ConcurrencyFailure at the first run the checker refuses.",
             "# Run it from the directory you certified in (the factory's module is found there).",
             "import os, sys; sys.path.insert(0, os.getcwd())",
-            "from stateful import Capabilities",
-            "from stateful.parallel import Ack, Claim, Lapse, Nack, Program, Publish, check_program",
+            "from harel_ref.stateful import Capabilities",
+            "from harel_ref.stateful.parallel import Ack, Claim, Lapse, Nack, Program, Publish, check_program",
         ]
         if not (processes and self.recipe is not None):
             return "\n".join([*lines, self.setup, "", f"program = {program}", run + ")"])
@@ -197,7 +197,7 @@ class Target:
         setup = "\n".join("    " + line for line in self.setup.splitlines())
         return "\n".join([
             *lines,
-            "from stateful._processes import BranchProcesses, FactoryRecipe",
+            "from harel_ref.stateful._processes import BranchProcesses, FactoryRecipe",
             "",
             f"program = {program}",
             "",
@@ -218,7 +218,7 @@ class Target:
             "# Run it from the directory you certified in (the factory's module is found there).",
             "import os, sys; sys.path.insert(0, os.getcwd())",
             "from harel_ref.certify import focus_machine",
-            "from stateful import Capabilities",
+            "from harel_ref.stateful import Capabilities",
             self.setup,
             "",
             f"{machine} = focus_machine(factory, {prop!r}, {self.capabilities!r}, is_async={self.is_async})",
@@ -256,7 +256,7 @@ def declared_capabilities(factory: Callable) -> Capabilities:
         return Capabilities()
     where, found = declaration
     if not isinstance(found, Capabilities):
-        raise CertificationError(f"{where} must be a stateful.Capabilities, got {found!r}")
+        raise CertificationError(f"{where} must be a harel_ref.stateful.Capabilities, got {found!r}")
     return found
 
 
@@ -349,9 +349,9 @@ def _stale_release_acts(target: Target, release: str) -> bool | None:
     import asyncio
     import uuid
 
-    from stateful._async import open_transport
-    from stateful._machine import FakeClock
-    from stateful.parallel import close_all
+    from harel_ref.stateful._async import open_transport
+    from harel_ref.stateful._machine import FakeClock
+    from harel_ref.stateful.parallel import close_all
 
     clock = FakeClock()
     loop = asyncio.new_event_loop() if target.is_async else None
@@ -379,7 +379,7 @@ def _claims_like_harel(target: Target) -> bool:
     takes ``*args`` or ``**kwargs`` cannot be told: it is taken as harel-ref's)."""
     import asyncio
 
-    from stateful._machine import FakeClock
+    from harel_ref.stateful._machine import FakeClock
 
     loop = asyncio.new_event_loop() if target.is_async else None
     try:

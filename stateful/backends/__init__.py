@@ -15,29 +15,29 @@ from .._backend import Backend
 
 __all__ = ["BUNDLED", "load"]
 
-# name -> "module:function" (modules are imported on demand: their drivers are optional)
+# name -> "module:function", a module of this package (imported on demand: drivers are optional)
 BUNDLED: dict[str, str] = {
-    "memory": "stateful.backends.memory:memory",
-    "memory-async": "stateful.backends.memory:memory_async",
-    "sqlite": "stateful.backends.sql:sqlite",
-    "sqlite-async": "stateful.backends.sql:sqlite_async",
-    "libsql": "stateful.backends.sql:libsql",
-    "libsql-async": "stateful.backends.sql:libsql_async",
-    "rqlite": "stateful.backends.rqlite:rqlite",
-    "rqlite-async": "stateful.backends.rqlite:rqlite_async",
-    "postgres": "stateful.backends.postgres:postgres",
-    "postgres-async": "stateful.backends.postgres:postgres_async",
-    "redis": "stateful.backends.redis:redis",
-    "redis-async": "stateful.backends.redis:redis_async",
+    "memory": "memory:memory",
+    "memory-async": "memory:memory_async",
+    "sqlite": "sql:sqlite",
+    "sqlite-async": "sql:sqlite_async",
+    "libsql": "sql:libsql",
+    "libsql-async": "sql:libsql_async",
+    "rqlite": "rqlite:rqlite",
+    "rqlite-async": "rqlite:rqlite_async",
+    "postgres": "postgres:postgres",
+    "postgres-async": "postgres:postgres_async",
+    "redis": "redis:redis",
+    "redis-async": "redis:redis_async",
     # the transports of the installed harel package (harel-ref[harel]), speaking its Protocol
-    "harel-memory": "stateful.backends.harel:harel_memory",
-    "harel-memory-async": "stateful.backends.harel:harel_memory_async",
-    "harel-sqlite": "stateful.backends.harel:harel_sqlite",
-    "harel-sqlite-async": "stateful.backends.harel:harel_sqlite_async",
-    "harel-libsql": "stateful.backends.harel:harel_libsql",
-    "harel-libsql-async": "stateful.backends.harel:harel_libsql_async",
-    "harel-rqlite": "stateful.backends.harel:harel_rqlite",
-    "harel-rqlite-async": "stateful.backends.harel:harel_rqlite_async",
+    "harel-memory": "harel:harel_memory",
+    "harel-memory-async": "harel:harel_memory_async",
+    "harel-sqlite": "harel:harel_sqlite",
+    "harel-sqlite-async": "harel:harel_sqlite_async",
+    "harel-libsql": "harel:harel_libsql",
+    "harel-libsql-async": "harel:harel_libsql_async",
+    "harel-rqlite": "harel:harel_rqlite",
+    "harel-rqlite-async": "harel:harel_rqlite_async",
 }
 
 
@@ -48,4 +48,4 @@ def load(name: str) -> Callable[[Path], Backend]:
     except KeyError:
         raise ValueError(f"unknown bundled transport {name!r}; choose from {sorted(BUNDLED)}") from None
     module_name, _, function = target.partition(":")
-    return getattr(importlib.import_module(module_name), function)
+    return getattr(importlib.import_module(f"{__name__}.{module_name}"), function)

@@ -3,7 +3,7 @@
 These are harel's own classes, unchanged: the checkers speak harel's Protocol natively
 (SPEC.md R20), so nothing here adapts a call.  Each factory takes ``(clock, namespace)`` so that
 durability and sharing can be checked: a namespace is a database file (SQLite, libSQL) or a
-table prefix in the cluster of the environment (rqlite, as in :mod:`stateful.backends.rqlite`).
+table prefix in the cluster of the environment (rqlite, as in :mod:`harel_ref.stateful.backends.rqlite`).
 
 harel 0.9.0's async libSQL and rqlite transports take no clock when they are created
 (``AsyncLibsqlTransport.create``, ``AsyncRqliteTransport.from_url``); the factories below set

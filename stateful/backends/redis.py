@@ -1,7 +1,7 @@
 """The Redis transports, sync and async, described for the checkers.
 
 The server comes from the environment or is started here, as for Postgres
-(:mod:`stateful.backends.postgres`):
+(:mod:`harel_ref.stateful.backends.postgres`):
 
 - ``HAREL_REDIS_URL`` (``redis://host:port/db``): a server of yours.  Each namespace becomes a
   key prefix there, and the keys this process made are deleted when it exits
