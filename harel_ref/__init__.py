@@ -11,13 +11,16 @@ What a transport author needs is importable from here::
   (``harel_ref.certify`` has the rest);
 - the lockstep machine: ``Backend``, ``Capabilities``, ``make_machine``, ``Divergence``.
 
-``model`` (the specification as a pure-Python model) and ``stateful`` (the checkers) are
-importable on their own too.  The certification and checker names load on first use.
+``harel_ref.model`` (the specification as a pure-Python model) and ``harel_ref.stateful`` (the
+checkers) are importable on their own too.  ``harel_ref`` is the only top-level name this
+package installs.  The certification and checker names load on first use.
 """
 
 from __future__ import annotations
 
 import importlib
+import sys
+import types
 
 from .transport import (
     AsyncTransport,
@@ -54,10 +57,10 @@ __version__ = "0.1.0"
 
 # name -> the module that defines it, imported on first use (they import hypothesis)
 _LAZY = {
-    "Backend": "stateful",
-    "Capabilities": "stateful",
-    "Divergence": "stateful",
-    "make_machine": "stateful",
+    "Backend": "harel_ref.stateful",
+    "Capabilities": "harel_ref.stateful",
+    "Divergence": "harel_ref.stateful",
+    "make_machine": "harel_ref.stateful",
     "CertificationError": "harel_ref.certify",
     "Profile": "harel_ref.certify",
     "Report": "harel_ref.certify",
@@ -68,7 +71,27 @@ _LAZY = {
 def __getattr__(name: str):
     if name not in _LAZY:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    return getattr(importlib.import_module(_LAZY[name]), name)
+    value = getattr(importlib.import_module(_LAZY[name]), name)
+    globals()[name] = value  # loaded once; see _Package for why this must come after the import
+    return value
+
+
+class _Package(types.ModuleType):
+    """``harel_ref.certify`` names two things: the function (``from harel_ref import certify``)
+    and the subpackage (``from harel_ref.certify import Report``, found in ``sys.modules``).
+
+    When a subpackage is first imported, the import system sets it as an attribute of its
+    parent, which would make ``from harel_ref import certify`` answer the module whenever the
+    subpackage happened to be imported first (the pytest plugin imports it at start-up).  That
+    one assignment is declined, so the name means the function whatever came first."""
+
+    def __setattr__(self, name: str, value: object) -> None:
+        if name in _LAZY and isinstance(value, types.ModuleType):
+            return
+        super().__setattr__(name, value)
+
+
+sys.modules[__name__].__class__ = _Package
 
 
 def __dir__() -> list[str]:
