@@ -59,19 +59,29 @@ def test_the_sdist_keeps_the_repository_layout(built):
     assert {"model/_queue.py", "stateful/_machine.py", "harel_ref/__init__.py", "pyproject.toml"} <= names
 
 
-def test_every_package_folder_is_listed_in_pyproject():
-    """A folder with an ``__init__.py`` that pyproject.toml's explicit package list forgot
-    would be missing from the wheel, though an editable install would still find it."""
+def _packages_not_as_listed(pyproject: str) -> set[str]:
+    """The packages that are folders with an ``__init__.py`` but not in pyproject's explicit
+    list, and those listed without such a folder."""
     import tomllib
 
-    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    setuptools = tomllib.loads(pyproject)["tool"]["setuptools"]
     folders = {"harel_ref": ROOT / "harel_ref", **{name: ROOT / path for name, path in setuptools["package-dir"].items()}}
     found = set()
     for name, folder in folders.items():
         for init in folder.rglob("__init__.py"):
-            relative = init.parent.relative_to(folder)
-            found.add(".".join([name, *relative.parts]))
-    assert sorted(found) == sorted(setuptools["packages"])
+            found.add(".".join([name, *init.parent.relative_to(folder).parts]))
+    return found ^ set(setuptools["packages"])
+
+
+def test_every_package_folder_is_listed_in_pyproject():
+    """A folder with an ``__init__.py`` that pyproject.toml's explicit package list forgot
+    would be missing from the wheel, though an editable install would still find it."""
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert _packages_not_as_listed(pyproject) == set()
+    # the check sees a package left out of the list
+    forgot = pyproject.replace('    "harel_ref.stateful.backends",\n', "")
+    assert forgot != pyproject
+    assert _packages_not_as_listed(forgot) == {"harel_ref.stateful.backends"}
 
 
 # --- a project of the user's own, with a `model` and a `stateful` ------------------------------
