@@ -242,6 +242,20 @@ def test_no_module_of_harel_ref_imports_a_top_level_model_or_stateful(project):
     assert int(run.stdout.split()[-1]) > 30  # it did import them
 
 
+def test_a_bundled_transports_reproduction_imports_harel_refs_modules(project):
+    """The set-up a report writes for ``--bundled NAME`` defines ``factory`` from a project whose
+    own ``stateful`` refuses to be imported."""
+    from harel_ref.certify._target import Target
+
+    for path in (project / "stateful.py", project / "stateful" / "__init__.py"):
+        if path.exists():
+            path.write_text("raise ImportError('harel-ref imported the user\\'s stateful')\n")
+    setup = Target.from_bundled("memory", project).setup
+    run = _in(project, sys.executable, "-c", setup + "\nprint(type(factory(lambda: 0.0, 'ns')).__name__)")
+    assert run.returncode == 0, run.stderr[-3000:]
+    assert run.stdout.split() == ["InMemoryTransport"]
+
+
 @pytest.mark.parametrize("first", ["pass", "import harel_ref.certify", "from harel_ref.certify import Report",
                                    "import harel_ref.pytest_plugin"])
 def test_from_harel_ref_import_certify_is_the_function_whatever_was_imported_first(first):

@@ -123,7 +123,7 @@ class Target:
             declared=backend.capabilities,
             cli_args=("--bundled", name),
             setup=(
-                "import tempfile\nfrom stateful.backends import load\n"
+                "import tempfile\nfrom harel_ref.stateful.backends import load\n"
                 "files = tempfile.TemporaryDirectory()  # removed when the script ends\n"
                 f"factory = load({name!r})(files.name).factory"
             ),
