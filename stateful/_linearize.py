@@ -53,7 +53,7 @@ from typing import Any
 from harel_ref.model import Claimed, QueueModel, When
 
 from ._machine import claim_property, describe_queue, property_of, release_check, show_outcomes
-from .history import Record
+from ._record import Record
 
 __all__ = ["Linearizability", "check_linearizable"]
 

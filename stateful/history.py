@@ -62,6 +62,9 @@ from typing import Any
 
 from harel_ref.transport import Lease
 
+from ._linearize import DRAIN_WORKER, check_linearizable
+from ._record import Record
+
 __all__ = [
     "Call",
     "History",
@@ -75,31 +78,6 @@ __all__ = [
 ]
 
 Message = tuple[str, str]  # (group_id, event)
-
-
-@dataclass
-class Record:
-    """One call: who made it, when it started and ended, with what, and what it answered.
-
-    ``complete`` is None when no answer came (it raised, or the process died): the call may or
-    may not have taken effect.  ``result`` is JSON data: a claim's lease is a dict with
-    ``group_id``, ``event``, ``seq``, ``token``; ack/nack answer a bool.
-    """
-
-    worker: str
-    op: str
-    invoke: float
-    args: dict[str, Any]
-    complete: float | None = None
-    result: Any = None
-    error: str | None = None
-    id: str = ""
-    at: float | None = None  # the transport's clock when it was frozen; None: [invoke, complete]
-
-    @property
-    def ok(self) -> bool:
-        """The call returned (no error, answer known)."""
-        return self.complete is not None and self.error is None
 
 
 class Call:
@@ -348,8 +326,6 @@ def check(records: Iterable[Record], drained: Iterable[Message] = (), *, acks: s
     ``acks`` and ``acks_answer`` describe the transport as for
     :func:`~harel_ref.stateful.check_linearizable`; an ack that answered None under harel's Protocol
     (``acks_answer=False``) may have removed its message."""
-    from ._linearize import DRAIN_WORKER, check_linearizable
-
     everything = list(records)
     records = [record for record in everything if record.worker != DRAIN_WORKER]
     drained = [tuple(message) for message in drained]
