@@ -19,7 +19,6 @@ import os
 import shutil
 import signal
 import sys
-import tempfile
 import threading
 import time
 from collections.abc import Sequence
@@ -40,7 +39,7 @@ from harel_ref.certify import (
     certify,
 )
 from harel_ref.certify._report import LEVELS
-from harel_ref.certify._target import Target, remove_directory
+from harel_ref.certify._target import Target, remove_directory, scratch_directory
 
 __all__ = ["Console", "build_parser", "main", "profile_type"]
 
@@ -79,6 +78,9 @@ def build_parser() -> argparse.ArgumentParser:
     cert.add_argument("--processes", action="store_true",
                       help="run the branches of the concurrent searches in separate processes "
                       "(the factory must be importable, its storage shared across processes)")
+    cert.add_argument("--jobs", metavar="N", type=jobs_type, default=None,
+                      help="run N searches at once, each in a process of its own (default: the cores "
+                      "available, or HAREL_REF_JOBS); the report is the same as one at a time")
     cert.add_argument("--soak", metavar="SECONDS", type=float,
                       help="also run several workers against the wall clock for SECONDS, and judge "
                       "their history against the model")
@@ -129,6 +131,13 @@ def profile_type(text: str) -> str:
     return text
 
 
+def jobs_type(text: str) -> int:
+    """``--jobs N``: a whole number of at least 1."""
+    if not (text.strip().isdigit() and int(text) >= 1):
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}")
+    return int(text)
+
+
 def _deadline(text: str) -> float | None:
     """``--call-deadline``: seconds, or ``none``."""
     if text.strip().lower() == "none":
@@ -172,12 +181,12 @@ def _certify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         if args.target:
             target = Target.from_spec(args.target, overrides, is_async=args.is_async)
         else:
-            directory = tempfile.mkdtemp(prefix="harel-ref-certify-")
+            directory = scratch_directory()
             target = Target.from_bundled(args.bundled or DEFAULT_BUNDLED, directory, overrides)
         report = certify(
             target.factory, profile=args.profile, seed=args.seed, properties=args.only,
             time_budget=args.time_budget, processes=args.processes, soak=args.soak,
-            level=args.level, call_deadline=args.call_deadline, progress=console, _target=target,
+            level=args.level, call_deadline=args.call_deadline, progress=console, jobs=args.jobs, _target=target,
         )
     except BaseException as exc:
         partial = getattr(exc, "report", None)
@@ -276,6 +285,8 @@ class Console(Progress):
             f"lockstep search, {profile.programs} programs × {profile.repeats} runs per parallel search "
             f"(branches in {branches}){f'; a soak of {plan.soak:g} s' if plan.soak else ''}; seed {plan.seed}; "
             f"call deadline {deadline}{budget}",
+            f"searches: {plan.jobs} at once" + (", each in a process of its own" if plan.jobs > 1 else "")
+            + (f" ({plan.jobs_note})" if plan.jobs_note else ""),
             f"properties: {len(applicable)} to search ({', '.join(applicable) or 'none'})"
             + (f"; not applicable: {', '.join(plan.not_applicable)}" if plan.not_applicable else ""),
             f"expected time: about {_duration(plan.estimate)} (an estimate from the profile and how fast "

@@ -19,7 +19,6 @@ interrupted still writes ``--harel-report-dir``, with the verdicts reached so fa
 
 from __future__ import annotations
 
-import tempfile
 
 import pytest
 
@@ -29,7 +28,7 @@ NODE = "harel-certify"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from harel_ref._cli import profile_type
+    from harel_ref._cli import jobs_type, profile_type
     from harel_ref.certify import DEFAULT_CALL_DEADLINE, PROFILES, PROPERTIES
 
     group = parser.getgroup("harel-ref", "certify a harel transport (harel-ref)")
@@ -48,6 +47,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="a budget shared by the searches: no example starts after it, a failure found in time may take one more share to shrink; what was not searched is unknown")
     group.addoption("--harel-processes", action="store_true",
                     help="run the branches of the concurrent searches in separate processes")
+    group.addoption("--harel-jobs", type=jobs_type, metavar="N", default=None,
+                    help="searches run at once, each in a process of its own (default: the cores available)")
     group.addoption("--harel-soak", type=float, metavar="SECONDS",
                     help="also run a soak of SECONDS against the wall clock")
     group.addoption("--harel-capabilities", metavar="LIST", default="",
@@ -77,7 +78,7 @@ def pytest_configure(config: pytest.Config) -> None:
         return
     from harel_ref.certify import CertificationError
     from harel_ref.certify._engine import preflight
-    from harel_ref.certify._target import Target, parse_capabilities
+    from harel_ref.certify._target import Target, parse_capabilities, scratch_directory
 
     try:
         overrides = parse_capabilities(config.getoption("harel_capabilities"))
@@ -87,7 +88,7 @@ def pytest_configure(config: pytest.Config) -> None:
         if spec:
             config.stash[_TARGET] = Target.from_spec(spec, overrides, is_async=config.getoption("harel_async"))
         else:
-            config.stash[_DIRECTORY] = tempfile.mkdtemp(prefix="harel-ref-certify-")
+            config.stash[_DIRECTORY] = scratch_directory()
             config.stash[_TARGET] = Target.from_bundled(
                 config.getoption("harel_bundled"), config.stash[_DIRECTORY], overrides
             )
@@ -210,6 +211,7 @@ def _run(config: pytest.Config):
             soak=config.getoption("harel_soak"),
             level=config.getoption("harel_level"),
             call_deadline=config.getoption("harel_call_deadline"),
+            jobs=config.getoption("harel_jobs"),
             _target=config.stash[_TARGET],
         )
     except BaseException as stop:  # interrupted, or the certifier failed: keep the verdicts so far

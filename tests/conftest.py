@@ -2,12 +2,14 @@
 
 - The Hypothesis profile comes from $HYPOTHESIS_PROFILE (dev by default).
 - Tests import their helpers (broken.py, rqlite_support.py) from this folder.
+- Certifications run their searches one at a time (HAREL_REF_JOBS=1) unless a test asks.
 - Every module of the project is imported here, up front.  Hypothesis draws some values from
   the literals of the local modules loaded so far, so without this a derandomized search could
   find a different example depending on which tests ran earlier in the same xdist worker.
 """
 
 import importlib
+import os
 import pkgutil
 import sys
 from pathlib import Path
@@ -15,6 +17,10 @@ from pathlib import Path
 from harel_ref.stateful import load_from_env
 
 load_from_env()
+
+# pytest -n auto already keeps every core busy: a certification a test makes runs its searches
+# one at a time (and so do the commands tests start), unless the test asks for jobs itself.
+os.environ.setdefault("HAREL_REF_JOBS", "1")
 
 sys.path.insert(0, str(Path(__file__).parent))
 

@@ -166,26 +166,24 @@ def test_bad_arguments_say_how_to_fix_them():
 
 def test_a_failure_after_a_reopen_is_not_blamed_on_durability_when_its_check_failed_alone():
     from harel_ref.certify._engine import PROFILES as ENGINE_PROFILES
-    from harel_ref.certify._engine import _judge, _Search
+    from harel_ref.certify._engine import _judge, _reblamed, _Search
     from harel_ref.certify._target import Target
 
     backend = broken_backend("nack(0) to the back of its group")
     target = Target.from_factory(backend.factory, backend.capabilities, False)
-    failures = {}
 
-    def judge(prop, divergence):
+    def found(prop, divergence):
         search = _Search(deadline=0.0, grace=0.0, error=divergence)
-        return _judge(prop, search, target, ENGINE_PROFILES["quick"], 0, failures)
+        verdict, _, (failure,) = _judge(prop, search, target, ENGINE_PROFILES["quick"], 0)
+        assert verdict == "failed"
+        return failure
 
-    after_reopen = Divergence("durability", "claim(...)  (after a reopen; ...)", "a", "b", "", check="fifo")
-    assert judge("durability", after_reopen)[0] == "failed"  # fifo has not failed on its own
-    assert [f.property for f in failures["durability"]] == ["durability"]
-
-    failures.clear()
-    assert judge("fifo", Divergence("fifo", "claim(...)", "a", "b", ""))[0] == "failed"
-    assert judge("durability", after_reopen)[0] == "unknown"  # now it is fifo's bug
-    assert [f.found_by for f in failures["fifo"]] == ["fifo", "durability"]
-    assert "durability" not in failures
+    after_reopen = found("durability", Divergence("durability", "claim(...)  (after a reopen; ...)", "a", "b", "",
+                                                  check="fifo"))
+    assert _reblamed(after_reopen, {}).property == "durability"  # fifo has not failed on its own
+    fifo = found("fifo", Divergence("fifo", "claim(...)", "a", "b", ""))
+    assert _reblamed(after_reopen, {"fifo": [fifo]}).property == "fifo"  # now it is fifo's bug
+    assert _reblamed(after_reopen, {"fifo": [after_reopen]}).property == "durability"  # not found by fifo's own
 
 
 def test_a_crash_found_before_the_time_budget_runs_out_is_reported():

@@ -276,17 +276,19 @@ def test_a_failure_of_the_certifier_writes_the_report_so_far_then_raises(tmp_pat
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("jobs", ["1", "2"])
 @pytest.mark.parametrize("stop", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_a_stopped_run_writes_the_report_so_far_and_leaves_nothing(tmp_path, stop):
+def test_a_stopped_run_writes_the_report_so_far_and_leaves_nothing(tmp_path, stop, jobs):
     """A real SIGINT (Ctrl-C) or SIGTERM (timeout, kill) while a search runs (its calls on a
-    call thread): the verdicts so far are written, and the bundled transport's temporary
-    directory is removed, before the command stops."""
+    call thread, or in a search process): the verdicts so far are written, and the bundled
+    transport's temporary directory is removed, before the command stops; no search process
+    is left."""
     scratch = tmp_path / "tmp"  # the command's TMPDIR: where the bundled sqlite keeps its files
     scratch.mkdir()
     reports = tmp_path / "reports"
     command = subprocess.Popen(
         [sys.executable, "-m", "harel_ref._cli", "certify", "--bundled", "sqlite", "--profile", "standard",
-         "--only", "close", "--only", "single-in-flight", "--report-dir", str(reports)],
+         "--only", "close", "--only", "single-in-flight", "--report-dir", str(reports), "--jobs", jobs],
         cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
         env={**os.environ, "TMPDIR": str(scratch)},
     )
@@ -305,6 +307,19 @@ def test_a_stopped_run_writes_the_report_so_far_and_leaves_nothing(tmp_path, sto
     verdicts, _ = _report(reports)
     assert verdicts == {"close": "passed", "single-in-flight": "unknown"}
     assert list(scratch.iterdir()) == []
+    assert _processes_with(f"TMPDIR={scratch}") == []  # the command and any search process of it
+
+
+def _processes_with(variable: str) -> list[int]:
+    """The processes whose environment holds ``variable`` (``NAME=value``)."""
+    found = []
+    for environ in Path("/proc").glob("[0-9]*/environ"):
+        try:
+            if variable.encode() in environ.read_bytes().split(b"\0"):
+                found.append(int(environ.parent.name))
+        except OSError:  # gone, or not ours to read
+            pass
+    return found
 
 
 def test_a_bundled_directory_is_removed_while_a_thread_still_writes_into_it(tmp_path):

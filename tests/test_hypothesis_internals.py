@@ -75,3 +75,59 @@ def test_an_interrupt_subclass_stops_a_search_at_once_and_passes_through():
         f"search when the time budget is spent or the transport broke (got {type(caught.value).__name__} after "
         f"{len(ran)} examples)"
     )
+
+
+def test_hypothesis_takes_local_constants_from_a_function_the_certifier_replaces(monkeypatch):
+    """harel_ref.certify._engine._hypothesis_apart replaces
+    ``hypothesis.internal.conjecture.providers._get_local_constants`` while a search runs, so
+    that a seed finds the same examples in any process: Hypothesis must still call it."""
+    from hypothesis.internal.conjecture import providers
+
+    calls = []
+    real = providers._get_local_constants
+    monkeypatch.setattr(providers, "_get_local_constants", lambda: calls.append(1) or real())
+
+    @settings(max_examples=300, database=None)
+    @given(st.integers())
+    def draws(number):
+        pass
+
+    draws()
+    assert calls, (
+        "Hypothesis no longer calls providers._get_local_constants to find the literals of local "
+        "modules; harel_ref.certify._engine._hypothesis_apart replaces it to keep them out of searches"
+    )
+
+
+def test_while_a_search_runs_hypothesis_has_no_local_constants_and_a_home_of_its_own():
+    from hypothesis import configuration
+    from hypothesis.internal.conjecture import providers
+
+    from harel_ref.certify._engine import _hypothesis_apart
+
+    home = configuration.storage_directory(intent_to_write=False).home_directory
+    with _hypothesis_apart():
+        assert len(providers._get_local_constants()) == 0
+        inside = configuration.storage_directory(intent_to_write=False).home_directory
+        assert inside != home and inside.name.startswith("harel-ref-hypothesis-")
+    assert configuration.storage_directory(intent_to_write=False).home_directory == home
+    assert len(providers._get_local_constants()) > 0  # this project's modules are local
+
+
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_certification_leaves_nothing_in_the_current_or_temporary_directory(tmp_path, jobs):
+    import os
+    import subprocess
+    import sys
+
+    work, scratch = tmp_path / "work", tmp_path / "tmp"
+    work.mkdir()
+    scratch.mkdir()
+    run = subprocess.run(
+        [sys.executable, "-m", "harel_ref._cli", "certify", "--bundled", "sqlite", "--profile", "quick/5",
+         "--only", "fifo", "--only", "contention", "--jobs", jobs, "--report-dir", "reports", "--quiet"],
+        cwd=work, env={**os.environ, "TMPDIR": str(scratch)}, capture_output=True, text=True, timeout=600,
+    )
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert sorted(p.name for p in work.iterdir()) == ["reports"]  # no .hypothesis
+    assert list(scratch.iterdir()) == []

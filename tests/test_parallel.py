@@ -122,7 +122,7 @@ def test_broken_under_concurrency_passes_every_sequential_search(name, tmp_path)
     for prop in ("single-in-flight", "fencing", "no-loss"):
         search = _Search(deadline=float("inf"), grace=0)
         _run_search(focus_machine(backend.factory, prop, backend.capabilities), PROFILES["quick"], 0, search)
-        assert _judge(prop, search, target, PROFILES["quick"], 0, {})[0] == "passed"
+        assert _judge(prop, search, target, PROFILES["quick"], 0)[0] == "passed"
     assert PROPERTIES["single-in-flight"].concurrent
 
 

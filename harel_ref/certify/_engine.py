@@ -26,6 +26,12 @@ by the linearizability checker.
   property the checker names.  It runs once, for the first of them.
 - With ``soak=SECONDS``, a soak (:mod:`harel_ref.stateful.soak`) is shared the same way by those four.
 
+Every search is a task (:class:`_Task`) that reports what it found as data (:class:`_Found`).
+Tasks run one at a time here or ``jobs`` at a time in search processes
+(:mod:`harel_ref.certify._jobs`); either way :meth:`_Certification.weigh` settles whom each
+failure counts against in the order a serial run makes the searches, so the report does not
+depend on which search finished first (SPEC.md C1, C2).
+
 The certifier survives anything a transport does (:mod:`harel_ref.stateful._async`): every call is made
 under a deadline (``call_deadline``), and a call that panics, crashes its thread or its branch
 process, or hangs is a failure of the property being searched, named by what happened
@@ -38,12 +44,18 @@ by a failure of the certifier itself, still has a report: the exception carries 
 from __future__ import annotations
 
 import asyncio
+import atexit
+import contextlib
 import dataclasses
 import math
+import multiprocessing
+import os
+import shutil
+import tempfile
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -65,12 +77,13 @@ from harel_ref.stateful._processes import BranchProcesses
 from harel_ref.stateful.parallel import ConcurrencyFailure, check_program, close_all, programs
 from harel_ref.stateful.soak import soak as run_soak
 
+from ._jobs import SearchProcesses
 from ._report import LEVELS, Failure, PropertyVerdict, Report
 from ._target import CertificationError, Target, detect_protocol
 
 __all__ = [
-    "DEFAULT_CALL_DEADLINE", "PROFILES", "PROPERTIES", "Plan", "Profile", "Progress", "certify", "default_level",
-    "focus_machine",
+    "DEFAULT_CALL_DEADLINE", "PROFILES", "PROPERTIES", "Plan", "Profile", "Progress", "certify", "default_jobs",
+    "default_level", "focus_machine",
 ]
 
 DEFAULT_CALL_DEADLINE = 30.0
@@ -370,12 +383,22 @@ class _Stop(KeyboardInterrupt):
 
 def _watched(machine: type, search: _Search) -> type:
     """``machine`` counting its examples, remembering the first divergence, and stopping the
-    search once its time budget is spent."""
+    search once its time budget is spent; after each example, the factory's ``discard``
+    (if it has one) is told its namespace."""
+
+    discard = getattr(machine.backend.factory, "discard", None)
 
     class Watched(machine):
         def __init__(self) -> None:
             search.next_example()
             super().__init__()
+
+        def teardown(self):
+            try:
+                super().teardown()
+            finally:
+                if discard is not None:  # the example's storage is not needed again
+                    discard(self.namespace)
 
         def _diverge(self, *args, **kwargs):
             divergence = super()._diverge(*args, **kwargs)
@@ -492,6 +515,8 @@ class Plan:
     time_budget: float | None
     call_deadline: float | None
     estimate: float  # seconds: a rough estimate (estimate_seconds)
+    jobs: int = 1  # searches that run at once, each in a process of its own when more than one
+    jobs_note: str = ""  # why fewer searches run at once than were asked for
 
 
 class Progress:
@@ -563,6 +588,7 @@ def certify(
     call_deadline: float | None = DEFAULT_CALL_DEADLINE,
     progress: Progress | Callable[[str, PropertyVerdict | None], None] | None = None,
     name: str | None = None,
+    jobs: int | None = None,
     _target: Target | None = None,
 ) -> Report:
     """Certify the transport ``factory`` opens against the specification; return a Report.
@@ -594,6 +620,12 @@ def certify(
     - ``progress``: a :class:`Progress` told what happens as it happens (or a callable
       ``progress(property, verdict)``, called with None as a property's searches start and
       with its verdict when they end).
+    - ``jobs``: how many searches run at once, each in a process of its own (default
+      :func:`default_jobs`: the cores available).  The report is the one a serial run gives
+      with the same seed; with a ``time_budget`` the shares are cut as if the searches ran
+      ``jobs`` at a time.  Other processes build the factory again by its name, so a factory
+      that cannot be imported by name (a closure) runs its searches one at a time, and the
+      plan says so.
 
     Whatever the transport does, the certification goes on (see the module docstring).  If it
     is stopped (KeyboardInterrupt, SystemExit) or the certifier itself fails, the exception is
@@ -614,6 +646,8 @@ def certify(
     for option, value in (("time_budget", time_budget), ("soak", soak), ("call_deadline", call_deadline)):
         if value is not None and not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
             raise ValueError(f"{option} must be a positive number of seconds (or None), got {value!r}")
+    if jobs is not None and (type(jobs) is not int or jobs < 1):
+        raise ValueError(f"jobs must be a whole number >= 1 (or None: the cores available), got {jobs!r}")
     if level is not None and level not in LEVELS:
         raise ValueError(f"unknown level {level!r}; choose from {list(LEVELS)}")
     if soak is not None and not SOAK_PROPERTIES & set(chosen):
@@ -626,167 +660,405 @@ def certify(
         target = _target if _target is not None else Target.from_factory(factory, capabilities, is_async)
         target = detect_protocol(target)
         caps = target.capabilities
-        speed = preflight(target)
         applicable = [p for p in chosen if PROPERTIES[p].needs(caps) is None]
-        searches = dict(lockstep=sum(PROPERTIES[p].search == "lockstep" for p in applicable),
-                        parallel=int("contention" in applicable) + int(any(PROPERTIES[p].concurrent for p in applicable)),
-                        processes=processes, soak=soak)
-        asked = profile
-        if time_budget is None:  # with a budget, the time is the caller's to share
-            profile = profile.fitted(estimate_seconds(profile, caps, speed, **searches))
-        estimate = estimate_seconds(profile, caps, speed, **searches)
-        if time_budget is not None:
-            estimate = min(estimate, time_budget + (soak or 0.0))
-        progress = progress or Progress()
-        progress.planned(Plan(
-            transport=name or target.name, capabilities=caps, is_async=target.is_async, profile=profile,
-            fitted_from=asked if profile is not asked else None, seed=seed, properties=tuple(chosen),
-            not_applicable=tuple(p for p in chosen if p not in applicable), processes=processes, soak=soak,
-            time_budget=time_budget, call_deadline=call_deadline, estimate=estimate,
-        ))
-        pool = _branch_processes(target, call_deadline) if processes else None
+        tasks = _tasks(chosen, applicable, soak)
+        jobs, jobs_note = _jobs_for(target, jobs, tasks, processes=processes)
+        searchers = None
+        if jobs > 1:  # spawned now, so that they import while the preflight runs
+            searchers = SearchProcesses(target, jobs, _run_task, _clean_up_process)
         try:
-            run = _Certification(target, profile, seed, chosen, time_budget, pool, soak, limits,
-                                 progress, name, level or default_level(caps))
-            return run.all()
+            speed = preflight(target)
+            if searchers is not None and (why := searchers.ready()) is not None:
+                searchers.close()
+                searchers, jobs, jobs_note = None, 1, f"searches run one at a time: {why}"
+            searches = dict(lockstep=sum(PROPERTIES[p].search == "lockstep" for p in applicable),
+                            parallel=int("contention" in applicable) + int(any(PROPERTIES[p].concurrent for p in applicable)),
+                            processes=processes, soak=soak)
+            asked = profile
+            if time_budget is None:  # with a budget, the time is the caller's to share
+                profile = profile.fitted(estimate_seconds(profile, caps, speed, **searches))
+            estimate = estimate_seconds(profile, caps, speed, **searches)
+            if jobs > 1:  # the searches spread over the processes; the soak runs beside them
+                estimate = (estimate - (soak or 0.0)) / min(jobs, len(tasks)) * 1.15 + (soak or 0.0)
+            if time_budget is not None:
+                estimate = min(estimate, time_budget + (soak or 0.0))
+            progress = progress or Progress()
+            progress.planned(Plan(
+                transport=name or target.name, capabilities=caps, is_async=target.is_async, profile=profile,
+                fitted_from=asked if profile is not asked else None, seed=seed, properties=tuple(chosen),
+                not_applicable=tuple(p for p in chosen if p not in applicable), processes=processes, soak=soak,
+                time_budget=time_budget, call_deadline=call_deadline, estimate=estimate, jobs=jobs,
+                jobs_note=jobs_note,
+            ))
+            pool = _branch_processes(target, call_deadline) if processes else None
+            try:
+                run = _Certification(target, profile, seed, chosen, tasks, time_budget, pool, soak, limits,
+                                     progress, name, level or default_level(caps), jobs, searchers)
+                return run.all()
+            finally:
+                if pool is not None:
+                    pool.close()
         finally:
-            if pool is not None:
-                pool.close()
+            if searchers is not None:
+                searchers.close()
+
+
+def default_jobs() -> int:
+    """How many searches run at once unless told: ``HAREL_REF_JOBS`` if set (a test suite that
+    runs many certifications side by side sets it to 1), else the cores this process may use."""
+    text = os.environ.get("HAREL_REF_JOBS", "").strip()
+    if text:
+        if not (text.isdigit() and int(text) >= 1):
+            raise ValueError(f"HAREL_REF_JOBS must be a whole number >= 1, got {text!r}")
+        return int(text)
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+
+
+def _jobs_for(target: Target, jobs: int | None, tasks: list[_Task], *, processes: bool) -> tuple[int, str]:
+    """The number of search processes to use, and a note when it is fewer than asked."""
+    asked = default_jobs() if jobs is None else jobs
+    in_processes = [task for task in tasks if not _runs_at_home(task, processes)]
+    if asked <= 1 or len(in_processes) <= 1:
+        return 1, ""
+    if target.recipe is None:
+        return 1, (f"searches run one at a time: {target.name} cannot be imported by name, so other "
+                   "processes cannot build it (a module-level factory can)")
+    return min(asked, len(in_processes)), ""
+
+
+def _runs_at_home(task: _Task, processes: bool) -> bool:
+    """Whether ``task`` runs in the certifying process even with jobs: the soak (it keeps its
+    own wall-clock time), and with ``processes`` the parallel searches (they own the branch
+    processes)."""
+    return task.kind == "soak" or (processes and PROPERTIES.get(task.kind, _CONCURRENT).search != "lockstep")
+
+
+_CONCURRENT = _Focus("", frozenset(), search="concurrent")
+
+
+@dataclass(frozen=True)
+class _Task:
+    """One search of a certification: the own search of the property ``kind``, or a shared
+    one (``kind`` ``"concurrent"`` or ``"soak"``), whose time counts for ``prop``, the first
+    property that needs it."""
+
+    kind: str
+    prop: str
+
+
+def _tasks(chosen: list[str], applicable: list[str], soak: float | None) -> list[_Task]:
+    """The searches in the order a serial run makes them (and weighs them): each property's own
+    search, and after the first property that needs a shared search, that one."""
+    tasks, shared = [], set()
+    for prop in chosen:
+        if prop not in applicable:
+            continue
+        tasks.append(_Task(prop, prop))
+        wanted = ["concurrent"] + (["soak"] if soak else []) if prop in SOAK_PROPERTIES else []
+        for kind in wanted:
+            if (kind == "concurrent" and not PROPERTIES[prop].concurrent) or kind in shared:
+                continue
+            shared.add(kind)
+            tasks.append(_Task(kind, prop))
+    return tasks
+
+
+@dataclass
+class _Found:
+    """What one search found, as data (it comes back from a search process): its verdict and
+    reason, its time and examples, and the failures it found.  Whom a failure counts against is
+    settled when the searches are weighed (:meth:`_Certification.weigh`), as is the verdict of a
+    search that found one.  The soak gives a verdict for each property it counts for (``each``)."""
+
+    verdict: str
+    reason: str
+    seconds: float
+    examples: int
+    failures: list[Failure] = dataclasses.field(default_factory=list)
+    earlier: int = 0  # of the failures, how many the runs before the last found (they do not bear on its verdict)
+    note: str = ""  # said after the settled reason
+    each: dict[str, tuple[str, str]] | None = None
+
+
+def _run_task(target: Target, context: dict[str, Any], task: _Task, started, event: Callable,
+              pool: BranchProcesses | None = None) -> _Found:
+    """Run the search ``task``: here, or in a search process (:mod:`harel_ref.certify._jobs`).
+
+    ``context`` holds the profile, the seed, the time budget's end, how many searches share it
+    (``budgeted``) and how many run at once (``jobs``); ``started`` counts the searches begun,
+    across processes; ``event(name, *args)`` calls the :class:`Progress` method ``name``."""
+    with limit_calls(context["call_deadline"]) as limits, _hypothesis_apart():
+        if task.kind == "soak":
+            event("searching", task.prop, "soak", 0, 1)
+            return _soak(target, context["soak"], context["seed"])
+        with started.get_lock():
+            started.value += 1
+            left = context["budgeted"] - started.value + 1
+        began = time.monotonic()
+        if began >= context["end"]:
+            return _Found("unknown", "not reached: the time budget was spent", 0.0, 0)
+        share = (context["end"] - began) * min(context["jobs"], left) / max(1, left)  # a fair share of what is left
+        if task.kind != "concurrent":
+            event("started", task.prop)
+            return _search_once(target, context, task, share, limits, event, pool)
+        ignore: frozenset[str] = frozenset()
+        earlier: list[Failure] = []
+        while True:  # the shared concurrent search, again with what failed taken as broken
+            found = _search_once(target, context, task, share, limits, event, pool, ignore)
+            broken = frozenset(failure.property for failure in earlier + found.failures)
+            if ignore:
+                found.note = f" (searched again with {', '.join(sorted(ignore))} taken as broken)"
+            if found.verdict == "passed" or broken <= ignore or len(broken) >= 4 or limits.broken is not None:
+                found.seconds, found.earlier = time.monotonic() - began, len(earlier)
+                found.failures = earlier + found.failures
+                return found
+            earlier += found.failures
+            ignore = broken
+
+
+@contextlib.contextmanager
+def _hypothesis_apart() -> Iterator[None]:
+    """Hypothesis as a search needs it, whatever process it runs in, and leaving nothing behind.
+
+    - Local constants: Hypothesis now and then draws a literal found in the source of the
+      "local" modules loaded so far.  Which modules those are depends on the process (a search
+      process, a pytest session and the command load different ones), so the same seed would
+      find different examples.  While a search runs, there are none.
+    - Storage: Hypothesis caches those constants and its Unicode tables under ``.hypothesis``
+      in the current directory.  While a search runs, its home is a scratch directory of this
+      process, removed when the process ends.
+
+    Both reach into Hypothesis beyond its documented API (``set_hypothesis_home_dir`` is
+    documented; ``providers._get_local_constants`` is not): tests/test_hypothesis_internals.py
+    checks what this relies on."""
+    from hypothesis import configuration
+    from hypothesis.internal.conjecture import providers
+    from hypothesis.internal.constants_ast import Constants
+
+    global _SCRATCH_HOME
+    if _SCRATCH_HOME is None:
+        _SCRATCH_HOME = tempfile.mkdtemp(prefix="harel-ref-hypothesis-")
+        atexit.register(shutil.rmtree, _SCRATCH_HOME, ignore_errors=True)
+    home = configuration.storage_directory(intent_to_write=False).home_directory
+    found = providers._get_local_constants
+    configuration.set_hypothesis_home_dir(_SCRATCH_HOME)
+    providers._get_local_constants = Constants  # called with no arguments: none
+    providers.CONSTANTS_CACHE.cache.clear()
+    try:
+        yield
+    finally:
+        providers._get_local_constants = found
+        providers.CONSTANTS_CACHE.cache.clear()
+        configuration.set_hypothesis_home_dir(home)
+
+
+_SCRATCH_HOME: str | None = None
+
+
+def _search_once(target: Target, context: dict[str, Any], task: _Task, share: float, limits: CallLimits,
+                 event: Callable, pool: BranchProcesses | None, ignore: frozenset[str] = frozenset()) -> _Found:
+    """One run of a lockstep or parallel search, with ``share`` seconds to search (and as
+    many again to shrink a failure found in time)."""
+    began, kind, profile, caps = time.monotonic(), task.kind, context["profile"], target.capabilities
+    lockstep = kind in PROPERTIES and PROPERTIES[kind].search == "lockstep"
+    shown = "lockstep" if lockstep else kind
+    total = profile.max_examples if lockstep else profile.programs
+    search = _Search(deadline=began + share, grace=share, limits=limits,
+                     on_example=lambda done: event("searching", task.prop, shown, done, total))
+    if lockstep:
+        _run_search(focus_machine(target.factory, kind, caps, is_async=target.is_async), profile, context["seed"], search)
+    else:
+        _run_parallel(target, caps, profile, context["seed"], search, contention=kind == "contention",
+                      processes=pool, ignore=ignore)
+    verdict, reason, failures = _judge(kind, search, target, profile, context["seed"], pool is not None)
+    if not lockstep and verdict == "passed":
+        judged = "no call refused" if kind == "contention" else "every history linearizable"
+        reason = f"{search.examples} programs × {profile.repeats} runs, {judged}"
+    elif not lockstep:
+        reason = reason.replace("examples", "programs", 1)
+    return _Found(verdict, reason, time.monotonic() - began, search.examples, failures)
+
+
+def _clean_up_process(target: Target) -> None:
+    """What a search process does as it ends: drop the tables its rqlite transports made (the
+    other servers' backends drop theirs at exit; files are the certifier's to remove)."""
+    if target.recipe is not None and target.recipe.bundled and "rqlite" in target.recipe.bundled:
+        from harel_ref.stateful.backends.rqlite import drop_opened_tables
+
+        drop_opened_tables()
 
 
 class _Certification:
-    """One certification under way: the searches run so far, and what they found."""
+    """One certification under way: its searches, run one at a time or in search processes,
+    and what they found, weighed in the order of the searches (so the report does not depend
+    on which finished first)."""
 
-    def __init__(self, target: Target, profile: Profile, run_seed: int, chosen: list[str],
+    def __init__(self, target: Target, profile: Profile, run_seed: int, chosen: list[str], tasks: list[_Task],
                  time_budget: float | None, pool: BranchProcesses | None, soak_seconds: float | None,
-                 limits: CallLimits, progress: Progress, name: str | None, level: str) -> None:
+                 limits: CallLimits, progress: Progress, name: str | None, level: str, jobs: int,
+                 searchers: SearchProcesses | None) -> None:
         self.target, self.caps, self.profile, self.seed = target, target.capabilities, profile, run_seed
-        self.chosen, self.pool, self.soak_seconds, self.limits = chosen, pool, soak_seconds, limits
-        self.progress, self.name, self.level = progress, name, level
+        self.chosen, self.tasks, self.pool, self.soak_seconds = chosen, tasks, pool, soak_seconds
+        self.progress, self.name, self.level, self.searchers = progress, name, level, searchers
         self.started = time.monotonic()
-        self.end = math.inf if time_budget is None else self.started + time_budget
-        self.time_budget = time_budget
-        self.failures: dict[str, list[Failure]] = {}
-        self.searched: dict[str, tuple[str, str, float, int]] = {}  # property -> (verdict, reason, s, n)
-        self.shared: dict[str, Any] = {}  # once run: "concurrent" -> its verdict; "soak" -> property -> verdict
-        self.wanted = ["concurrent"] + (["soak"] if soak_seconds else [])
-        self.current: str | None = None  # the property being searched
+        self.context = dict(
+            profile=profile, seed=run_seed, soak=soak_seconds, call_deadline=limits.deadline, jobs=jobs,
+            end=math.inf if time_budget is None else self.started + time_budget,
+            budgeted=sum(task.kind != "soak" for task in tasks),
+        )
+        self.found: dict[int, _Found] = {}  # task number -> what that search found
+        self.running: set[int] = set()
+        self.told = 0  # verdicts told to progress, in order
 
     def all(self) -> Report:
-        """Search every chosen property; the report.  If the run is stopped or fails, the
-        exception carries the report so far (``report``)."""
+        """Run every search and tell each verdict once it is settled; the report.  If the run
+        is stopped or fails, the exception carries the report so far (``report``)."""
         try:
-            for index, prop in enumerate(self.chosen):
-                self.current = prop
-                self.property(index, prop)
-            self.current = None
+            if self.searchers is None:
+                self.run_here(range(len(self.tasks)), multiprocessing.Value("i", 0))
+            else:
+                self.run_in_processes()
         except BaseException as stop:
             why = f"the certification was stopped by {type(stop).__name__}"
             if not isinstance(stop, (KeyboardInterrupt, SystemExit)):
                 why = f"the certifier failed: {type(stop).__name__}: {stop}"
-            for prop in self.chosen:
-                if prop not in self.searched:
-                    reached = "interrupted" if prop == self.current else "not reached"
-                    self.searched[prop] = ("unknown", f"{reached}: {why}", 0.0, 0)
-            stop.report = self.report()
+            stop.report = self.report(why)
             raise
         return self.report()
 
-    def report(self) -> Report:
-        order = self.chosen + [p for p in PROPERTIES if p in self.failures and p not in self.chosen]
-        verdicts = tuple(_verdict(p, self.searched.get(p, ("unknown", "not selected", 0.0, 0)), self.failures)
-                         for p in order)
+    def run_here(self, numbers: Iterable[int], started) -> None:
+        def event(name: str, *args: Any) -> None:
+            getattr(self.progress, name)(*args)
+
+        for number in numbers:
+            self.running.add(number)
+            self.tell(number)
+            self.found[number] = _run_task(self.target, self.context, self.tasks[number], started, event, self.pool)
+            self.running.discard(number)
+            self.tell()
+
+    def run_in_processes(self) -> None:
+        """Longest first: the parallel searches, then the lockstep ones in order."""
+        searchers = self.searchers
+        away = [n for n, task in enumerate(self.tasks) if not _runs_at_home(task, self.pool is not None)]
+        for number in sorted(away, key=lambda n: PROPERTIES.get(self.tasks[n].kind, _CONCURRENT).search == "lockstep"):
+            searchers.submit(number, self.tasks[number], self.context)
+        self.running.update(away)
+        self.run_here([n for n in range(len(self.tasks)) if n not in away], searchers.started)
+        for kind, number, detail in searchers.outcomes():
+            if kind == "event":
+                getattr(self.progress, detail[0])(*detail[1:])
+                continue
+            if kind == "died":
+                detail = _Found("unknown", f"{detail}: a search process died while searching", 0.0, 0)
+            self.found[number] = detail
+            self.running.discard(number)
+            self.tell()
+
+    # --- weighing what the searches found ------------------------------------------------
+
+    def tell(self, upcoming: int | None = None) -> None:
+        """Tell progress the verdicts now settled, in order: a property's verdict is settled
+        once every search up to its last is done (an earlier one may re-blame its failure).
+        ``upcoming``: the search about to run here, up to which not-applicable verdicts go."""
+        done = next((n for n in range(len(self.tasks)) if n not in self.found), len(self.tasks))
+        verdicts = self.verdicts()
+        while self.told < len(self.chosen):
+            prop = self.chosen[self.told]
+            numbers = [n for n, task in enumerate(self.tasks) if task.prop == prop]
+            last = max(numbers, default=-1)
+            if last >= done or (not numbers and upcoming is not None and self.first_of(prop) > upcoming):
+                return
+            self.progress.finished(verdicts[prop])
+            self.told += 1
+
+    def first_of(self, prop: str) -> int:
+        """The number of the first search after ``prop`` in order (where its verdict, had it
+        searches, would come)."""
+        after = self.chosen[self.chosen.index(prop):]
+        return next((n for n, task in enumerate(self.tasks) if task.prop in after), len(self.tasks))
+
+    def weigh(self) -> tuple[dict[str, list[Failure]], dict[int, tuple[str, str, float, int]]]:
+        """Every failure found, under the property it counts against, and each search's
+        settled verdict, weighed in the order of the searches."""
+        failures: dict[str, list[Failure]] = {}
+        settled = {}
+        for number, task in enumerate(self.tasks):
+            if number not in self.found:
+                continue
+            found = self.found[number]
+            counted = []
+            for failure in found.failures:
+                if task.kind != "soak":
+                    failure = _reblamed(failure, failures)
+                failures.setdefault(failure.property, []).append(failure)
+                counted.append(failure.property)
+            verdict, reason = found.verdict, found.reason
+            counted = counted[found.earlier:]
+            if verdict == "failed":  # the search stopped at failures: whose are they?
+                if task.kind in counted:
+                    verdict, reason = "failed", failures[task.kind][-1].summary()
+                else:
+                    broken = ", ".join(dict.fromkeys(counted))
+                    verdict, reason = "unknown", f"cut short: the search stopped at a failure of {broken} (see there)"
+            settled[number] = (verdict, reason + found.note, found.seconds, found.examples)
+        return failures, settled
+
+    def verdicts(self, why: str | None = None) -> dict[str, PropertyVerdict]:
+        """The verdict on every chosen property (and any other that a search found broken)."""
+        failures, settled = self.weigh()
+        searched = {}
+        for prop in self.chosen:
+            if (reason := PROPERTIES[prop].needs(self.caps)) is not None:
+                searched[prop] = ("not applicable", reason, 0.0, 0)
+                continue
+            parts = []
+            for number, task in enumerate(self.tasks):
+                uses = task.prop == prop or (task.kind == "soak" and prop in SOAK_PROPERTIES) or (
+                    task.kind == "concurrent" and PROPERTIES[prop].concurrent)
+                if not uses:
+                    continue
+                part = settled.get(number)
+                if part is None:
+                    reached = "interrupted" if number in self.running else "not reached"
+                    part = ("unknown", f"{reached}: {why}" if why else reached, 0.0, 0)
+                elif task.kind == "soak":
+                    part = (*self.found[number].each[prop], part[2], part[3])
+                if task.prop != prop:  # a shared search counts its time for the first that needs it
+                    part = (*part[:2], 0.0, 0)
+                parts.append(("own" if task.kind == prop else task.kind, part))
+            parts.sort(key=lambda named: named[0] != "own")  # its own search first, then the shared
+            searched[prop] = _combine(parts)
+        order = self.chosen + [p for p in PROPERTIES if p in failures and p not in self.chosen]
+        return {p: _verdict(p, searched.get(p, ("unknown", "not selected", 0.0, 0)), failures) for p in order}
+
+    def report(self, why: str | None = None) -> Report:
+        verdicts = self.verdicts(why)
         return Report(
             transport=self.name or self.target.name,
             capabilities=self.caps,
             is_async=self.target.is_async,
             profile=self.profile,
             seed=self.seed,
-            verdicts=verdicts,
+            verdicts=tuple(verdicts.values()),
             seconds=time.monotonic() - self.started,
             replay=self.target.command(self.profile.name, self.seed, processes=self.pool is not None,
                                        soak=self.soak_seconds),
-            descriptions={p: PROPERTIES[p].what for p in order},
+            descriptions={p: PROPERTIES[p].what for p in verdicts},
             processes=self.pool is not None,
             soak=self.soak_seconds,
             level=self.level,
         )
 
-    def property(self, index: int, prop: str) -> None:
-        """The verdict on ``prop``: its own search, and the shared ones it needs."""
-        focus = PROPERTIES[prop]
-        if (reason := focus.needs(self.caps)) is not None:
-            self.searched[prop] = ("not applicable", reason, 0.0, 0)
-            self.progress.finished(_verdict(prop, self.searched[prop], self.failures))
-            return
-        self.progress.started(prop)
-        parts = [("own", self.run(prop, prop, index))]
-        for kind in self.wanted if prop in SOAK_PROPERTIES else ():
-            if kind == "concurrent" and not focus.concurrent:
-                continue
-            first = kind not in self.shared
-            if first:
-                self.shared[kind] = self.run(prop, kind, index)
-            found = self.shared[kind][prop] if kind == "soak" else self.shared[kind]  # the soak judges each
-            parts.append((kind, found if first else (*found[:2], 0.0, 0)))
-        self.searched[prop] = _combine(parts)
-        self.progress.finished(_verdict(prop, self.searched[prop], self.failures))
 
-    def budgeted_searches_left(self, index: int) -> int:
-        applicable = [p for p in self.chosen[index:] if PROPERTIES[p].needs(self.caps) is None]
-        concurrent = "concurrent" not in self.shared and any(PROPERTIES[p].concurrent for p in applicable)
-        return len(applicable) + int(concurrent)
-
-    def run(self, prop: str, kind: str, index: int) -> tuple[str, str, float, int]:
-        """A property's own search (lockstep or contention), or a shared one, for ``prop``."""
-        if kind == "soak":
-            self.progress.searching(prop, "soak", 0, 1)
-            self.limits.broken = None
-            return _soak(self.target, self.caps, self.soak_seconds, self.seed, self.failures)
-        if kind == "concurrent":
-            return self.run_concurrent(prop, index)
-        return self.search_once(prop, kind, index)
-
-    def search_once(self, prop: str, kind: str, index: int,
-                    ignore: frozenset[str] = frozenset()) -> tuple[str, str, float, int]:
-        began = time.monotonic()
-        if began >= self.end:
-            return "unknown", "not reached: the time budget was spent", 0.0, 0
-        share = (self.end - began) / self.budgeted_searches_left(index)  # a fair share of what is left
-        lockstep = kind in PROPERTIES and PROPERTIES[kind].search == "lockstep"
-        shown = "lockstep" if lockstep else kind
-        total = self.profile.max_examples if lockstep else self.profile.programs
-        self.limits.broken = None  # a transport that broke in an earlier search gets another chance
-        search = _Search(deadline=began + share, grace=share, limits=self.limits,
-                         on_example=lambda done: self.progress.searching(prop, shown, done, total))
-        target, caps, profile = self.target, self.caps, self.profile
-        if lockstep:
-            _run_search(focus_machine(target.factory, kind, caps, is_async=target.is_async), profile, self.seed, search)
-        else:
-            _run_parallel(target, caps, profile, self.seed, search, contention=kind == "contention",
-                          processes=self.pool, ignore=ignore)
-        verdict, reason = _judge(kind, search, target, profile, self.seed, self.failures, self.pool is not None)
-        if not lockstep:
-            if verdict == "passed":
-                judged = "no call refused" if kind == "contention" else "every history linearizable"
-                reason = f"{search.examples} programs × {profile.repeats} runs, {judged}"
-            else:
-                reason = reason.replace("examples", "programs", 1)
-        return verdict, reason, time.monotonic() - began, search.examples
-
-    def run_concurrent(self, prop: str, index: int) -> tuple[str, str, float, int]:
-        """The shared concurrent search; when it stops at a failure, again with what failed
-        taken as broken (its rule left out of the model, see stateful.parallel.judge), so
-        that every property it counts for gets a verdict of its own."""
-        began, ignore = time.monotonic(), frozenset()
-        while True:
-            verdict, reason, _, examples = self.search_once(prop, "concurrent", index, ignore)
-            found = frozenset(p for p, fs in self.failures.items() if any(f.found_by == "concurrent" for f in fs))
-            if ignore:
-                reason += f" (searched again with {', '.join(sorted(ignore))} taken as broken)"
-            if verdict == "passed" or found <= ignore or len(found) >= 4 or self.limits.broken is not None:
-                return verdict, reason, time.monotonic() - began, examples
-            ignore = found
+def _reblamed(failure: Failure, failures: dict[str, list[Failure]]) -> Failure:
+    """``failure``, counted against the check that tripped instead of the property a focused
+    search blamed (a reopen or a refused bad input before it), when that check's own search
+    had already failed without one: then it is that property's bug."""
+    tripped = property_of(failure.check)
+    if tripped != failure.property and any(f.found_by == tripped for f in failures.get(tripped, [])):
+        return dataclasses.replace(failure, property=tripped)
+    return failure
 
 
 def _combine(parts: list[tuple[str, tuple[str, str, float, int]]]) -> tuple[str, str, float, int]:
@@ -818,15 +1090,14 @@ def _branch_processes(target: Target, call_deadline: float | None) -> BranchProc
     return pool
 
 
-def _soak(target: Target, caps: Capabilities, seconds: float, run_seed: int,
-          failures) -> dict[str, tuple[str, str, float, int]]:
-    """Run the soak and record what it breaks; its verdict for each property it counts for.
+def _soak(target: Target, seconds: float, run_seed: int) -> _Found:
+    """Run the soak; what it breaks, and its verdict for each property it counts for.
 
     Errors (contention) and the history checks are judged independently of one another; the
     model check stops at its first failure, so a property it did not name stays unknown."""
     began = time.monotonic()
     try:
-        result = run_soak(target.factory, caps, seconds, is_async=target.is_async, seed=run_seed)
+        result = run_soak(target.factory, target.capabilities, seconds, is_async=target.is_async, seed=run_seed)
         calls, lin = len(result.records), result.linearizability
     except Exception as exc:
         check, answered = _exception_outcome(exc)
@@ -835,28 +1106,24 @@ def _soak(target: Target, caps: Capabilities, seconds: float, run_seed: int,
             expected="an answer or error the spec allows", answered=answered,
             state="", steps=(), reproduction="", replay=target.command("quick", run_seed, only="contention", soak=seconds),
         )
-        failures.setdefault("contention", []).append(failure)
-        return dict.fromkeys(SOAK_PROPERTIES, ("unknown", "the soak crashed (see contention)", time.monotonic() - began, 0))
-    broken = set()
-    for divergence in result.failures():
-        failure = _failure("soak", divergence, False, target, PROFILES["quick"], run_seed, False, soak=seconds)
-        failures.setdefault(failure.property, []).append(failure)
-        broken.add(failure.property)
-    seconds_taken = time.monotonic() - began
-    verdicts = {}
+        crashed = ("unknown", "the soak crashed (see contention)")
+        return _Found(*crashed, time.monotonic() - began, 0, [failure], each=dict.fromkeys(SOAK_PROPERTIES, crashed))
+    failures = [_failure("soak", divergence, False, target, PROFILES["quick"], run_seed, False, soak=seconds)
+                for divergence in result.failures()]
+    broken = {failure.property for failure in failures}
+    each = {}
     for prop in SOAK_PROPERTIES:
         if prop in broken:
-            verdict = ("unknown", "the soak broke it (see the failure)")
+            each[prop] = ("unknown", "the soak broke it (see the failure)")
         elif prop == "contention":
-            verdict = ("passed", f"{calls} calls in {result.seconds:.0f} s, none raised")
+            each[prop] = ("passed", f"{calls} calls in {result.seconds:.0f} s, none raised")
         elif lin.ok is False:
-            verdict = ("unknown", f"the soak's model check stopped at a failure of {lin.property}")
+            each[prop] = ("unknown", f"the soak's model check stopped at a failure of {lin.property}")
         elif lin.ok is None:
-            verdict = ("unknown", f"the soak's model check gave up: {lin}")
+            each[prop] = ("unknown", f"the soak's model check gave up: {lin}")
         else:
-            verdict = ("passed", f"{calls} calls in {result.seconds:.0f} s, linearizable, no history violation")
-        verdicts[prop] = (*verdict, seconds_taken, calls)
-    return verdicts
+            each[prop] = ("passed", f"{calls} calls in {result.seconds:.0f} s, linearizable, no history violation")
+    return _Found("passed", "", time.monotonic() - began, calls, failures, each=each)
 
 
 def preflight(target: Target) -> Speed:
@@ -896,37 +1163,26 @@ def preflight(target: Target) -> Speed:
         close_all(opened, loop)
 
 
-def _judge(prop, search: _Search, target: Target, profile: Profile, run_seed: int, failures,
-           processes: bool = False) -> tuple[str, str]:
-    """The verdict of ``prop``'s own search (or of the shared ``"concurrent"`` one); record
-    every failure it found under the property that failure breaks (Hypothesis reports
-    distinct bugs of one search together)."""
+def _judge(prop, search: _Search, target: Target, profile: Profile, run_seed: int,
+           processes: bool = False) -> tuple[str, str, list[Failure]]:
+    """The verdict of ``prop``'s own search (or of the shared ``"concurrent"`` one), and every
+    failure it found (Hypothesis reports distinct bugs of one search together).  A search that
+    found failures is "failed" here; whom they count against, and so its verdict, is settled
+    when the searches are weighed (:meth:`_Certification.weigh`)."""
     exc = search.outcome()  # unshrunk when time ran out, or the transport broke, while shrinking
     if exc is None:
         if search.cut_short:
-            return "unknown", f"cut short by the time budget after {search.examples} examples"
-        return "passed", f"{search.examples} examples, none diverged"
+            return "unknown", f"cut short by the time budget after {search.examples} examples", []
+        return "passed", f"{search.examples} examples, none diverged", []
     flaky = isinstance(exc, FlakyFailure)
     found = _leaves(exc)
     if all(isinstance(e, HypothesisException) for e in found):
         if search.first is None:
-            return "unknown", f"Hypothesis stopped: {type(exc).__name__}: {str(exc).splitlines()[0]}"
+            return "unknown", f"Hypothesis stopped: {type(exc).__name__}: {str(exc).splitlines()[0]}", []
         found = [search.first]  # shrinking was cut short by the time budget: no steps to show
-    broken = []
-    for error in found:
-        if isinstance(error, HypothesisException):
-            continue
-        failure = _failure(prop, error, flaky, target, profile, run_seed, processes)
-        tripped = property_of(failure.check)
-        if tripped != failure.property and any(f.found_by == tripped for f in failures.get(tripped, [])):
-            # Blamed on the reopen (or the refused bad input) before it, but the check that
-            # tripped failed in its own search too, without one: it is that property's bug.
-            failure = dataclasses.replace(failure, property=tripped)
-        failures.setdefault(failure.property, []).append(failure)
-        broken.append(failure.property)
-    if prop in broken:
-        return "failed", failures[prop][-1].summary()
-    return "unknown", f"cut short: the search stopped at a failure of {', '.join(broken)} (see there)"
+    failures = [_failure(prop, error, flaky, target, profile, run_seed, processes)
+                for error in found if not isinstance(error, HypothesisException)]
+    return "failed", "", failures
 
 
 def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profile: Profile, run_seed: int,

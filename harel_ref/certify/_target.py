@@ -26,6 +26,7 @@ import os
 import shlex
 import shutil
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -43,6 +44,7 @@ __all__ = [
     "detect_protocol",
     "parse_capabilities",
     "remove_directory",
+    "scratch_directory",
 ]
 
 
@@ -445,6 +447,20 @@ def _importable_spec(factory: Callable) -> str | None:
     if module is None or getattr(module, qualname, None) is not factory:
         return None
     return f"{module_name}:{qualname}"
+
+
+RAM_DIRECTORY = "/dev/shm"
+
+
+def scratch_directory() -> str:
+    """A new temporary directory for a bundled transport's files: in RAM (``/dev/shm``) when
+    the machine has one and ``TMPDIR`` does not name another place, else the usual temporary
+    directory.  A certification judges what a transport answers, and the same SQLite code runs
+    on either: on a disk, most of its time goes into waiting for fsyncs (about a third of a
+    standard run on the reference machine, docs/certify-speed.md).  The bundled backends remove
+    each example's files when it ends (``factory.discard``), so RAM holds a few at a time."""
+    ram = RAM_DIRECTORY if not os.environ.get("TMPDIR") and os.access(RAM_DIRECTORY, os.W_OK) else None
+    return tempfile.mkdtemp(prefix="harel-ref-certify-", dir=ram)
 
 
 def remove_directory(directory: str | os.PathLike[str], *, patience: float = 10.0) -> None:

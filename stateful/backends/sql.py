@@ -2,7 +2,8 @@
 
 Each namespace gets its own database file in ``tmp_dir``; calling the factory again with the same
 namespace opens the same file, which is how the checkers close-and-reopen a queue (durability)
-and open a second instance on it (sharing).
+and open a second instance on it (sharing).  ``factory.discard(namespace)`` removes the file
+once the checkers are done with the namespace (the certifier calls it after each example).
 """
 
 from __future__ import annotations
@@ -45,12 +46,25 @@ def directory_for(tmp_dir: Path | str | None) -> Path:
     return Path(directory)
 
 
+def _discarder(directory: Path, kind: str):
+    """``discard(namespace)``: remove the namespace's database file and its WAL companions once
+    the checkers are done with it, so a long search does not pile up files."""
+
+    def discard(namespace: str) -> None:
+        path = database_path(directory, namespace, kind)
+        for suffix in ("", "-wal", "-shm", "-journal"):
+            Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+    return discard
+
+
 def _sync(name: str, transport_class, kind: str, tmp_dir: Path | str | None) -> Backend:
     directory = directory_for(tmp_dir)
 
     def factory(clock, namespace):
         return transport_class(database_path(directory, namespace, kind), clock=clock)
 
+    factory.discard = _discarder(directory, kind)
     return Backend(name, factory, CAPABILITIES)
 
 
@@ -60,6 +74,7 @@ def _async(name: str, transport_class, kind: str, tmp_dir: Path | str | None) ->
     async def factory(clock, namespace):
         return await transport_class.create(database_path(directory, namespace, kind), clock=clock)
 
+    factory.discard = _discarder(directory, kind)
     return Backend(name, factory, CAPABILITIES, is_async=True)
 
 

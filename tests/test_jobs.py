@@ -1,0 +1,133 @@
+"""Searches in separate processes (``certify(jobs=N)``): the same report as one at a time."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from harel_ref.certify import Progress, certify
+from harel_ref.certify._engine import default_jobs
+from harel_ref.certify._target import Target
+
+TESTS = Path(__file__).resolve().parent
+
+TARGET_MODULE = '''
+import os, sys
+sys.path.insert(0, {tests!r})
+from broken import broken_backend
+from harel_ref.stateful import Capabilities
+
+_unfenced = broken_backend("unfenced ack")
+unfenced = _unfenced.factory
+unfenced.capabilities = _unfenced.capabilities
+
+_stores = {{}}
+
+
+def dies_on_reopen(clock, namespace):
+    """An in-memory queue that ends the process when a namespace is opened again (a reopen),
+    in a search process only: what a transport crashing the interpreter looks like."""
+    from harel_ref.transport import InMemoryStore, InMemoryTransport
+
+    if namespace in _stores and os.getpid() != int(os.environ["JOBS_TEST_PARENT"]):
+        os._exit(3)
+    return InMemoryTransport(clock=clock, store=_stores.setdefault(namespace, InMemoryStore()))
+
+
+dies_on_reopen.capabilities = Capabilities(durable=True)
+'''
+
+
+@pytest.fixture
+def project(tmp_path, monkeypatch):
+    """A directory holding ``jobs_target.py``, the current directory (as for the command), so
+    that search processes can import its factories by name."""
+    (tmp_path / "jobs_target.py").write_text(TARGET_MODULE.format(tests=str(TESTS)))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("JOBS_TEST_PARENT", str(os.getpid()))
+    yield tmp_path
+    sys.modules.pop("jobs_target", None)
+
+
+class Plans(Progress):
+    def __init__(self):
+        self.plans, self.told = [], []
+
+    def planned(self, plan):
+        self.plans.append(plan)
+
+    def finished(self, verdict):
+        self.told.append(verdict.property)
+
+
+def _without_times(report) -> str:
+    """The verdicts, without their seconds and with every lease token masked: a transport's
+    tokens are random, so two runs of one search differ in them and in nothing else."""
+    shown = repr([dataclasses.replace(v, seconds=0.0) for v in report.verdicts])
+    return re.sub(r"[a-z0-9]+:[0-9a-f]{32}", "TOKEN", shown)
+
+
+def test_a_run_with_jobs_gives_the_report_of_a_run_one_at_a_time(project):
+    target = Target.from_spec("jobs_target:unfenced")
+    serial = certify(target.factory, profile="quick", _target=target, jobs=1)
+    plans = Plans()
+    spread = certify(target.factory, profile="quick", _target=target, jobs=2, progress=plans)
+    assert plans.plans[0].jobs == 2 and not plans.plans[0].jobs_note
+    assert spread.verdict("fencing").verdict == "failed"  # failures, shrunk steps and all, compared too
+    assert spread.verdict("fifo").verdict == "passed"
+    assert _without_times(spread) == _without_times(serial)
+    assert plans.told == [v.property for v in spread.verdicts]  # each verdict told once, in order
+
+
+def test_a_factory_other_processes_cannot_import_runs_its_searches_one_at_a_time():
+    from harel_ref.stateful.backends import load
+
+    backend = load("memory")(None)  # a closure: not importable by name
+    plans = Plans()
+    report = certify(backend.factory, backend.capabilities, profile="quick", properties=["fifo", "close"],
+                     jobs=2, progress=plans)
+    assert report.outcome == "passed"
+    assert plans.plans[0].jobs == 1
+    assert "cannot be imported by name" in plans.plans[0].jobs_note
+
+
+def test_a_search_process_that_dies_costs_only_the_search_it_ran(project):
+    target = Target.from_spec("jobs_target:dies_on_reopen")
+    report = certify(target.factory, profile="quick", _target=target, jobs=2,
+                     properties=["fifo", "durability", "close"])
+    durability = report.verdict("durability")
+    assert durability.verdict == "unknown"
+    assert "exit code 3" in durability.reason and "died" in durability.reason
+    assert report.verdict("fifo").verdict == report.verdict("close").verdict == "passed"
+
+
+def test_the_default_number_of_jobs(monkeypatch):
+    monkeypatch.setenv("HAREL_REF_JOBS", "3")
+    assert default_jobs() == 3
+    monkeypatch.delenv("HAREL_REF_JOBS")
+    assert default_jobs() == len(os.sched_getaffinity(0))
+    monkeypatch.setenv("HAREL_REF_JOBS", "many")
+    with pytest.raises(ValueError, match="HAREL_REF_JOBS must be a whole number >= 1, got 'many'"):
+        default_jobs()
+
+
+@pytest.mark.parametrize("jobs", [0, -1, 1.5, True, "2"])
+def test_a_bad_number_of_jobs_is_refused(jobs):
+    from harel_ref.stateful.backends import load
+
+    backend = load("memory")(None)
+    with pytest.raises(ValueError, match=f"jobs must be a whole number >= 1.*got {jobs!r}"):
+        certify(backend.factory, backend.capabilities, jobs=jobs)
+
+
+def test_the_command_refuses_a_bad_number_of_jobs(tmp_path):
+    run = subprocess.run([sys.executable, "-m", "harel_ref._cli", "certify", "--bundled", "memory", "--jobs", "0",
+                          "--report-dir", str(tmp_path)], capture_output=True, text=True)
+    assert run.returncode == 2
+    assert "--jobs: expected a whole number >= 1, got '0'" in run.stderr
