@@ -45,3 +45,22 @@ def test_servers_prints_every_peer_at_every_worker_count_and_both_scenarios():
     for scenario in "ac":
         assert re.search(rf"^\| \({scenario}\) (\| [\d,]+ \([^|]*){{4}}\|$", out, re.MULTILINE), (scenario, out)
     assert "load average" in out and "fsync on" in out
+
+
+def test_certify_speed_prints_both_tables_before_and_after():
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "certify_speed.py"), "--before", "HEAD", "--transports", "memory",
+         "--profiles", "quick/10", "--jobs", "2", "--kill-seeds", "1", "--variants", "2"],
+        capture_output=True, text=True, timeout=900, cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    assert re.search(r"^memory +quick/10 +[\d.]+ s passed \(quick/10\) +[\d.]+ s passed \(quick/10\) +"
+                     r"[\d.]+ s passed \(quick/10\) +[\d.]+x", out, re.MULTILINE), out
+    rows = [line for line in out.splitlines() if re.search(r"^\S.* (bad-input|fifo|fencing|no-loss|fairness|"
+                                                          r"lease-expiry|parking|single-in-flight|priority-floor|"
+                                                          r"routing|durability|close|tie-break|contention) ", line)]
+    assert len(rows) == 2 and all(re.search(r"[\d.]+ / +[\d.]+|never", row) for row in rows), out
+    assert "median over the variants" in out and "load average at the end" in out
+    worktrees = subprocess.run(["git", "worktree", "list"], cwd=ROOT, capture_output=True, text=True).stdout
+    assert "certify-speed-before" not in worktrees
