@@ -52,13 +52,11 @@ from typing import Any
 
 from harel_ref.model import Claimed, QueueModel, When
 
-from ._machine import claim_property, describe_queue, property_of, release_check, show_outcomes
+from ._machine import claim_check, describe_queue, release_check, show_outcomes
+from ._properties import DIAGNOSES, owner
 from ._record import Record
 
 __all__ = ["Linearizability", "check_linearizable"]
-
-DIAGNOSES = (("R2", "single-in-flight"), ("R10", "fencing"))
-"""The rules tried, in order, to name what a history that does not fit breaks."""
 
 DEFAULT_MAX_STEPS = 2_000_000
 """Calls tried before the search gives up and answers "undecided" (never on a correct history
@@ -562,7 +560,7 @@ def _explain(calls: list[_Call], call: _Call, model: QueueModel) -> Linearizabil
     if call.op == "claim":
         min_priority, keys = args.get("min_priority", 0), args.get("routing_keys")
         allowed = model.claim_outcomes(now, min_priority, keys)
-        prop = claim_property(allowed, _as_lease(answer), model, now, min_priority, keys)
+        prop = claim_check(allowed, _as_lease(answer), model, now, min_priority, keys)
         step = f"{who}claim({args.get('worker_id')!r}, visibility={args.get('visibility')})"
         expected, answered = show_outcomes(allowed), _show_lease(answer)
         group = _field(answer, "group_id")
@@ -585,7 +583,7 @@ def _explain(calls: list[_Call], call: _Call, model: QueueModel) -> Linearizabil
             holder = model.holds()[group][0]
     if call.record.worker == DRAIN_WORKER:
         prop = "no-loss"  # the final drain gave something else than what was left
-    prop = property_of(prop)
+    prop = owner(prop)  # the check, counted against its property
     culprits = [call.record]
     culprits += [c.record for c in calls if c.op == "claim" and holder is not None and c.known
                  and c.record.result is not None and _field(c.record.result, "token") == holder
@@ -597,7 +595,7 @@ def _explain(calls: list[_Call], call: _Call, model: QueueModel) -> Linearizabil
 
 
 class _LeaseView:
-    """A recorded lease (a dict) seen as a Lease, for the machine's claim_property."""
+    """A recorded lease (a dict) seen as a Lease, for the machine's claim_check."""
 
     def __init__(self, lease: Any) -> None:
         self.group_id, self.event = _field(lease, "group_id"), _field(lease, "event")

@@ -34,10 +34,11 @@ from harel_ref.model import Claimed, QueueModel, When
 
 from ._async import open_transport
 from ._backend import Backend
+from ._properties import AFTER_REFUSED, AFTER_REOPEN, AFTER_STALE, owner
 
 __all__ = [
-    "FOCUS_RULES", "RULES", "Divergence", "FakeClock", "TransportMachine", "claim_property",
-    "describe_queue", "make_machine", "property_of", "release_check", "show_outcomes",
+    "FOCUS_RULES", "RULES", "Divergence", "FakeClock", "TransportMachine", "claim_check",
+    "describe_queue", "make_machine", "release_check", "show_outcomes",
 ]
 
 START = 1000.0
@@ -80,14 +81,19 @@ events = st.one_of(
 class Divergence(AssertionError):
     """The transport answered something the model does not allow.
 
-    ``property`` is what the failure counts against; ``check`` is the check that tripped
-    (the same, unless a focused search blames an earlier step, see ``after_reopen``)."""
+    ``check`` is the check that tripped, ``property`` the one it counts against
+    (:func:`harel_ref.stateful._properties.owner`), and ``after`` what the example did before
+    that may have caused it (a reopen, a refused bad input, a stale ack or nack: the facts of
+    ``harel_ref.stateful._properties``); a focused search may count it against the property
+    it searches instead (:func:`~harel_ref.stateful._properties.attribute`)."""
 
     def __init__(
-        self, property: str, step: str, expected: str, answered: str, state: str, check: str | None = None
+        self, property: str, step: str, expected: str, answered: str, state: str, check: str | None = None,
+        after: Iterable[str] = (),
     ) -> None:
         self.property = property
         self.check = check if check is not None else property
+        self.after = frozenset(after)
         self.step = step
         self.expected = expected
         self.answered = answered
@@ -267,9 +273,8 @@ class TransportMachine(RuleBasedStateMachine):
     capabilities: no priority means every publish uses 0 and every claim min_priority 0, and
     so on.
 
-    Three class attributes narrow what a run looks at, so that a search can *focus* on one
-    property (the certifier runs one focused search per property).  Their defaults check
-    everything:
+    Class attributes narrow what a run looks at, so that a search can *focus* on one property
+    (the certifier runs one focused search per property).  Their defaults check everything:
 
     - ``stale_leases``: ack and nack leases that were superseded or already consumed (the
       fencing checks).  When False such steps do nothing.
@@ -277,13 +282,6 @@ class TransportMachine(RuleBasedStateMachine):
       of the clock, so an answer at the exact end of a lease or park is not judged (that
       boundary is the lease-expiry property's).  Only for an injectable clock.
     - ``check_close``: at teardown, check R14 (close twice, then every call fails).
-    - ``after_reopen``: when set, a divergence found after a ``reopen`` step names this
-      property (e.g. ``"durability"``) instead of the one it shows; the message keeps both.
-    - ``after_bad_input``: the same, after a ``bad_input`` step was refused (a transport that
-      changed the queue before refusing is caught at a later step).
-    - ``after_stale``: the same, after an ack or nack of a lease that is not current went to a
-      transport whose ack and nack answer nothing (harel's Protocol): what the stale call did
-      shows only at a later step.
     - ``model_acks``: how the model's ack and nack find their message (``"fenced"`` or
       ``"by-seq"``, see :class:`harel_ref.model.QueueModel`); None follows the backend's ``acks``.
     - ``consequences``: what a stale ack or nack *by seq* may break, checked against each
@@ -291,20 +289,19 @@ class TransportMachine(RuleBasedStateMachine):
       a message whose earlier holder is still working on it) and ``"no-loss"`` (an ack deletes
       a message another worker is still working on).
     - ``ties``: ``"arrival"`` (R4's tie-break) or ``"any"`` (groups stamped at one instant may
-      go in any order: harel's round-robin, R21); ``fairness_as`` names the property a wrong
-      choice of group counts against (``"tie-break"`` in the search for the tie-break alone).
+      go in any order: harel's round-robin, R21).
+
+    A divergence names the check that failed and what came before it (``Divergence.after``);
+    whom it counts against in a focused search is the property table's to say
+    (:mod:`harel_ref.stateful._properties`).
     """
 
     backend: Backend
     stale_leases: bool = True
     clock_slack: float = 0.0
-    after_reopen: str | None = None
-    after_bad_input: str | None = None
-    after_stale: str | None = None
     model_acks: str | None = None
     consequences: frozenset[str] = frozenset({"single-in-flight", "no-loss"})
     ties: str = "arrival"
-    fairness_as: str = "fairness"
     check_close: bool = True
 
     leases = Bundle("leases")
@@ -353,23 +350,15 @@ class TransportMachine(RuleBasedStateMachine):
         answer = method(*args)
         return answer, When(before, time.time())
 
-    def _diverge(self, prop: str, step: str, expected: str, answered: Any, *, consequence: bool = False) -> Divergence:
-        if prop == "fairness":
-            prop = self.fairness_as
+    def _diverge(self, check: str, step: str, expected: str, answered: Any, *, consequence: bool = False) -> Divergence:
+        """The divergence of the failed ``check``, with what came before it."""
         if self.stale and self.answerless and self.model.acks == "by-seq" and not consequence:
             step += ("  (the model acts by seq for the stale ack or nack before this step, as declared: "
                      "if the transport fences them, declare acks='fenced')")
-        check = prop
-        if self.reopened and self.after_reopen is not None and prop != self.after_reopen:
-            step = f"{step}  (after a reopen; the check that failed: {prop})"
-            prop = self.after_reopen
-        elif self.refused and self.after_bad_input is not None and prop != self.after_bad_input:
-            step = f"{step}  (after bad input was refused; the check that failed: {prop})"
-            prop = self.after_bad_input
-        elif self.stale and self.after_stale is not None and prop != self.after_stale:
-            step = f"{step}  (after a stale ack or nack; the check that failed: {prop})"
-            prop = self.after_stale
-        return Divergence(prop, step, expected, repr(answered), self._describe(), check)
+        after = {AFTER_REOPEN: self.reopened, AFTER_REFUSED: self.refused,
+                 AFTER_STALE: self.stale and self.answerless}  # a stale call that answered said what it did
+        return Divergence(owner(check), step, expected, repr(answered), self._describe(), check,
+                          after=[fact for fact, happened in after.items() if happened])
 
     def _current(self, lease) -> bool:
         """Whether ``lease`` still holds its message per the model (lapsed or not, R10)."""
@@ -463,8 +452,8 @@ class TransportMachine(RuleBasedStateMachine):
             allowed = self.model.claim_outcomes(when, min_priority, routing_keys)
         claimed = self._match(lease, allowed)
         if claimed is False:
-            prop = claim_property(allowed, lease, self.model, when, min_priority, routing_keys)
-            raise self._diverge(prop, step, show_outcomes(allowed), lease)
+            check = claim_check(allowed, lease, self.model, when, min_priority, routing_keys)
+            raise self._diverge(check, step, show_outcomes(allowed), lease)
         if claimed is None:
             return None
         self._check_lease_identity(step, lease, claimed)
@@ -780,13 +769,9 @@ def make_machine(
     rules: Iterable[str] | None = None,
     stale_leases: bool = True,
     clock_slack: float = 0.0,
-    after_reopen: str | None = None,
-    after_bad_input: str | None = None,
-    after_stale: str | None = None,
     model_acks: str | None = None,
     consequences: Iterable[str] = ("single-in-flight", "no-loss"),
     ties: str = "arrival",
-    fairness_as: str = "fairness",
     check_close: bool = True,
     name: str | None = None,
 ) -> type[TransportMachine]:
@@ -795,9 +780,8 @@ def make_machine(
 
     By default every rule of :data:`RULES` runs and every check is made.  ``rules`` (names
     from :data:`RULES` and :data:`FOCUS_RULES`) runs those rules instead; ``stale_leases``,
-    ``clock_slack``, ``after_reopen``, ``after_bad_input``, ``after_stale``, ``model_acks``,
-    ``consequences``, ``ties``, ``fairness_as`` and ``check_close`` set the class attributes of
-    the same names (see :class:`TransportMachine`).  ``name`` is the
+    ``clock_slack``, ``model_acks``, ``consequences``, ``ties`` and ``check_close`` set the class
+    attributes of the same names (see :class:`TransportMachine`).  ``name`` is the
     class name Hypothesis prints in a failing example (default: from the backend's name).
     """
     if name is None:
@@ -807,13 +791,9 @@ def make_machine(
         "backend": backend,
         "stale_leases": stale_leases,
         "clock_slack": clock_slack,
-        "after_reopen": after_reopen,
-        "after_bad_input": after_bad_input,
-        "after_stale": after_stale,
         "model_acks": model_acks,
         "consequences": frozenset(consequences),
         "ties": ties,
-        "fairness_as": fairness_as,
         "check_close": check_close,
     }
     rules = set(RULES if rules is None else rules)
@@ -859,17 +839,6 @@ def describe_queue(model: QueueModel, clock: str) -> str:
     return "\n".join(lines or ["    (empty)"]) + f"\n  ({clock})"
 
 
-CHECK_TO_PROPERTY = {"publish": "no-loss", "ack": "fencing", "nack": "fencing"}
-"""The machine's own check names that are not verdict lines: a publish that answers something
-else than None counts against no-loss; an ack/nack that does not answer True for the current
-lease counts against fencing (R10 says which leases act, both ways)."""
-
-
-def property_of(check: str) -> str:
-    """The verdict line (a certifier property) a check (``Divergence.check``) counts against."""
-    return CHECK_TO_PROPERTY.get(check, check)
-
-
 def release_check(op: str, expected: bool, delay: float) -> str:
     """The check an ack or nack that did not answer ``expected`` fails: acting for a lease that
     is not current is fencing (R10); refusing a current one is the ack/nack check itself."""
@@ -897,8 +866,9 @@ def show_outcomes(allowed) -> str:
     return " or ".join(shown)
 
 
-def claim_property(allowed, lease, model: QueueModel, now: When, min_priority, routing_keys) -> str:
-    """Name the property a wrong claim answer breaks, for the certifier's verdict."""
+def claim_check(allowed, lease, model: QueueModel, now: When, min_priority, routing_keys) -> str:
+    """The check a wrong claim answer fails: what the model's state says went wrong (a lapsed
+    lease not seen, a group below the floor, the wrong message of the right group, ...)."""
     holds = model.holds()
     if lease is None:  # something was claimable: why did the transport not see it?
         lapsed = [holds[c.group_id][0] for c in allowed if c is not None and c.group_id in holds]

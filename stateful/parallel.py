@@ -62,7 +62,8 @@ from hypothesis import strategies as st
 
 from ._async import TransportHung, open_transport, release_call_thread
 from ._backend import Capabilities
-from ._linearize import DIAGNOSES, DRAIN_WORKER, check_linearizable
+from ._linearize import DRAIN_WORKER, check_linearizable
+from ._properties import DIAGNOSES
 from ._machine import START, Divergence, FakeClock
 from ._timeline import timeline_svg, timeline_text
 from .history import Record

@@ -34,6 +34,7 @@ from typing import Any
 from ._async import open_transport
 from ._backend import Capabilities
 from ._linearize import DRAIN_WORKER, Linearizability
+from ._properties import owner_of_breach
 from .history import HistoryReport, Record, _jsonable, check
 from . import parallel
 from .parallel import ConcurrencyFailure, Run, _together, close_all, failure_class
@@ -46,16 +47,6 @@ DELAYS = (0.01, 0.05)
 SETTLE = 0.3
 """Seconds waited after the workers stop, so that every lease and park has lapsed before the
 drain (longer than any visibility or delay above)."""
-
-HISTORY_TO_PROPERTY = {
-    "overlap": "single-in-flight",
-    "fifo": "fifo",
-    "lost": "no-loss",
-    "duplicate": "no-loss",
-    "unexpected": "no-loss",
-    "redelivered": "no-loss",
-}
-
 
 class SoakResult:
     """What a soak recorded (``run``, and ``drained``: the ``(group_id, event)`` pairs the
@@ -104,8 +95,8 @@ class SoakResult:
         if result.ok is False:
             add(result.property, result.step, result.expected, result.answered, result.state, result.culprits)
         for violation in self.history.violations:
-            if violation.kind in HISTORY_TO_PROPERTY:  # "model": the model's verdict is the one above
-                add(HISTORY_TO_PROPERTY[violation.kind], str(violation), "no such breach", violation.kind, "",
+            if (prop := owner_of_breach(violation.kind)) is not None:  # "model": the verdict above says it
+                add(prop, str(violation), "no such breach", violation.kind, "",
                     violation.records)
         return list(found.values())
 

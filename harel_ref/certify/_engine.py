@@ -72,7 +72,8 @@ from harel_ref.stateful._async import (
     limit_calls,
     open_transport,
 )
-from harel_ref.stateful._machine import FOCUS_RULES, RULES, TICK, FakeClock, property_of
+from harel_ref.stateful._machine import FOCUS_RULES, RULES, TICK, FakeClock
+from harel_ref.stateful._properties import CHECKS, PROPERTIES, TIME, attribute, owner
 from harel_ref.stateful._processes import BranchProcesses
 from harel_ref.stateful.parallel import ConcurrencyFailure, check_program, close_all, programs
 from harel_ref.stateful.soak import soak as run_soak
@@ -159,122 +160,7 @@ PROFILES = {
 }
 
 
-@dataclass(frozen=True)
-class _Focus:
-    """What the search for one property runs and checks."""
-
-    what: str  # the property in one line, with its SPEC.md rules
-    rules: frozenset[str]
-    needs: Callable[[Capabilities], str | None] = lambda caps: None  # why not applicable
-    exact_time: bool = False  # judge claims at the exact clock (no slack)
-    stale_leases: bool = False  # ack/nack superseded and consumed leases
-    checks: frozenset[str] = frozenset()  # of "priority", "routing", "fairness"
-    search: str = "lockstep"  # its own search: "lockstep", or "contention" (a parallel one)
-    concurrent: bool = False  # its verdict needs the shared concurrent search (and the soak) too
-
-
-_CORE = frozenset({"prefill", "publish", "claim_any", "ack"})
-_TIME = frozenset({"advance"})
-
-
-def _declared(field: str, reason: str) -> Callable[[Capabilities], str | None]:
-    return lambda caps: None if getattr(caps, field) else reason
-
-
-def _fairness_focus(what: str) -> _Focus:
-    """The searches of the order of groups: the same steps, judged with or without the
-    tie-break (``focus_machine`` sets the model's ``ties``)."""
-    return _Focus(
-        what,
-        _CORE | _TIME | {"nack_now", "advance_to_deadline"},
-        needs=lambda caps: "fairness is declared unspecified" if caps.fairness == "unspecified" else None,
-        checks=frozenset({"fairness"}),
-    )
-
-
-PROPERTIES: dict[str, _Focus] = {
-    "single-in-flight": _Focus(
-        "a group whose head is leased or parked is not claimable, by any instance, "
-        "also when callers race (R2, R19)",
-        _CORE | {"nack_now", "claim_at_deadline", "open_second_instance"},
-        concurrent=True,
-    ),
-    "fifo": _Focus(
-        "a group's messages come out in publish order; a nacked message stays the head; "
-        "seqs are stable and increase (R1, R6, R8, R16)",
-        _CORE | {"nack_now", "nack_later", "claim_at_deadline"},
-    ),
-    "lease-expiry": _Focus(
-        "a lease (or park) is live while now <= its end, and claimable one tick after, also "
-        "when the clock steps back (R3, R9)",
-        _CORE | {"nack_later", "advance_to_deadline", "claim_at_deadline", "step_back"},
-        # The boundary rules step the clock to a lease's exact end: a wall clock cannot.
-        needs=lambda caps: "exact lease boundaries need an injectable clock (this one is the wall clock)"
-        if caps.clock == "wall" else None,
-        exact_time=True,
-    ),
-    "parking": _Focus(
-        "nack(lease, delay > 0) blocks the group until now + delay, then the head returns (R9)",
-        _CORE | {"nack_later", "claim_at_deadline"},
-        needs=_declared("parking", "the transport does not declare parking"),
-    ),
-    "fencing": _Focus(
-        "ack/nack act only under the lease's token; superseded or used leases get False; "
-        "tokens are never reused; also when callers race (R10, R16, R19)",
-        _CORE | {"nack_now", "nack_later", "claim_at_deadline", "open_second_instance", "release_stale"},
-        stale_leases=True,
-        concurrent=True,
-    ),
-    "fairness": _fairness_focus(
-        "round-robin: the claimable group with the oldest fairness stamp goes first (R4, R5; "
-        "the order of equal stamps is tie-break's)"
-    ),
-    "tie-break": _fairness_focus(
-        "groups with equal fairness stamps (never claimed, or claimed at one instant) go in "
-        "arrival order (R4)"
-    ),
-    "priority-floor": _Focus(
-        "claim(min_priority=p) only takes groups of priority >= p (R4, R12)",
-        _CORE | _TIME | {"claim"},
-        needs=_declared("priority", "the transport does not declare priorities"),
-        checks=frozenset({"priority"}),
-    ),
-    "routing": _Focus(
-        "claim(routing_keys=...) only takes groups with one of those keys (R4, R12)",
-        _CORE | _TIME | {"claim"},
-        needs=_declared("routing", "the transport does not declare routing keys"),
-        checks=frozenset({"routing"}),
-    ),
-    "durability": _Focus(
-        "closing and reopening on the same storage keeps every message, lease and park (R15)",
-        _CORE | {"nack_now", "nack_later", "claim_at_deadline", "reopen", "open_second_instance"},
-        needs=_declared("durable", "the transport does not declare durability"),
-    ),
-    "no-loss": _Focus(
-        "draining at the end yields every message published and not acked, exactly once, "
-        "also after callers raced (R1, R7, R19)",
-        _CORE | _TIME | {"nack_now", "nack_later", "open_second_instance"},
-        concurrent=True,
-    ),
-    "contention": _Focus(
-        "callers that run at once get answers, not errors: no call fails only because others "
-        "ran at the same time, such as SQLite's 'database is locked' (R19)",
-        frozenset(),
-        search="contention",
-    ),
-    "bad-input": _Focus(
-        "bad arguments, forged leases and a clock that answers no time raise "
-        "ValueError/TypeError and write nothing (R13)",
-        _CORE | _TIME | {"bad_input", "bad_release"},
-    ),
-    "close": _Focus(
-        "after close() every call raises; close() twice is harmless (R14)",
-        _CORE | _TIME,
-    ),
-}
-"""The verdict lines, in the order they are searched and reported."""
-
-CONSEQUENCES = frozenset({"single-in-flight", "no-loss"})
+CONSEQUENCES = frozenset(name for name, row in PROPERTIES.items() if "consequences" in row.judges)
 """The properties whose searches also send stale acks and nacks to a transport that acks by
 seq, and judge what they break (SPEC.md R20)."""
 
@@ -285,8 +171,9 @@ def default_level(caps: Capabilities) -> str:
     return "contract" if caps.protocol == "harel" else "strict"
 
 
-SOAK_PROPERTIES = frozenset(p for p, focus in PROPERTIES.items() if focus.concurrent or focus.search == "contention")
+SOAK_PROPERTIES = frozenset(p for p, row in PROPERTIES.items() if row.concurrent or row.search == "contention")
 """The properties a soak counts for (single-in-flight, fencing, no-loss, contention)."""
+
 
 def focus_machine(
     factory: Callable,
@@ -303,36 +190,32 @@ def focus_machine(
     if property not in PROPERTIES:
         raise ValueError(f"unknown property {property!r}; choose from {list(PROPERTIES)}")
     caps = capabilities if capabilities is not None else Capabilities()
-    focus = PROPERTIES[property]
-    if focus.search != "lockstep":
+    row = PROPERTIES[property]
+    if row.search != "lockstep":
         raise ValueError(f"{property!r} is searched by running programs at once, not by a lockstep machine")
     effective = dataclasses.replace(
         caps,
-        priority=caps.priority and "priority" in focus.checks,
-        routing=caps.routing and "routing" in focus.checks,
-        fairness=caps.fairness if "fairness" in focus.checks else "unspecified",
+        priority=caps.priority and "priority" in row.judges,
+        routing=caps.routing and "routing" in row.judges,
+        fairness=caps.fairness if "fairness" in row.judges else "unspecified",
     )
     wall = caps.clock == "wall"
     by_seq = caps.acks == "by-seq" and property in CONSEQUENCES
     name = "".join(word.capitalize() for word in property.split("-")) + "Machine"
-    rules = focus.rules | {"nack_now", "claim_at_deadline", "release_stale"} if by_seq else focus.rules
+    rules = row.rules | {"nack_now", "claim_at_deadline", "release_stale"} if by_seq else row.rules
+    stale = "stale leases" in row.judges
     return make_machine(
         Backend(property, factory, effective, is_async=is_async),
         # The deadline rules need an injectable clock; with a wall clock, time passes by sleeping.
-        rules=rules | _TIME if wall else rules,
-        stale_leases=focus.stale_leases or by_seq,
+        rules=rules | TIME if wall else rules,
+        stale_leases=stale or by_seq,
         # Fencing asks whether stale acks and nacks do nothing: its model is fenced, whatever
         # the transport declares.  When they answer nothing, their effect shows later.
-        model_acks="fenced" if property == "fencing" else None,
-        after_stale="fencing" if property == "fencing" and caps.protocol == "harel" else None,
+        model_acks="fenced" if stale else None,
         consequences=CONSEQUENCES & {property},
-        ties="arrival" if property == "tie-break" else "any",
-        fairness_as="tie-break" if property == "tie-break" else "fairness",
-        clock_slack=0.0 if (focus.exact_time or wall) else TICK,
-        after_reopen="durability" if "reopen" in focus.rules else None,
-        # A refused call that still changed the queue shows up at a later step.
-        after_bad_input="bad-input" if "bad_input" in focus.rules else None,  # and bad_release
-        check_close=property == "close",  # so a close bug leaves the other verdicts standing
+        ties="arrival" if "ties" in row.judges else "any",
+        clock_slack=0.0 if ("exact time" in row.judges or wall) else TICK,
+        check_close="close" in row.judges,  # so a close bug leaves the other verdicts standing
         name=name,
     )
 
@@ -730,10 +613,13 @@ def _runs_at_home(task: _Task, processes: bool) -> bool:
     """Whether ``task`` runs in the certifying process even with jobs: the soak (it keeps its
     own wall-clock time), and with ``processes`` the parallel searches (they own the branch
     processes)."""
-    return task.kind == "soak" or (processes and PROPERTIES.get(task.kind, _CONCURRENT).search != "lockstep")
+    return task.kind == "soak" or (processes and _search_of(task.kind) != "lockstep")
 
 
-_CONCURRENT = _Focus("", frozenset(), search="concurrent")
+def _search_of(kind: str) -> str:
+    """What kind of search a task runs: ``lockstep`` or ``contention`` (a property's own),
+    ``concurrent`` or ``soak`` (shared)."""
+    return PROPERTIES[kind].search if kind in PROPERTIES else kind
 
 
 @dataclass(frozen=True)
@@ -941,7 +827,7 @@ class _Certification:
         """Longest first: the parallel searches, then the lockstep ones in order."""
         searchers = self.searchers
         away = [n for n, task in enumerate(self.tasks) if not _runs_at_home(task, self.pool is not None)]
-        for number in sorted(away, key=lambda n: PROPERTIES.get(self.tasks[n].kind, _CONCURRENT).search == "lockstep"):
+        for number in sorted(away, key=lambda n: _search_of(self.tasks[n].kind) == "lockstep"):
             searchers.submit(number, self.tasks[number], self.context)
         self.running.update(away)
         self.run_here([n for n in range(len(self.tasks)) if n not in away], searchers.started)
@@ -1055,7 +941,7 @@ def _reblamed(failure: Failure, failures: dict[str, list[Failure]]) -> Failure:
     """``failure``, counted against the check that tripped instead of the property a focused
     search blamed (a reopen or a refused bad input before it), when that check's own search
     had already failed without one: then it is that property's bug."""
-    tripped = property_of(failure.check)
+    tripped = owner(failure.check) if failure.check in CHECKS else failure.property  # a fault: its search's
     if tripped != failure.property and any(f.found_by == tripped for f in failures.get(tripped, [])):
         return dataclasses.replace(failure, property=tripped)
     return failure
@@ -1230,10 +1116,11 @@ def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profi
         flaky=flaky,
     )
     if isinstance(error, Divergence):
+        counted, check, note = attribute(error.check, error.after, prop)
         return Failure(
-            property=property_of(error.property),
-            check=error.check,
-            step=error.step,
+            property=counted,
+            check=check,
+            step=error.step + note,
             expected=error.expected,
             answered=error.answered,
             state=error.state,
@@ -1272,10 +1159,10 @@ def _did(check: str) -> str:
 def _runs_search(search: str, prop: str) -> str:
     """A property to select (``--only``) so that ``search`` runs again: ``prop`` itself if
     that runs it, else one that does."""
-    focus = PROPERTIES.get(prop)
+    row = PROPERTIES.get(prop)
     if search == "contention":
         return "contention"
-    if focus is not None and (focus.concurrent if search == "concurrent" else prop in SOAK_PROPERTIES):
+    if row is not None and (row.concurrent if search == "concurrent" else prop in SOAK_PROPERTIES):
         return prop
     return "single-in-flight"
 

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harel_ref.stateful import Capabilities
+from harel_ref.stateful._properties import CONTRACT
 
 __all__ = ["CONTRACT", "EXIT_CODES", "LEVELS", "Failure", "PropertyVerdict", "Report", "VERDICTS", "timeline_file"]
 
@@ -21,13 +22,9 @@ EXIT_CODES = {"passed": 0, "failed": 1, "usage": 2, "unknown": 3}
 property failed (1), the command was wrong (2), some property unknown and none failed (3)."""
 
 
-CONTRACT = frozenset({
-    "single-in-flight", "fifo", "lease-expiry", "parking", "fairness", "priority-floor",
-    "durability", "no-loss", "contention",
-})
-"""The properties of the ``contract`` level (SPEC.md R21): what harel itself promises of a
-transport.  The ``strict`` level is every property: fencing, the tie-break, bad input, close
-and routing are what harel-ref specifies beyond harel."""
+# CONTRACT: the properties of the ``contract`` level (SPEC.md R21), what harel itself promises
+# of a transport, from the property table.  The ``strict`` level is every property: fencing, the
+# tie-break, bad input, close and routing are what harel-ref specifies beyond harel.
 
 LEVELS = {"contract": "harel contract", "strict": "harel-ref strict"}
 """The conformance levels, and how a report names them."""
