@@ -10,7 +10,8 @@ Two tables, each run interleaved (before, then after, for each row) in fresh int
    over the seeds), and the seeds at which it was missed.
 
 The earlier commit is checked out with ``git worktree`` into a temporary directory and laid out
-as its wheel would be, so that its ``harel_ref`` is imported instead of this checkout's.  Each run
+as its wheel would be, and so is a copy of this checkout taken at the start: each side imports
+its own ``harel_ref``, and editing the checkout during a run changes nothing.  Each run
 starts in a temporary directory, which is removed afterwards, as is the worktree.
 
     python benchmarks/certify_speed.py                       # memory and sqlite at quick and standard
@@ -28,6 +29,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import statistics
 import subprocess
 import sys
@@ -71,19 +73,18 @@ def load() -> str:
     return " ".join(f"{value:.2f}" for value in os.getloadavg())
 
 
-def run(code: list[str], site: Path | None, *, timeout: float = 7200) -> tuple[float, subprocess.CompletedProcess]:
+def run(code: list[str], site: Path, *, timeout: float = 7200) -> tuple[float, subprocess.CompletedProcess]:
     """Run a Python command in a fresh temporary directory; its wall time and result."""
     env = dict(os.environ)
     env.pop("HAREL_REF_JOBS", None)
-    if site is not None:
-        env["PYTHONPATH"] = str(site)
+    env["PYTHONPATH"] = str(site)
     with tempfile.TemporaryDirectory(prefix="certify-speed-") as cwd:
         began = time.monotonic()
         done = subprocess.run([sys.executable, *code], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
         return time.monotonic() - began, done
 
 
-def verdict_time(site: Path | None, transport: str, profile: str, jobs: int | None) -> str:
+def verdict_time(site: Path, transport: str, profile: str, jobs: int | None) -> str:
     args = ["-c", CLI, "certify", "--bundled", transport, "--profile", profile, "--quiet", "--report-dir", "reports"]
     if jobs is not None:
         args += ["--jobs", str(jobs)]
@@ -94,7 +95,7 @@ def verdict_time(site: Path | None, transport: str, profile: str, jobs: int | No
     return f"{seconds:6.1f} s {outcome.group(1)} ({outcome.group(3)})"
 
 
-def kill_times(site: Path | None, tests: Path, seed: int, variants: int) -> dict[str, dict]:
+def kill_times(site: Path, tests: Path, seed: int, variants: int) -> dict[str, dict]:
     seconds, done = run(["-c", KILLS, str(tests), str(seed), str(variants)], site)
     found = {}
     for line in done.stdout.splitlines():
@@ -118,8 +119,12 @@ def main() -> None:
     parser.add_argument("--skip-times", action="store_true", help="only the kill table")
     args = parser.parse_args()
 
+    signal.signal(signal.SIGTERM, _interrupt)  # so that the worktree is removed on kill too
     with tempfile.TemporaryDirectory(prefix="certify-speed-before-") as scratch:
         before_tree, before_site = Path(scratch) / "tree", Path(scratch) / "site"
+        after_site, after_tests = Path(scratch) / "after", Path(scratch) / "after-tests"
+        wheel_layout(ROOT, after_site)  # a copy: editing the checkout during a run changes nothing
+        shutil.copytree(ROOT / "tests", after_tests)
         subprocess.run(["git", "worktree", "add", "--detach", "-q", str(before_tree), args.before], cwd=ROOT, check=True)
         try:
             wheel_layout(before_tree, before_site)
@@ -132,27 +137,28 @@ def main() -> None:
                 for transport in args.transports.split(","):
                     for profile in args.profiles.split(","):
                         before = verdict_time(before_site, transport, profile, None)
-                        serial = verdict_time(None, transport, profile, 1)
-                        spread = verdict_time(None, transport, profile, args.jobs)
+                        serial = verdict_time(after_site, transport, profile, 1)
+                        spread = verdict_time(after_site, transport, profile, args.jobs)
                         ratio = _ratio(before, spread)
                         print(f"{transport:<10} {profile:<9} {before:<32} {serial:<32} {spread:<32} {ratio:>6}  "
                               f"{load()}", flush=True)
             if args.kill_seeds:
-                kill_table(before_tree, before_site, args.kill_seeds, args.variants)
+                kill_table(before_tree / "tests", before_site, after_tests, after_site, args.kill_seeds, args.variants)
         finally:
             subprocess.run(["git", "worktree", "remove", "--force", str(before_tree)], cwd=ROOT, check=False)
     print(f"\nload average at the end {load()}")
 
 
-def kill_table(before_tree: Path, before_site: Path, seeds: int, variants: int) -> None:
+def kill_table(before_tests: Path, before_site: Path, after_tests: Path, after_site: Path, seeds: int,
+               variants: int) -> None:
     print(f"\ntime to kill (profile quick, the variant's property only; seconds until 'failed' over seeds "
           f"0..{seeds - 1}: median / max; missed: seeds at which it passed)")
     before: dict[str, list] = {}
     after: dict[str, list] = {}
     for seed in range(seeds):  # interleaved: a seed of each, in turn
-        for variant, row in kill_times(before_site, before_tree / "tests", seed, variants).items():
+        for variant, row in kill_times(before_site, before_tests, seed, variants).items():
             before.setdefault(variant, []).append(row)
-        for variant, row in kill_times(None, ROOT / "tests", seed, variants).items():
+        for variant, row in kill_times(after_site, after_tests, seed, variants).items():
             after.setdefault(variant, []).append(row)
         print(f"  seed {seed} done, load average {load()}", flush=True)
     print(f"{'variant':<52} {'property':<17} {'before':<22} {'after':<22}")
@@ -171,6 +177,10 @@ def kill_table(before_tree: Path, before_site: Path, seeds: int, variants: int) 
         if values:
             print(f"median over the variants of the median time to kill, {side}: {statistics.median(values):.2f} s; "
                   f"the largest: {max(values):.2f} s")
+
+
+def _interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def _ratio(before: str, after: str) -> str:

@@ -201,6 +201,16 @@ class QueueModel:
             allowed.update(_head(g) for g in eligible if g.hold is not None and g.hold.token is not None)
         return frozenset(allowed)
 
+    def tied(self, now: float | When, min_priority: int = 0, routing_keys: Iterable[str] | None = None) -> bool:
+        """R4: whether the tie-break decides a claim at ``now``: two groups it may take (not held
+        at ``now``) have the same fairness stamp.  The checkers count how often they reach it."""
+        now = When.of(now)
+        keys = None if routing_keys is None else frozenset(routing_keys)
+        free = [g for g in self._groups.values()
+                if _eligible(g, min_priority, keys) and (g.hold is None or g.hold.until.hi < now.lo)]
+        stamps = [(g.stamp.lo, g.stamp.hi) for g in free]
+        return len(stamps) != len(set(stamps))
+
     def may_answer_none(
         self, now: float | When, min_priority: int = 0, routing_keys: Iterable[str] | None = None
     ) -> bool:

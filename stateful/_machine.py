@@ -10,6 +10,7 @@ shrunk steps as runnable code above it.
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import itertools
 import math
@@ -34,7 +35,19 @@ from harel_ref.model import Claimed, QueueModel, When
 
 from ._async import open_transport
 from ._backend import Backend
-from ._properties import AFTER_REFUSED, AFTER_REOPEN, AFTER_STALE, owner
+from ._properties import (
+    AFTER_REFUSED,
+    AFTER_REOPEN,
+    AFTER_STALE,
+    HELD,
+    LEASE_END,
+    LEASE_LAPSED,
+    PARK_ENDED,
+    REOPEN_HELD,
+    STALE_AFTER_RECLAIM,
+    TIE,
+    owner,
+)
 
 __all__ = [
     "FOCUS_RULES", "RULES", "Divergence", "FakeClock", "TransportMachine", "claim_check",
@@ -327,6 +340,8 @@ class TransportMachine(RuleBasedStateMachine):
         self.model_seqs: dict[str, int] = {}  # token -> the model's seq of the message it leased
         self.in_step = False
         self.reopened = False
+        self.reached: collections.Counter[str] = collections.Counter()  # situations met (_properties)
+        self.draining = False
         self.refused = False  # a bad_input step has been refused
         self.stale = False  # a lease that was not current has been acked or nacked
 
@@ -366,6 +381,28 @@ class TransportMachine(RuleBasedStateMachine):
 
     def _describe(self) -> str:
         return describe_queue(self.model, "wall clock" if self.wall else f"clock at {self.clock.now}")
+
+    # --- evidence: the situations the properties' rules are about, counted ------------------
+
+    def _count_claim(self, when: When, min_priority: int, routing_keys) -> None:
+        """Count what a claim met (judged at the clock, or when it began on a wall clock)."""
+        if self.draining:
+            return  # the drain at the end steps past every lease: nothing reached there counts
+        now = when.lo if self.wall else self.clock.now
+        holds = list(self.model.holds().values())
+        if any(now <= until.hi for _, until in holds):
+            self.reached[HELD] += 1
+        for token, until in holds:
+            if token is not None and until.lo == until.hi == now:
+                self.reached[LEASE_END] += 1
+            elif until.hi < now:
+                self.reached[LEASE_LAPSED if token is not None else PARK_ENDED] += 1
+        if self.model.tied(now, min_priority, routing_keys):
+            self.reached[TIE] += 1
+
+    def _count_release(self, lease) -> None:
+        if self._reclaimed(lease, self._holders()):
+            self.reached[STALE_AFTER_RECLAIM] += 1
 
     # --- publish (R1, R11, R12) ----------------------------------------------------------------
 
@@ -450,6 +487,7 @@ class TransportMachine(RuleBasedStateMachine):
         )
         if self.wall:
             allowed = self.model.claim_outcomes(when, min_priority, routing_keys)
+        self._count_claim(when, min_priority, routing_keys)
         claimed = self._match(lease, allowed)
         if claimed is False:
             check = claim_check(allowed, lease, self.model, when, min_priority, routing_keys)
@@ -543,13 +581,22 @@ class TransportMachine(RuleBasedStateMachine):
 
     def _superseded(self) -> list:
         """The leases handed out whose message another lease holds now (live or lapsed)."""
-        holders = {token: group for group, (token, _) in self.model.holds().items() if token is not None}
-        return [lease for lease in self.issued if lease.token not in holders and lease.group_id in holders.values()
-                and self.model.head(lease.group_id).seq == self._model_seq(lease)]
+        holders = self._holders()
+        return [lease for lease in self.issued if self._reclaimed(lease, holders)]
+
+    def _holders(self) -> dict[str, str]:
+        """token -> group, for every lease the model holds (live or lapsed)."""
+        return {token: group for group, (token, _) in self.model.holds().items() if token is not None}
+
+    def _reclaimed(self, lease, holders: dict[str, str]) -> bool:
+        """Whether another lease holds ``lease``'s message now."""
+        return (lease.token not in holders and lease.group_id in holders.values()
+                and self.model.head(lease.group_id).seq == self._model_seq(lease))
 
     def _ack(self, lease, via):
         self.in_step = True
         self.stale = self.stale or not self._current(lease)
+        self._count_release(lease)
         answer, when = self._call(self._instance(via).ack, lease)
         others = self._other_holdings(lease, when)
         expected = self.model.ack(lease.token, when)
@@ -594,6 +641,7 @@ class TransportMachine(RuleBasedStateMachine):
             return
         self.in_step = True
         self.stale = self.stale or not self._current(lease)
+        self._count_release(lease)
         answer, when = self._call(self._instance(via).nack, lease, self._seconds(delay))
         expected = self.model.nack(lease.token, self._seconds(delay), when)
         if not self._answered(answer, expected):
@@ -658,6 +706,8 @@ class TransportMachine(RuleBasedStateMachine):
     def reopen(self):
         """Close every instance and open one again on the same storage: nothing is lost."""
         self.in_step = True
+        if any(token is not None for token, _ in self.model.holds().values()):
+            self.reached[REOPEN_HELD] += 1
         for transport in self.instances:
             transport.close()
         self.instances = [self._open()]
@@ -725,6 +775,7 @@ class TransportMachine(RuleBasedStateMachine):
             time.sleep(max(0.0, max(h.hi for _, h in self.model.holds().values()) - time.time()) + 0.01)
         drained: dict[str, list[str]] = {}
         transport = self.instances[0]
+        self.draining = True
         for _ in itertools.count():
             lease = self._claim(transport, "drain", 60.0)
             if lease is None:

@@ -58,6 +58,19 @@ JUDGED = {
 """What a focused search may judge that the others relax (a row's ``judges``)."""
 
 
+HELD = "a claim while a group's head was leased or parked"
+LEASE_END = "a claim at a lease's exact end"
+LEASE_LAPSED = "a claim after a lease lapsed, nobody having claimed again"
+PARK_ENDED = "a claim after a park ended"
+STALE_AFTER_RECLAIM = "an ack or nack of a lease whose message was claimed again"
+TIE = "a claim between groups of equal fairness stamps"
+REOPEN_HELD = "a reopen with a lease held"
+OVERLAP = "a run of a program whose branches overlapped"
+"""Situations a search can reach: what a property's rules are about (R2, R3, R9, R10, R4, R15, R19).  The checkers count them
+(``TransportMachine.reached``, the parallel search's runs) and each verdict reports, for the
+situations of its row's ``evidence``, how often its searches reached them."""
+
+
 @dataclass(frozen=True)
 class Property:
     """One verdict line (see the module docstring for the fields)."""
@@ -75,6 +88,7 @@ class Property:
     diagnoses: frozenset[str] = frozenset()
     breaches: frozenset[str] = frozenset()
     blames_after: frozenset[str] = frozenset()
+    evidence: tuple[str, ...] = ()  # situations its verdict counts (see LEASE_END ...)
 
 
 def _declared(field: str, reason: str) -> Callable[[Capabilities], str | None]:
@@ -98,6 +112,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         rules=CORE | {"nack_now", "claim_at_deadline", "open_second_instance"},
         concurrent=True, judges=frozenset({"consequences"}), checks=frozenset({"single-in-flight"}),
         diagnoses=frozenset({"R2"}), breaches=frozenset({"overlap"}),
+        evidence=(HELD, OVERLAP),
     ),
     Property(
         "fifo",
@@ -114,6 +129,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         ("R3", "R9"), "contract",
         rules=CORE | {"nack_later", "advance_to_deadline", "claim_at_deadline", "step_back"},
         needs=_injectable, judges=frozenset({"exact time"}), checks=frozenset({"lease-expiry"}),
+        evidence=(LEASE_END, LEASE_LAPSED),
     ),
     Property(
         "parking",
@@ -121,6 +137,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         ("R9",), "contract",
         rules=CORE | {"nack_later", "claim_at_deadline"},
         needs=_declared("parking", "the transport does not declare parking"), checks=frozenset({"parking"}),
+        evidence=(PARK_ENDED,),
     ),
     Property(
         "fencing",
@@ -131,6 +148,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         concurrent=True, judges=frozenset({"stale leases"}),
         checks=frozenset({"fencing", "ack", "nack"}), diagnoses=frozenset({"R10"}),
         blames_after=frozenset({AFTER_STALE}),
+        evidence=(STALE_AFTER_RECLAIM, OVERLAP),
     ),
     Property(
         "fairness",
@@ -147,6 +165,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         rules=CORE | TIME | {"nack_now", "advance_to_deadline"},
         # The fairness search's steps, judged with the tie-break: a wrong group is its failure.
         needs=_ordered, judges=frozenset({"fairness", "ties"}), checks=frozenset({"tie-break"}),
+        evidence=(TIE,),
     ),
     Property(
         "priority-floor",
@@ -171,6 +190,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         rules=CORE | {"nack_now", "nack_later", "claim_at_deadline", "reopen", "open_second_instance"},
         needs=_declared("durable", "the transport does not declare durability"),
         checks=frozenset({"durability"}), blames_after=frozenset({AFTER_REOPEN}),
+        evidence=(REOPEN_HELD,),
     ),
     Property(
         "no-loss",
@@ -180,6 +200,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         rules=CORE | TIME | {"nack_now", "nack_later", "open_second_instance"},
         concurrent=True, judges=frozenset({"consequences"}), checks=frozenset({"no-loss", "publish"}),
         breaches=frozenset({"lost", "duplicate", "unexpected", "redelivered"}),
+        evidence=(OVERLAP,),
     ),
     Property(
         "contention",
@@ -187,6 +208,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         "same time, such as SQLite's 'database is locked' (R19)",
         ("R19",), "contract",
         search="contention", checks=frozenset({"contention"}),
+        evidence=(OVERLAP,),
     ),
     Property(
         "bad-input",

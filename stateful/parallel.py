@@ -49,7 +49,10 @@ answer at all: it is not recorded as an error but raised, and the run stops ther
 from __future__ import annotations
 
 import asyncio
+import collections
 import inspect
+import itertools
+import math
 import re
 import threading
 import time
@@ -63,7 +66,7 @@ from hypothesis import strategies as st
 from ._async import TransportHung, open_transport, release_call_thread
 from ._backend import Capabilities
 from ._linearize import DRAIN_WORKER, check_linearizable
-from ._properties import DIAGNOSES
+from ._properties import DIAGNOSES, OVERLAP
 from ._machine import START, Divergence, FakeClock
 from ._timeline import timeline_svg, timeline_text
 from .history import Record
@@ -625,10 +628,12 @@ def check_program(
     contention: bool = False,
     processes: Any = None,
     ignore: frozenset[str] = frozenset(),
+    reached: collections.Counter | None = None,
 ) -> int:
     """Run ``program`` up to ``repeats`` times; raise :class:`ConcurrencyFailure` at the first
     run the checker refuses (failures of the properties in ``ignore`` aside).  Returns the
-    number of runs made (all passed)."""
+    number of runs made (all passed).  ``reached`` counts the runs whose branches overlapped
+    (:data:`~harel_ref.stateful._properties.OVERLAP`)."""
     if inspect.iscoroutinefunction(factory):
         is_async = True
     capabilities = capabilities if capabilities is not None else Capabilities()
@@ -637,6 +642,8 @@ def check_program(
         for number in range(1, repeats + 1):
             bench = bench or Bench(factory, capabilities, is_async)
             run = run_program(factory, program, capabilities, is_async=is_async, processes=processes, bench=bench)
+            if reached is not None and overlapped(run.records):
+                reached[OVERLAP] += 1
             failure = judge(run, contention=contention, runs=number, ignore=ignore, capabilities=capabilities)
             if ignore or not _left_empty(run):  # the next run on a queue surely empty (Bench)
                 bench.close()
@@ -650,6 +657,17 @@ def check_program(
         if bench is not None:
             bench.close()
     return repeats
+
+
+def overlapped(records: list[Record]) -> bool:
+    """Whether calls of two different branches were under way at the same moment (a call whose
+    answer never came is under way until the end)."""
+    calls = sorted((r.invoke, math.inf if r.complete is None else r.complete, r.worker)
+                   for r in records if r.worker not in ("prefix", DRAIN_WORKER))
+    for (_, end, worker), (start, _, other) in itertools.combinations(calls, 2):
+        if start < end and worker != other:
+            return True
+    return False
 
 
 def _also_alone(factory, program, capabilities, is_async, failure: ConcurrencyFailure) -> bool:

@@ -53,3 +53,49 @@ def test_whom_a_failed_check_counts_against():
     # the tie-break's search judges the order of groups with the tie-break
     assert attribute("fairness", (), "tie-break") == ("tie-break", "tie-break", "")
     assert attribute("fairness", (), "fairness") == ("fairness", "fairness", "")
+
+
+def test_the_machine_counts_the_situations_it_reaches():
+    from harel_ref.stateful import Backend, Capabilities, make_machine
+    from harel_ref.stateful._properties import HELD, LEASE_END, LEASE_LAPSED, PARK_ENDED, REOPEN_HELD, STALE_AFTER_RECLAIM, TIE
+    from harel_ref.stateful.backends import load
+
+    backend = load("memory")(None)
+    machine = make_machine(Backend("memory", backend.factory, Capabilities(durable=True)))()
+    try:
+        machine.publish("g1", "a", 0, None, 0)
+        machine.publish("g2", "b", 0, None, 0)
+        first = machine.claim_any("w1", 1.0, 0)  # g1 and g2 never claimed: a tie
+        assert machine.reached == {TIE: 1}
+        machine.reopen()  # with g1 leased
+        machine.advance_to_deadline(0, False)  # the lease's exact end
+        machine.claim_any("w2", 1.0, 0)  # takes g2; g1 is still leased, to the tick
+        assert machine.reached == {TIE: 1, REOPEN_HELD: 1, HELD: 1, LEASE_END: 1}
+        machine.advance(4.0)
+        again = machine.claim_any("w2", 1.0, 0)  # both leases lapsed: g1, claimed longest ago, again
+        assert again.group_id == first.group_id and machine.reached[LEASE_LAPSED] == 2
+        machine.ack(first, 0)  # stale: its message was claimed again
+        assert machine.reached[STALE_AFTER_RECLAIM] == 1
+        machine.nack_later(again, 0.5, 0)
+        machine.advance(1.0)
+        machine.claim_any("w1", 1.0, 0)
+        assert machine.reached[PARK_ENDED] == 1
+    finally:
+        machine.teardown()
+
+
+def test_a_pass_that_never_reached_a_situation_says_so(monkeypatch):
+    from harel_ref.certify import certify
+    from harel_ref.stateful._properties import LEASE_END, REOPEN_HELD
+    from harel_ref.stateful.backends import load
+
+    backend = load("memory")(None)
+    report = certify(backend.factory, backend.capabilities, profile="quick/10", properties=["lease-expiry", "fifo"])
+    reached = report.verdict("lease-expiry").evidence
+    assert reached[LEASE_END] > 0 and "never reached" not in report.verdict("lease-expiry").reason
+    monkeypatch.setitem(PROPERTIES, "fifo", dataclasses.replace(PROPERTIES["fifo"], evidence=(REOPEN_HELD,)))
+    report = certify(backend.factory, backend.capabilities, profile="quick/10", properties=["fifo"])
+    fifo = report.verdict("fifo")  # fifo's search never reopens
+    assert fifo.verdict == "passed" and fifo.evidence == {REOPEN_HELD: 0}
+    assert fifo.reason.endswith(f"; never reached: {REOPEN_HELD}")
+    assert f"- **fifo**: {REOPEN_HELD}: 0" in report.to_markdown()

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import collections
 import contextlib
 import dataclasses
 import math
@@ -236,6 +237,7 @@ class _Search:
     cut_short: bool = False
     first: BaseException | None = None  # the first divergence or crash seen, before shrinking
     error: BaseException | None = None
+    reached: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # situations met
 
     def next_example(self) -> None:
         """Count the example about to start, or raise :class:`_Stop`: the transport broke (it
@@ -280,6 +282,7 @@ def _watched(machine: type, search: _Search) -> type:
             try:
                 super().teardown()
             finally:
+                search.reached.update(self.reached)
                 if discard is not None:  # the example's storage is not needed again
                     discard(self.namespace)
 
@@ -337,7 +340,7 @@ def _run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed
         repeats = profile.repeats if search.first is None else profile.shrink_repeats
         try:
             check_program(target.factory, program, caps, is_async=target.is_async, repeats=repeats,
-                          contention=contention, processes=processes, ignore=ignore)
+                          contention=contention, processes=processes, ignore=ignore, reached=search.reached)
         except Exception as exc:
             if not isinstance(exc, ConcurrencyFailure):  # a crash: say which program
                 exc.add_note(f"program:\n{program}")
@@ -664,6 +667,7 @@ class _Found:
     earlier: int = 0  # of the failures, how many the runs before the last found (they do not bear on its verdict)
     note: str = ""  # said after the settled reason
     each: dict[str, tuple[str, str]] | None = None
+    reached: dict[str, int] = dataclasses.field(default_factory=dict)  # situations met (_properties)
 
 
 def _run_task(target: Target, context: dict[str, Any], task: _Task, started, event: Callable,
@@ -689,6 +693,7 @@ def _run_task(target: Target, context: dict[str, Any], task: _Task, started, eve
             return _search_once(target, context, task, share, limits, event, pool)
         ignore: frozenset[str] = frozenset()
         earlier: list[Failure] = []
+        reached: collections.Counter = collections.Counter()
         while True:  # the shared concurrent search, again with what failed taken as broken
             found = _search_once(target, context, task, share, limits, event, pool, ignore)
             broken = frozenset(failure.property for failure in earlier + found.failures)
@@ -697,8 +702,10 @@ def _run_task(target: Target, context: dict[str, Any], task: _Task, started, eve
             if found.verdict == "passed" or broken <= ignore or len(broken) >= 4 or limits.broken is not None:
                 found.seconds, found.earlier = time.monotonic() - began, len(earlier)
                 found.failures = earlier + found.failures
+                found.reached = dict(reached + collections.Counter(found.reached))
                 return found
             earlier += found.failures
+            reached += collections.Counter(found.reached)
             ignore = broken
 
 
@@ -762,7 +769,7 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
         reason = f"{search.examples} programs × {profile.repeats} runs, {judged}"
     elif not lockstep:
         reason = reason.replace("examples", "programs", 1)
-    return _Found(verdict, reason, time.monotonic() - began, search.examples, failures)
+    return _Found(verdict, reason, time.monotonic() - began, search.examples, failures, reached=dict(search.reached))
 
 
 def _clean_up_process(target: Target) -> None:
@@ -893,21 +900,24 @@ class _Certification:
     def verdicts(self, why: str | None = None) -> dict[str, PropertyVerdict]:
         """The verdict on every chosen property (and any other that a search found broken)."""
         failures, settled = self.weigh()
-        searched = {}
+        searched, evidence = {}, {}
         for prop in self.chosen:
             if (reason := PROPERTIES[prop].needs(self.caps)) is not None:
                 searched[prop] = ("not applicable", reason, 0.0, 0)
                 continue
             parts = []
+            reached: collections.Counter = collections.Counter()
             for number, task in enumerate(self.tasks):
                 uses = task.prop == prop or (task.kind == "soak" and prop in SOAK_PROPERTIES) or (
                     task.kind == "concurrent" and PROPERTIES[prop].concurrent)
                 if not uses:
                     continue
+                if number in self.found:
+                    reached.update(self.found[number].reached)
                 part = settled.get(number)
                 if part is None:
-                    reached = "interrupted" if number in self.running else "not reached"
-                    part = ("unknown", f"{reached}: {why}" if why else reached, 0.0, 0)
+                    how = "interrupted" if number in self.running else "not reached"
+                    part = ("unknown", f"{how}: {why}" if why else how, 0.0, 0)
                 elif task.kind == "soak":
                     part = (*self.found[number].each[prop], part[2], part[3])
                 if task.prop != prop:  # a shared search counts its time for the first that needs it
@@ -915,8 +925,14 @@ class _Certification:
                 parts.append(("own" if task.kind == prop else task.kind, part))
             parts.sort(key=lambda named: named[0] != "own")  # its own search first, then the shared
             searched[prop] = _combine(parts)
+            evidence[prop] = {situation: reached[situation] for situation in PROPERTIES[prop].evidence}
+            never = [situation for situation, times in evidence[prop].items() if not times]
+            if searched[prop][0] == "passed" and never:
+                verdict, reason, *rest = searched[prop]
+                searched[prop] = (verdict, f"{reason}; never reached: {'; '.join(never)}", *rest)
         order = self.chosen + [p for p in PROPERTIES if p in failures and p not in self.chosen]
-        return {p: _verdict(p, searched.get(p, ("unknown", "not selected", 0.0, 0)), failures) for p in order}
+        return {p: _verdict(p, searched.get(p, ("unknown", "not selected", 0.0, 0)), failures, evidence.get(p, {}))
+                for p in order}
 
     def report(self, why: str | None = None) -> Report:
         verdicts = self.verdicts(why)
@@ -1198,11 +1214,11 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     return [exc]
 
 
-def _verdict(prop: str, searched, failures: dict[str, list[Failure]]) -> PropertyVerdict:
+def _verdict(prop: str, searched, failures: dict[str, list[Failure]], evidence: dict[str, int]) -> PropertyVerdict:
     verdict, reason, seconds, examples = searched
     found = failures.get(prop, [])
     if found and verdict != "not applicable":
         own = [f for f in found if f.found_by == prop]
         failure = (own or found)[0]
-        return PropertyVerdict(prop, "failed", failure.summary(), seconds, examples, failure)
-    return PropertyVerdict(prop, verdict, reason, seconds, examples, None)
+        return PropertyVerdict(prop, "failed", failure.summary(), seconds, examples, failure, evidence)
+    return PropertyVerdict(prop, verdict, reason, seconds, examples, None, evidence)

@@ -80,7 +80,9 @@ class Failure:
 
 @dataclass(frozen=True)
 class PropertyVerdict:
-    """The verdict on one property, why, and what it cost."""
+    """The verdict on one property, why, and what it cost.  ``evidence``: how often its searches
+    reached each situation its rules are about (``harel_ref.stateful._properties``, a row's
+    ``evidence``); a pass whose situation was never reached says so in its reason."""
 
     property: str
     verdict: Verdict
@@ -88,6 +90,7 @@ class PropertyVerdict:
     seconds: float
     examples: int
     failure: Failure | None = None
+    evidence: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -215,6 +218,12 @@ class Report:
             detail = v.reason.replace("|", "\\|").replace("`", "'")
             level = "contract" if in_level(v.property, "contract") else "strict"
             lines.append(f"| {v.property} | {level} | **{v.verdict}** | {v.seconds:.1f} s | {detail} |")
+        reached = [v for v in self.verdicts if v.evidence]
+        if reached:
+            lines += ["", "## What the searches reached", "",
+                      "How often the searches behind each verdict reached the situations its rules are about:", ""]
+            lines += [f"- **{v.property}**: " + "; ".join(f"{situation}: {times}" for situation, times in v.evidence.items())
+                      for v in reached]
         for v in self.verdicts:
             if v.failure is not None:
                 lines += ["", *self._failure_markdown(v)]
