@@ -564,8 +564,8 @@ def certify(
             if time_budget is None:  # with a budget, the time is the caller's to share
                 profile = profile.fitted(estimate_seconds(profile, caps, speed, **searches))
             estimate = estimate_seconds(profile, caps, speed, **searches)
-            if jobs > 1:  # the searches spread over the processes; the soak runs beside them
-                estimate = (estimate - (soak or 0.0)) / min(jobs, len(tasks)) * 1.15 + (soak or 0.0)
+            if jobs > 1:  # the searches spread over the processes (which take a moment to start)
+                estimate = (estimate - (soak or 0.0)) / min(jobs, len(tasks)) * 1.15 + 1.5 + (soak or 0.0)
             if time_budget is not None:
                 estimate = min(estimate, time_budget + (soak or 0.0))
             progress = progress or Progress()
