@@ -99,17 +99,16 @@ def test_hypothesis_takes_local_constants_from_a_function_the_certifier_replaces
     )
 
 
-def test_while_a_search_runs_hypothesis_has_no_local_constants_and_a_home_of_its_own():
+def test_while_a_search_runs_hypothesis_has_no_local_constants_and_a_home_of_its_own(tmp_path):
     from hypothesis import configuration
     from hypothesis.internal.conjecture import providers
 
     from harel_ref.certify._engine import _hypothesis_apart
 
     home = configuration.storage_directory(intent_to_write=False).home_directory
-    with _hypothesis_apart():
+    with _hypothesis_apart(str(tmp_path / "home")):
         assert len(providers._get_local_constants()) == 0
-        inside = configuration.storage_directory(intent_to_write=False).home_directory
-        assert inside != home and inside.name.startswith("harel-ref-hypothesis-")
+        assert configuration.storage_directory(intent_to_write=False).home_directory == tmp_path / "home"
     assert configuration.storage_directory(intent_to_write=False).home_directory == home
     assert len(providers._get_local_constants()) > 0  # this project's modules are local
 

@@ -7,6 +7,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -100,10 +101,15 @@ def test_a_factory_other_processes_cannot_import_runs_its_searches_one_at_a_time
     assert "cannot be imported by name" in plans.plans[0].jobs_note
 
 
-def test_a_search_process_that_dies_costs_only_the_search_it_ran(project):
+def test_a_search_process_that_dies_costs_only_the_search_it_ran(project, monkeypatch):
+    scratch = project / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # where this process and the search
+    monkeypatch.setenv("TMPDIR", str(scratch))  # processes keep their scratch
     target = Target.from_spec("jobs_target:dies_on_reopen")
     report = certify(target.factory, profile="quick", _target=target, jobs=2,
                      properties=["fifo", "durability", "close"])
+    assert list(scratch.iterdir()) == []  # nothing left of the process that died
     durability = report.verdict("durability")
     assert durability.verdict == "unknown"
     assert "exit code 3" in durability.reason and "died" in durability.reason

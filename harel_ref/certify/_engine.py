@@ -44,7 +44,6 @@ by a failure of the certifier itself, still has a report: the exception carries 
 from __future__ import annotations
 
 import asyncio
-import atexit
 import collections
 import contextlib
 import dataclasses
@@ -550,6 +549,7 @@ def certify(
         tasks = _tasks(chosen, applicable, soak)
         jobs, jobs_note = _jobs_for(target, jobs, tasks, processes=processes)
         searchers = None
+        hypothesis_home = tempfile.mkdtemp(prefix="harel-ref-hypothesis-")
         if jobs > 1:  # spawned now, so that they import while the preflight runs
             searchers = SearchProcesses(target, jobs, _run_task, _clean_up_process)
         try:
@@ -579,7 +579,8 @@ def certify(
             pool = _branch_processes(target, call_deadline) if processes else None
             try:
                 run = _Certification(target, profile, seed, chosen, tasks, time_budget, pool, soak, limits,
-                                     progress, name, level or default_level(caps), jobs, searchers)
+                                     progress, name, level or default_level(caps), jobs, searchers,
+                                     hypothesis_home)
                 return run.all()
             finally:
                 if pool is not None:
@@ -587,6 +588,7 @@ def certify(
         finally:
             if searchers is not None:
                 searchers.close()
+            shutil.rmtree(hypothesis_home, ignore_errors=True)
 
 
 def default_jobs() -> int:
@@ -677,7 +679,8 @@ def _run_task(target: Target, context: dict[str, Any], task: _Task, started, eve
     ``context`` holds the profile, the seed, the time budget's end, how many searches share it
     (``budgeted``) and how many run at once (``jobs``); ``started`` counts the searches begun,
     across processes; ``event(name, *args)`` calls the :class:`Progress` method ``name``."""
-    with limit_calls(context["call_deadline"]) as limits, _hypothesis_apart():
+    home = os.path.join(context["hypothesis_home"], str(os.getpid()))  # this process's, in the run's
+    with limit_calls(context["call_deadline"]) as limits, _hypothesis_apart(home):
         if task.kind == "soak":
             event("searching", task.prop, "soak", 0, 1)
             return _soak(target, context["soak"], context["seed"])
@@ -710,7 +713,7 @@ def _run_task(target: Target, context: dict[str, Any], task: _Task, started, eve
 
 
 @contextlib.contextmanager
-def _hypothesis_apart() -> Iterator[None]:
+def _hypothesis_apart(home: str) -> Iterator[None]:
     """Hypothesis as a search needs it, whatever process it runs in, and leaving nothing behind.
 
     - Local constants: Hypothesis now and then draws a literal found in the source of the
@@ -718,8 +721,9 @@ def _hypothesis_apart() -> Iterator[None]:
       process, a pytest session and the command load different ones), so the same seed would
       find different examples.  While a search runs, there are none.
     - Storage: Hypothesis caches those constants and its Unicode tables under ``.hypothesis``
-      in the current directory.  While a search runs, its home is a scratch directory of this
-      process, removed when the process ends.
+      in the current directory.  While a search runs, its home is ``home``, inside a scratch
+      directory that the certification removes when it ends (whatever became of the process
+      that searched).
 
     Both reach into Hypothesis beyond its documented API (``set_hypothesis_home_dir`` is
     documented; ``providers._get_local_constants`` is not): tests/test_hypothesis_internals.py
@@ -728,13 +732,9 @@ def _hypothesis_apart() -> Iterator[None]:
     from hypothesis.internal.conjecture import providers
     from hypothesis.internal.constants_ast import Constants
 
-    global _SCRATCH_HOME
-    if _SCRATCH_HOME is None:
-        _SCRATCH_HOME = tempfile.mkdtemp(prefix="harel-ref-hypothesis-")
-        atexit.register(shutil.rmtree, _SCRATCH_HOME, ignore_errors=True)
-    home = configuration.storage_directory(intent_to_write=False).home_directory
+    before = configuration.storage_directory(intent_to_write=False).home_directory
     found = providers._get_local_constants
-    configuration.set_hypothesis_home_dir(_SCRATCH_HOME)
+    configuration.set_hypothesis_home_dir(home)
     providers._get_local_constants = Constants  # called with no arguments: none
     providers.CONSTANTS_CACHE.cache.clear()
     try:
@@ -742,10 +742,7 @@ def _hypothesis_apart() -> Iterator[None]:
     finally:
         providers._get_local_constants = found
         providers.CONSTANTS_CACHE.cache.clear()
-        configuration.set_hypothesis_home_dir(home)
-
-
-_SCRATCH_HOME: str | None = None
+        configuration.set_hypothesis_home_dir(before)
 
 
 def _search_once(target: Target, context: dict[str, Any], task: _Task, share: float, limits: CallLimits,
@@ -789,13 +786,14 @@ class _Certification:
     def __init__(self, target: Target, profile: Profile, run_seed: int, chosen: list[str], tasks: list[_Task],
                  time_budget: float | None, pool: BranchProcesses | None, soak_seconds: float | None,
                  limits: CallLimits, progress: Progress, name: str | None, level: str, jobs: int,
-                 searchers: SearchProcesses | None) -> None:
+                 searchers: SearchProcesses | None, hypothesis_home: str) -> None:
         self.target, self.caps, self.profile, self.seed = target, target.capabilities, profile, run_seed
         self.chosen, self.tasks, self.pool, self.soak_seconds = chosen, tasks, pool, soak_seconds
         self.progress, self.name, self.level, self.searchers = progress, name, level, searchers
         self.started = time.monotonic()
         self.context = dict(
             profile=profile, seed=run_seed, soak=soak_seconds, call_deadline=limits.deadline, jobs=jobs,
+            hypothesis_home=hypothesis_home,
             end=math.inf if time_budget is None else self.started + time_budget,
             budgeted=sum(task.kind != "soak" for task in tasks),
         )
