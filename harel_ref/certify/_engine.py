@@ -11,9 +11,11 @@ property, each with the machine narrowed to what that property needs:
   within one tick of the clock (so an off-by-one-tick lease end does not stop the FIFO search),
   and priority and routing are exercised only by their own searches.
 
-Every divergence names the property it breaks (``Divergence.property``).  A search that stops
-at another property's divergence records that failure against the other property, and its own
-verdict is "unknown" (it was cut short).  Each search is seeded, so a failure replays exactly.
+What each search runs, and whom a failed check counts against, is the property table's to say
+(:mod:`harel_ref.stateful._properties`): the checkers report facts (the check that failed, what
+came before it), and the table turns them into properties.  A search that stops at another
+property's failure records it against that property, and its own verdict is "unknown" (it was
+cut short).  Each search is seeded, so a failure replays exactly.
 
 Concurrency (SPEC.md R19) has searches of its own (:mod:`harel_ref.stateful.parallel`): programs of a
 sequential prefix and two or three branches run at once, each run ``repeats`` times and judged
