@@ -31,7 +31,10 @@ from dataclasses import dataclass
 
 from ._backend import Capabilities
 
-__all__ = ["CHECKS", "CONTRACT", "DIAGNOSES", "problems", "PROPERTIES", "Property", "attribute", "owner", "owner_of_breach"]
+__all__ = [
+    "CHECKS", "CONTRACT", "DIAGNOSES", "problems", "PROPERTIES", "Property", "SHARED", "attribute", "owner",
+    "owner_of_breach",
+]
 
 CORE = frozenset({"prefill", "publish", "claim_any", "ack"})
 TIME = frozenset({"advance"})
@@ -56,6 +59,12 @@ JUDGED = {
     "close": "every call after close() (elsewhere only closing at the end)",
 }
 """What a focused search may judge that the others relax (a row's ``judges``)."""
+
+
+SHARED = "shared"
+"""The name of the shared lockstep search: every lockstep property's rules in one machine, every
+one of them judged at once (SPEC.md C5).  A failure it finds is attributed like a focused
+search's (:func:`attribute`)."""
 
 
 HELD = "a claim while a group's head was leased or parked"
@@ -292,21 +301,23 @@ def owner_of_breach(kind: str) -> str | None:
 
 
 def attribute(check: str, after: frozenset[str] | tuple[str, ...], search: str | None) -> tuple[str, str, str]:
-    """Whom a failed ``check`` counts against when the focused search of the property
-    ``search`` found it after the facts ``after``: the property, the check as the report names
-    it, and a note for its step (empty, or ``(after a reopen; the check that failed: fifo)``).
+    """Whom a failed ``check`` counts against when the lockstep search ``search`` (a
+    property's focused search, or :data:`SHARED`) found it after the facts ``after``: the
+    property, the check as the report names it, and a note for its step (empty, or
+    ``(after a reopen; the check that failed: fifo)``).
 
-    In a property's own search, a wrong order of groups judged with the tie-break is the
-    tie-break's (its check too); a failure after one of the facts the property
-    ``blames_after`` is the property's, whatever check tripped (the engine gives it back to
-    that check when the check's own search failed too, see ``_reblamed``)."""
+    In a search that judges the tie-break, a wrong order of groups is the tie-break's (its
+    check too); a failure after one of the facts that a property ``blames_after`` is that
+    property's, whatever check tripped, in its own search and in the shared one (the engine
+    gives it back to that check when the check's own search failed too, see ``_reblamed``)."""
     prop = owner(check)
-    row = PROPERTIES.get(search or "")
-    if row is None:
-        return prop, check, ""
-    if prop == "fairness" and "ties" in row.judges:
-        return row.name, row.name, ""
+    rows = [row for row in PROPERTIES.values() if row.search == "lockstep"] if search == SHARED else (
+        [PROPERTIES[search]] if search in PROPERTIES else [])
+    for row in rows:
+        if prop == "fairness" and "ties" in row.judges:
+            return row.name, row.name, ""
     for fact in (AFTER_REOPEN, AFTER_REFUSED, AFTER_STALE):  # the earliest kind of cause first
-        if fact in after and fact in row.blames_after and prop != row.name:
-            return row.name, check, f"  (after {fact}; the check that failed: {prop})"
+        for row in rows:
+            if fact in after and fact in row.blames_after and prop != row.name:
+                return row.name, check, f"  (after {fact}; the check that failed: {prop})"
     return prop, check, ""

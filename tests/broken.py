@@ -225,9 +225,30 @@ BROKEN = {
 }
 
 
+
+class ReopenForgetsPriorities(InMemoryTransport):
+    """Closing writes the groups back without their priorities, as a store that kept them only
+    in the connection's memory would: after a reopen every group has priority 0 (R12, R15).
+    Only the shared search can see it: durability's own search publishes at priority 0 alone,
+    and priority-floor's never reopens."""
+
+    def close(self):
+        if not self._closed:
+            with self.store.lock:
+                for group in self.store.groups.values():
+                    group.priority = 0
+        super().close()
+
+
+SHARED_ONLY = {
+    "a reopen forgets priorities": (ReopenForgetsPriorities, "durability"),
+}
+"""Broken variants that no focused search catches and the shared search does (SPEC.md C5)."""
+
+
 def broken_backend(name: str) -> Backend:
     """A :class:`Backend` for the broken variant ``name``, declared like the real one."""
-    cls, _ = BROKEN[name]
+    cls, _ = {**BROKEN, **SHARED_ONLY}[name]
     stores: dict[str, InMemoryStore] = {}
 
     def factory(clock, namespace):

@@ -59,6 +59,91 @@ def test_one_broken_property_leaves_the_others_passed():
     assert _verdicts(report) == {**dict.fromkeys(PROPERTIES, "passed"), "fencing": "failed"}
 
 
+# --- the shared lockstep search (SPEC.md C5) ---------------------------------------------------
+
+
+def _replays(failure, factory) -> Divergence:
+    code = failure.reproduction.replace("factory = ...", "factory = the_factory  #")
+    with pytest.raises(Divergence) as caught:
+        exec(compile(code, "<reproduction>", "exec"), {"the_factory": factory})
+    return caught.value
+
+
+def test_a_passing_shared_search_stands_for_the_focused_ones_and_reaches_as_much(tmp_path):
+    from harel_ref.certify._engine import PROFILES as ENGINE_PROFILES
+    from harel_ref.certify._engine import _hypothesis_apart, _run_search, _Search, focus_machine
+
+    backend = load("memory")(None)
+    report = certify(backend.factory, backend.capabilities, profile="quick")
+    lockstep = tuple(p for p, row in PROPERTIES.items() if row.search == "lockstep")
+    assert report.shared == lockstep and report.outcome == "passed"
+    quick = ENGINE_PROFILES["quick"]
+    assert f"a shared lockstep search of {quick.shared_examples} examples" in report.to_markdown()
+    for prop in lockstep:
+        verdict = report.verdict(prop)
+        assert verdict.reason.startswith("shared search: "), verdict.reason
+        own = _Search(deadline=time.monotonic() + 600, grace=0.0)  # what its focused search reaches
+        with _hypothesis_apart(str(tmp_path)):
+            _run_search(focus_machine(backend.factory, prop, backend.capabilities), quick, 0, own)
+        assert own.outcome() is None
+        for situation in PROPERTIES[prop].evidence:
+            assert verdict.evidence[situation] >= own.reached[situation], (prop, situation)
+
+
+def test_a_bug_only_the_shared_search_sees_fails_its_property():
+    """A reopen that forgets priorities: durability's own search publishes at priority 0 only,
+    and priority-floor's never reopens, so neither sees it; the shared search does, and the
+    priority-floor check that trips after a reopen is durability's (seed 1: quick finds it
+    at 2 of seeds 0-2, standard at 3 of 3)."""
+    backend = broken_backend("a reopen forgets priorities")
+    alone = certify(backend.factory, backend.capabilities, profile="quick", seed=1,
+                    properties=["durability", "priority-floor"])
+    assert _verdicts(alone) == {"durability": "passed", "priority-floor": "passed"}
+    assert alone.shared == ()  # not every lockstep property was chosen
+    report = certify(backend.factory, backend.capabilities, profile="quick", seed=1)
+    assert _verdicts(report) == {**dict.fromkeys(PROPERTIES, "passed"), "durability": "failed"}, report.to_markdown()
+    failure = report.verdict("durability").failure
+    assert (failure.found_by, failure.check) == ("shared", "priority-floor")
+    assert failure.step.endswith("(after a reopen; the check that failed: priority-floor)")
+    assert "focus_machine(factory, 'shared', " in failure.reproduction
+    assert _replays(failure, backend.factory).check == "priority-floor"
+
+
+def test_a_fault_in_the_shared_search_counts_against_the_first_property_that_makes_its_step():
+    from harel_ref.certify._engine import PROFILES as ENGINE_PROFILES
+    from harel_ref.certify._engine import _judge, _Search
+    from harel_ref.certify._target import Target
+    from harel_ref.stateful._properties import SHARED
+
+    backend = load("memory")(None)
+    target = Target.from_factory(backend.factory, backend.capabilities, False)
+
+    class Machine:
+        def reopen(self):
+            raise RuntimeError("the storage is gone")
+
+    try:
+        Machine().reopen()
+    except RuntimeError as exc:
+        error = exc
+    verdict, _, (failure,) = _judge(SHARED, _Search(deadline=0.0, grace=0.0, error=error), target,
+                                    ENGINE_PROFILES["quick"], 0)
+    assert verdict == "failed"
+    assert (failure.property, failure.found_by, failure.check) == ("durability", "shared", "exception")
+    assert failure.step == "state.reopen(...) raised"
+
+
+def test_a_transport_that_acks_by_seq_has_no_shared_search():
+    from harel_ref.certify import focus_machine
+    from harel_ref.certify._engine import shared_properties
+
+    by_seq = Capabilities(acks="by-seq")
+    assert shared_properties(by_seq) == ()
+    assert "fencing" in shared_properties(Capabilities()) and "durability" not in shared_properties(Capabilities())
+    with pytest.raises(ValueError, match="acks by seq has no shared search"):
+        focus_machine(load("memory")(None).factory, "shared", by_seq)
+
+
 def test_counterexample_replays_as_printed():
     backend = broken_backend("nack(0) to the back of its group")
     report = certify(backend.factory, backend.capabilities, profile="quick", properties=["fifo"])

@@ -32,6 +32,16 @@ unfenced.capabilities = _unfenced.capabilities
 _stores = {{}}
 
 
+def fine(clock, namespace):
+    """The in-memory queue, which passes: its shared lockstep search stands for the focused ones."""
+    from harel_ref.transport import InMemoryStore, InMemoryTransport
+
+    return InMemoryTransport(clock=clock, store=_stores.setdefault(namespace, InMemoryStore()))
+
+
+fine.capabilities = Capabilities(durable=True, shared=True)
+
+
 def dies_on_reopen(clock, namespace):
     """An in-memory queue that ends the process when a namespace is opened again (a reopen),
     in a search process only: what a transport crashing the interpreter looks like."""
@@ -77,14 +87,19 @@ def _without_times(report) -> str:
     return re.sub(r"[a-z0-9]+:[0-9a-f]{32}", "TOKEN", shown)
 
 
-def test_a_run_with_jobs_gives_the_report_of_a_run_one_at_a_time(project):
-    target = Target.from_spec("jobs_target:unfenced")
+@pytest.mark.parametrize("factory", ["unfenced", "fine"])
+def test_a_run_with_jobs_gives_the_report_of_a_run_one_at_a_time(project, factory):
+    # unfenced: the shared search fails, and the focused searches run after it (SPEC.md C5)
+    target = Target.from_spec(f"jobs_target:{factory}")
     serial = certify(target.factory, profile="quick", _target=target, jobs=1)
     plans = Plans()
     spread = certify(target.factory, profile="quick", _target=target, jobs=2, progress=plans)
     assert plans.plans[0].jobs == 2 and not plans.plans[0].jobs_note
-    assert spread.verdict("fencing").verdict == "failed"  # failures, shrunk steps and all, compared too
+    expected = "failed" if factory == "unfenced" else "passed"
+    assert spread.verdict("fencing").verdict == expected  # failures, shrunk steps and all, compared too
     assert spread.verdict("fifo").verdict == "passed"
+    shared = spread.verdict("fifo").reason.startswith("shared search: ")
+    assert shared == (factory == "fine"), spread.verdict("fifo").reason
     assert _without_times(spread) == _without_times(serial)
     assert plans.told == [v.property for v in spread.verdicts]  # each verdict told once, in order
 

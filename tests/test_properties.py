@@ -10,10 +10,12 @@ from pathlib import Path
 from harel_ref.certify import CONTRACT
 from harel_ref.stateful import FOCUS_RULES, RULES
 from harel_ref.stateful._properties import (
+    AFTER_REFUSED,
     AFTER_REOPEN,
     AFTER_STALE,
     MACHINE_RULES,
     PROPERTIES,
+    SHARED,
     attribute,
     owner,
     problems,
@@ -53,6 +55,19 @@ def test_whom_a_failed_check_counts_against():
     # the tie-break's search judges the order of groups with the tie-break
     assert attribute("fairness", (), "tie-break") == ("tie-break", "tie-break", "")
     assert attribute("fairness", (), "fairness") == ("fairness", "fairness", "")
+
+
+def test_whom_a_failure_of_the_shared_search_counts_against():
+    # the shared search runs every rule: each fact is blamed as the search of the property that
+    # blames it would, the earliest kind of cause first (SPEC.md C5)
+    assert attribute("fifo", (), SHARED) == ("fifo", "fifo", "")
+    assert attribute("priority-floor", {AFTER_REOPEN}, SHARED) == (
+        "durability", "priority-floor", "  (after a reopen; the check that failed: priority-floor)")
+    assert attribute("fifo", {AFTER_REFUSED, AFTER_REOPEN}, SHARED)[0] == "durability"
+    assert attribute("fifo", {AFTER_REFUSED}, SHARED)[0] == "bad-input"
+    assert attribute("no-loss", {AFTER_STALE}, SHARED)[0] == "fencing"
+    assert attribute("durability", {AFTER_REOPEN}, SHARED) == ("durability", "durability", "")
+    assert attribute("fairness", (), SHARED) == ("tie-break", "tie-break", "")  # it judges the tie-break
 
 
 def test_the_machine_counts_the_situations_it_reaches():

@@ -1,7 +1,7 @@
-"""The certification engine: one focused Hypothesis search per property.
+"""The certification engine: one shared lockstep search, and focused ones where it finds anything.
 
 A single lockstep search stops at the first divergence, so it can say "something is wrong"
-but not which of the twelve properties hold.  The engine therefore runs one search per
+but not which of the twelve properties hold.  The engine therefore has one focused search per
 property, each with the machine narrowed to what that property needs:
 
 - only the rules that exercise it (bad input is sent only when checking bad input, stale
@@ -10,6 +10,12 @@ property, each with the machine narrowed to what that property needs:
   claimable group, outside the lease-expiry search a claim is judged as if it happened anywhere
   within one tick of the clock (so an off-by-one-tick lease end does not stop the FIFO search),
   and priority and routing are exercised only by their own searches.
+
+Most transports that are certified pass, and for them twelve searches are eleven too many.  So
+a full certification first runs the *shared* lockstep search (SPEC.md C5): every rule, every
+check, three times a focused search's examples.  If it passes, it stands for the twelve; if it
+finds anything, the focused searches run ("stand by") and decide the verdicts, and what the
+shared search found is weighed after them.
 
 What each search runs, and whom a failed check counts against, is the property table's to say
 (:mod:`harel_ref.stateful._properties`): the checkers report facts (the check that failed, what
@@ -75,7 +81,7 @@ from harel_ref.stateful._async import (
     open_transport,
 )
 from harel_ref.stateful._machine import FOCUS_RULES, RULES, TICK, FakeClock
-from harel_ref.stateful._properties import CHECKS, PROPERTIES, TIME, attribute, owner
+from harel_ref.stateful._properties import CHECKS, PROPERTIES, SHARED, TIME, attribute, owner
 from harel_ref.stateful._processes import BranchProcesses
 from harel_ref.stateful.parallel import ConcurrencyFailure, check_program, close_all, programs
 from harel_ref.stateful.soak import soak as run_soak
@@ -86,7 +92,7 @@ from ._target import CertificationError, Target, detect_protocol
 
 __all__ = [
     "DEFAULT_CALL_DEADLINE", "PROFILES", "PROPERTIES", "Plan", "Profile", "Progress", "certify", "default_jobs",
-    "default_level", "focus_machine",
+    "default_level", "focus_machine", "shared_properties",
 ]
 
 DEFAULT_CALL_DEADLINE = 30.0
@@ -146,11 +152,21 @@ class Profile:
         return PROFILES[base].divided(int(by)) if slash else PROFILES[base]
 
     @property
+    def shared_examples(self) -> int:
+        """Examples of the shared lockstep search (SPEC.md C5): :data:`SHARED_FACTOR` times a
+        focused search's, which reaches each property's situations at least as often as that
+        property's own search does (docs/certify-speed.md)."""
+        return SHARED_FACTOR * self.max_examples
+
+    @property
     def shrink_repeats(self) -> int:
         """Runs per program while a failure is being shrunk: a race that a program still
         contains shows within a few runs, and a program without it need not cost all of them."""
         return max(3, self.repeats // 3)
 
+
+SHARED_FACTOR = 3
+"""How many focused searches' examples the shared search runs (Profile.shared_examples)."""
 
 FITS = (2, 3, 4, 6, 8)
 """What a profile with a target may be divided by to fit a slow transport (Profile.fitted)."""
@@ -177,6 +193,16 @@ SOAK_PROPERTIES = frozenset(p for p, row in PROPERTIES.items() if row.concurrent
 """The properties a soak counts for (single-in-flight, fencing, no-loss, contention)."""
 
 
+def shared_properties(caps: Capabilities) -> tuple[str, ...]:
+    """The lockstep properties the shared search (SPEC.md C5) covers for a transport of
+    ``caps``: every one that applies.  None for a transport that acks by seq: fencing judges
+    its stale acks with a fenced model, single-in-flight and no-loss what they break with the
+    declared one, and one machine cannot do both."""
+    if caps.acks == "by-seq":
+        return ()
+    return tuple(p for p, row in PROPERTIES.items() if row.search == "lockstep" and row.needs(caps) is None)
+
+
 def focus_machine(
     factory: Callable,
     property: str,
@@ -184,28 +210,39 @@ def focus_machine(
     *,
     is_async: bool = False,
 ) -> type:
-    """The lockstep machine class that the search for ``property`` runs.
+    """The lockstep machine class that the search for ``property`` runs, or the shared search
+    (``property`` ``"shared"``: the rules of every property of :func:`shared_properties`,
+    judging everything they judge).
 
     Reports print failing steps against this class, so a reproduction is: build the class
     with the same arguments, then run the printed steps.
     """
-    if property not in PROPERTIES:
-        raise ValueError(f"unknown property {property!r}; choose from {list(PROPERTIES)}")
     caps = capabilities if capabilities is not None else Capabilities()
-    row = PROPERTIES[property]
-    if row.search != "lockstep":
+    if property == SHARED:
+        covered = shared_properties(caps)
+        if not covered:
+            raise ValueError("a transport that acks by seq has no shared search: its properties are searched one by one")
+    elif property not in PROPERTIES:
+        raise ValueError(f"unknown property {property!r}; choose from {list(PROPERTIES)} or {SHARED!r}")
+    elif PROPERTIES[property].search != "lockstep":
         raise ValueError(f"{property!r} is searched by running programs at once, not by a lockstep machine")
+    else:
+        covered = (property,)
+    rows = [PROPERTIES[p] for p in covered]
+    judges = frozenset().union(*(row.judges for row in rows))
     effective = dataclasses.replace(
         caps,
-        priority=caps.priority and "priority" in row.judges,
-        routing=caps.routing and "routing" in row.judges,
-        fairness=caps.fairness if "fairness" in row.judges else "unspecified",
+        priority=caps.priority and "priority" in judges,
+        routing=caps.routing and "routing" in judges,
+        fairness=caps.fairness if "fairness" in judges else "unspecified",
     )
     wall = caps.clock == "wall"
     by_seq = caps.acks == "by-seq" and property in CONSEQUENCES
     name = "".join(word.capitalize() for word in property.split("-")) + "Machine"
-    rules = row.rules | {"nack_now", "claim_at_deadline", "release_stale"} if by_seq else row.rules
-    stale = "stale leases" in row.judges
+    rules = frozenset().union(*(row.rules for row in rows))
+    if by_seq:
+        rules |= {"nack_now", "claim_at_deadline", "release_stale"}
+    stale = "stale leases" in judges
     return make_machine(
         Backend(property, factory, effective, is_async=is_async),
         # The deadline rules need an injectable clock; with a wall clock, time passes by sleeping.
@@ -214,10 +251,10 @@ def focus_machine(
         # Fencing asks whether stale acks and nacks do nothing: its model is fenced, whatever
         # the transport declares.  When they answer nothing, their effect shows later.
         model_acks="fenced" if stale else None,
-        consequences=CONSEQUENCES & {property},
-        ties="arrival" if "ties" in row.judges else "any",
-        clock_slack=0.0 if ("exact time" in row.judges or wall) else TICK,
-        check_close="close" in row.judges,  # so a close bug leaves the other verdicts standing
+        consequences=CONSEQUENCES & set(covered),
+        ties="arrival" if "ties" in judges else "any",
+        clock_slack=0.0 if ("exact time" in judges or wall) else TICK,
+        check_close="close" in judges,  # so a close bug leaves the other verdicts standing
         name=name,
     )
 
@@ -306,9 +343,9 @@ def _watched(machine: type, search: _Search) -> type:
     return Watched
 
 
-def _settings(profile: Profile) -> settings:
+def _settings(profile: Profile, examples: int) -> settings:
     return settings(
-        max_examples=profile.max_examples,
+        max_examples=examples,
         stateful_step_count=profile.step_count,
         database=None,
         deadline=None,
@@ -320,9 +357,11 @@ def _settings(profile: Profile) -> settings:
     )
 
 
-def _run_search(machine: type, profile: Profile, run_seed: int, search: _Search) -> None:
+def _run_search(machine: type, profile: Profile, run_seed: int, search: _Search, examples: int | None = None) -> None:
+    """Run the lockstep ``machine``: ``examples`` examples (the profile's by default)."""
+    examples = profile.max_examples if examples is None else examples
     try:
-        run_state_machine_as_test(seed(run_seed)(_watched(machine, search)), settings=_settings(profile))
+        run_state_machine_as_test(seed(run_seed)(_watched(machine, search)), settings=_settings(profile, examples))
     except _Stop:
         pass  # search.cut_short or search.limits say why; search.first holds a failure found before
     except Exception as exc:  # a divergence, the transport raising, or Hypothesis giving up
@@ -351,7 +390,7 @@ def _run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed
 
     concurrent.__name__ = concurrent.__qualname__ = "contention" if contention else "concurrent"
     test = given(programs(parking=caps.parking))(concurrent)
-    test = settings(_settings(profile), max_examples=profile.programs)(test)
+    test = settings(_settings(profile, profile.programs))(test)
     try:
         seed(run_seed)(test)()
     except _Stop:
@@ -548,7 +587,7 @@ def certify(
         target = detect_protocol(target)
         caps = target.capabilities
         applicable = [p for p in chosen if PROPERTIES[p].needs(caps) is None]
-        tasks = _tasks(chosen, applicable, soak)
+        tasks = _tasks(chosen, applicable, soak, shared_properties(caps))
         jobs, jobs_note = _jobs_for(target, jobs, tasks, processes=processes)
         searchers = None
         hypothesis_home = tempfile.mkdtemp(prefix="harel-ref-hypothesis-")
@@ -559,7 +598,9 @@ def certify(
             if searchers is not None and (why := searchers.ready()) is not None:
                 searchers.close()
                 searchers, jobs, jobs_note = None, 1, f"searches run one at a time: {why}"
-            searches = dict(lockstep=sum(PROPERTIES[p].search == "lockstep" for p in applicable),
+            standby = sum(task.standby for task in tasks)  # if the shared search passes, they do not run
+            lockstep = sum(PROPERTIES[p].search == "lockstep" for p in applicable)
+            searches = dict(lockstep=lockstep - standby + (SHARED_FACTOR if standby else 0),
                             parallel=int("contention" in applicable) + int(any(PROPERTIES[p].concurrent for p in applicable)),
                             processes=processes, soak=soak)
             asked = profile
@@ -567,7 +608,7 @@ def certify(
                 profile = profile.fitted(estimate_seconds(profile, caps, speed, **searches))
             estimate = estimate_seconds(profile, caps, speed, **searches)
             if jobs > 1:  # the searches spread over the processes (which take a moment to start)
-                estimate = (estimate - (soak or 0.0)) / min(jobs, len(tasks)) * 1.15 + 1.5 + (soak or 0.0)
+                estimate = (estimate - (soak or 0.0)) / min(jobs, len(tasks) - standby) * 1.15 + 1.5 + (soak or 0.0)
             if time_budget is not None:
                 estimate = min(estimate, time_budget + (soak or 0.0))
             progress = progress or Progress()
@@ -620,33 +661,41 @@ def _runs_at_home(task: _Task, processes: bool) -> bool:
     """Whether ``task`` runs in the certifying process even with jobs: the soak (it keeps its
     own wall-clock time), and with ``processes`` the parallel searches (they own the branch
     processes)."""
-    return task.kind == "soak" or (processes and _search_of(task.kind) != "lockstep")
+    return task.kind == "soak" or (processes and _search_of(task.kind) not in ("lockstep", SHARED))
 
 
 def _search_of(kind: str) -> str:
     """What kind of search a task runs: ``lockstep`` or ``contention`` (a property's own),
-    ``concurrent`` or ``soak`` (shared)."""
+    ``shared`` (the shared lockstep search), ``concurrent`` or ``soak`` (shared parallel ones)."""
     return PROPERTIES[kind].search if kind in PROPERTIES else kind
 
 
 @dataclass(frozen=True)
 class _Task:
     """One search of a certification: the own search of the property ``kind``, or a shared
-    one (``kind`` ``"concurrent"`` or ``"soak"``), whose time counts for ``prop``, the first
-    property that needs it."""
+    one (``kind`` ``"shared"``, ``"concurrent"`` or ``"soak"``), whose time counts for
+    ``prop``, the first property that needs it.  A ``standby`` search is a focused lockstep
+    search that runs only if the shared lockstep search did not pass (SPEC.md C5)."""
 
     kind: str
     prop: str
+    standby: bool = False
 
 
-def _tasks(chosen: list[str], applicable: list[str], soak: float | None) -> list[_Task]:
+def _tasks(chosen: list[str], applicable: list[str], soak: float | None, sharing: tuple[str, ...] = ()) -> list[_Task]:
     """The searches in the order a serial run makes them (and weighs them): each property's own
-    search, and after the first property that needs a shared search, that one."""
+    search, and before the first property that needs a shared search, that one.
+
+    ``sharing``: the properties the shared lockstep search covers (:func:`shared_properties`);
+    it runs when they are two or more and all of them are chosen, and their own searches stand by."""
     tasks, shared = [], set()
+    sharing = sharing if len(sharing) > 1 and set(sharing) <= set(chosen) else ()
     for prop in chosen:
         if prop not in applicable:
             continue
-        tasks.append(_Task(prop, prop))
+        if sharing and prop == next(p for p in chosen if p in sharing):
+            tasks.append(_Task(SHARED, prop))
+        tasks.append(_Task(prop, prop, standby=prop in sharing))
         wanted = ["concurrent"] + (["soak"] if soak else []) if prop in SOAK_PROPERTIES else []
         for kind in wanted:
             if (kind == "concurrent" and not PROPERTIES[prop].concurrent) or kind in shared:
@@ -752,13 +801,14 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
     """One run of a lockstep or parallel search, with ``share`` seconds to search (and as
     many again to shrink a failure found in time)."""
     began, kind, profile, caps = time.monotonic(), task.kind, context["profile"], target.capabilities
-    lockstep = kind in PROPERTIES and PROPERTIES[kind].search == "lockstep"
-    shown = "lockstep" if lockstep else kind
-    total = profile.max_examples if lockstep else profile.programs
+    lockstep = kind == SHARED or (kind in PROPERTIES and PROPERTIES[kind].search == "lockstep")
+    shown = "lockstep" if kind in PROPERTIES and lockstep else kind
+    total = profile.shared_examples if kind == SHARED else profile.max_examples if lockstep else profile.programs
     search = _Search(deadline=began + share, grace=share, limits=limits,
                      on_example=lambda done: event("searching", task.prop, shown, done, total))
     if lockstep:
-        _run_search(focus_machine(target.factory, kind, caps, is_async=target.is_async), profile, context["seed"], search)
+        _run_search(focus_machine(target.factory, kind, caps, is_async=target.is_async), profile, context["seed"],
+                    search, total)
     else:
         _run_parallel(target, caps, profile, context["seed"], search, contention=kind == "contention",
                       processes=pool, ignore=ignore)
@@ -797,8 +847,11 @@ class _Certification:
             profile=profile, seed=run_seed, soak=soak_seconds, call_deadline=limits.deadline, jobs=jobs,
             hypothesis_home=hypothesis_home,
             end=math.inf if time_budget is None else self.started + time_budget,
-            budgeted=sum(task.kind != "soak" for task in tasks),
+            budgeted=sum(task.kind != "soak" and not task.standby for task in tasks),
         )
+        self.shared = next((n for n, task in enumerate(tasks) if task.kind == SHARED), None)
+        self.standby = [n for n, task in enumerate(tasks) if task.standby]
+        self.covered = {tasks[n].prop for n in self.standby}  # the properties the shared search covers
         self.found: dict[int, _Found] = {}  # task number -> what that search found
         self.running: set[int] = set()
         self.told = 0  # verdicts told to progress, in order
@@ -824,20 +877,28 @@ class _Certification:
             getattr(self.progress, name)(*args)
 
         for number in numbers:
+            if number in self.found:  # a standby search the shared search made needless
+                continue
             self.running.add(number)
             self.tell(number)
             self.found[number] = _run_task(self.target, self.context, self.tasks[number], started, event, self.pool)
             self.running.discard(number)
+            if number == self.shared:
+                self.shared_ended()
             self.tell()
 
     def run_in_processes(self) -> None:
-        """Longest first: the parallel searches, then the lockstep ones in order."""
+        """Longest first: the shared lockstep search (what it finds decides whether the standby
+        searches run), the parallel searches, then the lockstep ones in order."""
         searchers = self.searchers
-        away = [n for n, task in enumerate(self.tasks) if not _runs_at_home(task, self.pool is not None)]
-        for number in sorted(away, key=lambda n: _search_of(self.tasks[n].kind) == "lockstep"):
+        away = [n for n, task in enumerate(self.tasks)
+                if not _runs_at_home(task, self.pool is not None) and not task.standby]
+        for number in sorted(away, key=lambda n: (self.tasks[n].kind != SHARED,
+                                                  _search_of(self.tasks[n].kind) == "lockstep")):
             searchers.submit(number, self.tasks[number], self.context)
         self.running.update(away)
-        self.run_here([n for n in range(len(self.tasks)) if n not in away], searchers.started)
+        self.run_here([n for n in range(len(self.tasks)) if n not in away and not self.tasks[n].standby],
+                      searchers.started)
         for kind, number, detail in searchers.outcomes():
             if kind == "event":
                 getattr(self.progress, detail[0])(*detail[1:])
@@ -846,7 +907,26 @@ class _Certification:
                 detail = _Found("unknown", f"{detail}: a search process died while searching", 0.0, 0)
             self.found[number] = detail
             self.running.discard(number)
+            if number == self.shared:
+                for standby in self.shared_ended():
+                    searchers.submit(standby, self.tasks[standby], self.context)
+                    self.running.add(standby)
             self.tell()
+
+    def shared_passed(self) -> bool:
+        """Whether the shared lockstep search ran and passed: then it stands for the focused
+        searches of the properties it covers, which do not run (SPEC.md C5)."""
+        return self.shared in self.found and self.found[self.shared].verdict == "passed"
+
+    def shared_ended(self) -> list[int]:
+        """Once the shared search has ended: the standby searches to run now (all of them,
+        unless it passed; those it made needless are recorded as found)."""
+        if self.shared_passed():
+            for number in self.standby:
+                self.found[number] = _Found("covered", "the shared search passed", 0.0, 0)
+            return []
+        self.context["budgeted"] += len(self.standby)  # their share of a time budget
+        return list(self.standby)
 
     # --- weighing what the searches found ------------------------------------------------
 
@@ -859,6 +939,8 @@ class _Certification:
         while self.told < len(self.chosen):
             prop = self.chosen[self.told]
             numbers = [n for n, task in enumerate(self.tasks) if task.prop == prop]
+            if prop in self.covered and self.shared in self.found and not self.shared_passed():
+                numbers += self.standby  # a failure of the shared search is weighed after them all
             last = max(numbers, default=-1)
             if last >= done or (not numbers and upcoming is not None and self.first_of(prop) > upcoming):
                 return
@@ -876,7 +958,9 @@ class _Certification:
         settled verdict, weighed in the order of the searches."""
         failures: dict[str, list[Failure]] = {}
         settled = {}
-        for number, task in enumerate(self.tasks):
+        order = [n for n in range(len(self.tasks)) if n != self.shared] + [self.shared] * (self.shared is not None)
+        for number in order:  # the shared search last: a failure it found may be given back to its check
+            task = self.tasks[number]
             if number not in self.found:
                 continue
             found = self.found[number]
@@ -907,24 +991,34 @@ class _Certification:
                 continue
             parts = []
             reached: collections.Counter = collections.Counter()
+            shared_time = 0.0
             for number, task in enumerate(self.tasks):
                 uses = task.prop == prop or (task.kind == "soak" and prop in SOAK_PROPERTIES) or (
-                    task.kind == "concurrent" and PROPERTIES[prop].concurrent)
-                if not uses:
+                    task.kind == "concurrent" and PROPERTIES[prop].concurrent) or (
+                    task.kind == SHARED and prop in self.covered)
+                if not uses or (task.standby and self.shared_passed()):
                     continue
                 if number in self.found:
                     reached.update(self.found[number].reached)
                 part = settled.get(number)
+                if task.kind == SHARED and part is not None and part[0] != "passed":
+                    shared_time = part[2]  # it found something: the property's own search says
+                    continue
                 if part is None:
                     how = "interrupted" if number in self.running else "not reached"
                     part = ("unknown", f"{how}: {why}" if why else how, 0.0, 0)
                 elif task.kind == "soak":
                     part = (*self.found[number].each[prop], part[2], part[3])
+                elif task.kind == SHARED:
+                    part = (part[0], f"shared search: {part[1]}", *part[2:])
                 if task.prop != prop:  # a shared search counts its time for the first that needs it
-                    part = (*part[:2], 0.0, 0)
-                parts.append(("own" if task.kind == prop else task.kind, part))
+                    part = (*part[:2], 0.0, 0 if task.kind != SHARED else part[3])
+                own = task.kind == prop or task.kind == SHARED
+                parts.append(("own" if own else task.kind, part))
             parts.sort(key=lambda named: named[0] != "own")  # its own search first, then the shared
             searched[prop] = _combine(parts)
+            if shared_time and self.tasks[self.shared].prop == prop:
+                searched[prop] = (*searched[prop][:2], searched[prop][2] + shared_time, searched[prop][3])
             evidence[prop] = {situation: reached[situation] for situation in PROPERTIES[prop].evidence}
             never = [situation for situation, times in evidence[prop].items() if not times]
             if searched[prop][0] == "passed" and never:
@@ -950,6 +1044,7 @@ class _Certification:
             processes=self.pool is not None,
             soak=self.soak_seconds,
             level=self.level,
+            shared=tuple(self.tasks[n].prop for n in self.standby),
         )
 
 
@@ -1113,7 +1208,7 @@ def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profi
             timeline_svg=error.svg,
             history=tuple(_jsonable(record) for record in error.shown),
         )
-    if prop not in PROPERTIES or PROPERTIES[prop].search != "lockstep":
+    if prop != SHARED and (prop not in PROPERTIES or PROPERTIES[prop].search != "lockstep"):
         steps = _program_note(error)
         common = dict(found_by=prop, steps=tuple(steps), reproduction="",
                       replay=target.command(profile.name, run_seed, only=prop if prop in PROPERTIES else None,
@@ -1128,7 +1223,7 @@ def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profi
         found_by=prop,
         steps=tuple(steps),
         reproduction=target.reproduction(prop, steps),
-        replay=target.command(profile.name, run_seed, only=prop),
+        replay=target.command(profile.name, run_seed, only=None if prop == SHARED else prop),
         flaky=flaky,
     )
     if isinstance(error, Divergence):
@@ -1143,8 +1238,12 @@ def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profi
             **common,
         )
     # The transport (or its factory) raised something the spec never asks for, or panicked,
-    # crashed or hung: it counts against the property being searched.
+    # crashed or hung: it counts against the property being searched (in the shared search,
+    # the first whose own search makes the step that raised).
     check, answered = _exception_outcome(error)
+    if prop == SHARED:
+        covered = shared_properties(target.capabilities)
+        prop = next((p for p in covered if _raising_rule(error) in PROPERTIES[p].rules), covered[0])
     return Failure(
         property=prop,
         check=check,
@@ -1198,13 +1297,20 @@ def _jsonable(record) -> dict:
 
 
 def _raising_step(error: BaseException) -> str:
-    """The machine rule (or teardown) during which ``error`` was raised."""
+    """The machine rule (or teardown) during which ``error`` was raised, as the report shows it."""
+    name = _raising_rule(error)
+    if name is None:
+        return "a step"
+    return "opening the transport" if name == "__init__" else f"state.{name}(...)"
+
+
+def _raising_rule(error: BaseException) -> str | None:
+    """The name of the machine rule (or ``teardown``, ``__init__``) that raised ``error``."""
     names = set(RULES) | set(FOCUS_RULES) | {"teardown", "__init__"}
     for frame, _ in traceback.walk_tb(error.__traceback__):
         if frame.f_code.co_name in names and "self" in frame.f_locals:
-            name = frame.f_code.co_name
-            return "opening the transport" if name == "__init__" else f"state.{name}(...)"
-    return "a step"
+            return frame.f_code.co_name
+    return None
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

@@ -109,6 +109,7 @@ class Report:
     processes: bool = False  # the parallel searches ran their branches in processes
     soak: float | None = None  # seconds of soak, if one ran
     level: str = "strict"  # the conformance level the outcome and the exit code follow
+    shared: tuple[str, ...] = ()  # the properties a shared lockstep search covered (SPEC.md C5)
 
     def verdict(self, prop: str) -> PropertyVerdict:
         for verdict in self.verdicts:
@@ -168,6 +169,7 @@ class Report:
             "profile": dataclasses.asdict(self.profile),
             "seed": self.seed,
             "processes": self.processes,
+            "shared": list(self.shared),
             "soak": self.soak,
             "replay": self.replay,
             "seconds": round(self.seconds, 3),
@@ -203,7 +205,10 @@ class Report:
             f"- capabilities: {', '.join(declared) or 'none of the optional ones'}; "
             f"fairness `{caps.fairness}`; clock `{caps.clock}`; protocol `{caps.protocol}`; acks "
             f"`{caps.acks}`; {'async' if self.is_async else 'sync'}",
-            f"- profile `{self.profile.name}` ({self.profile.max_examples} examples of up to "
+            f"- profile `{self.profile.name}` ("
+            + (f"a shared lockstep search of {self.profile.shared_examples} examples for {len(self.shared)} "
+               "properties, and their own searches only if it finds anything; " if self.shared else "")
+            + f"{self.profile.max_examples} examples of up to "
             f"{self.profile.step_count} steps per property; {self.profile.programs} concurrent "
             f"programs, each run up to {self.profile.repeats} times, branches in "
             f"{'processes' if self.processes else 'threads or tasks'}"
