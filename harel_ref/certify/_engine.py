@@ -13,7 +13,7 @@ property, each with the machine narrowed to what that property needs:
 
 Most transports that are certified pass, and for them twelve searches are eleven too many.  So
 a full certification first runs the *shared* lockstep search (SPEC.md C5): every rule, every
-check, three times a focused search's examples.  If it passes, it stands for the twelve; if it
+check, four times a focused search's examples.  If it passes, it stands for the twelve; if it
 finds anything, the focused searches run ("stand by") and decide the verdicts, and what the
 shared search found is weighed after them.
 
@@ -165,7 +165,7 @@ class Profile:
         return max(3, self.repeats // 3)
 
 
-SHARED_FACTOR = 3
+SHARED_FACTOR = 4
 """How many focused searches' examples the shared search runs (Profile.shared_examples)."""
 
 FITS = (2, 3, 4, 6, 8)
