@@ -3,8 +3,8 @@
 Two tables, each run interleaved (before, then after, for each row) in fresh interpreters:
 
 1. Time to a verdict: ``harel-ref certify --bundled NAME --profile P`` for each transport and
-   profile asked for; the earlier commit runs its searches one at a time (it has no ``--jobs``),
-   this checkout both one at a time and with ``--jobs N``.
+   profile asked for; each side one at a time and with ``--jobs N`` (the earlier commit only one
+   at a time if it has no ``--jobs``).
 2. Time to kill: each broken variant of ``tests/broken.py`` certified on the property it breaks
    (profile quick) at several seeds; the seconds until the verdict "failed" (median and maximum
    over the seeds), and the seeds at which it was missed.
@@ -132,16 +132,18 @@ def main() -> None:
                   f"Python {sys.version.split()[0]}; load average at start {load()}")
             if not args.skip_times:
                 print("\ntime to a verdict (wall seconds of the command; verdict; the profile that ran)")
-                print(f"{'transport':<10} {'profile':<9} {'before, serial':<32} {'after, --jobs 1':<32} "
-                      f"{f'after, --jobs {args.jobs}':<32} {'ratio':>6}  load")
+                has_jobs = "--jobs" in (before_site / "harel_ref" / "_cli.py").read_text()
+                print(f"{'transport':<10} {'profile':<9} {'before, serial':<32} {f'before, --jobs {args.jobs}':<32} "
+                      f"{'after, --jobs 1':<32} {f'after, --jobs {args.jobs}':<32} {'ratio':>6}  load")
                 for transport in args.transports.split(","):
                     for profile in args.profiles.split(","):
                         before = verdict_time(before_site, transport, profile, None)
+                        before_spread = verdict_time(before_site, transport, profile, args.jobs) if has_jobs else "-"
                         serial = verdict_time(after_site, transport, profile, 1)
                         spread = verdict_time(after_site, transport, profile, args.jobs)
-                        ratio = _ratio(before, spread)
-                        print(f"{transport:<10} {profile:<9} {before:<32} {serial:<32} {spread:<32} {ratio:>6}  "
-                              f"{load()}", flush=True)
+                        ratio = _ratio(before_spread if has_jobs else before, spread)
+                        print(f"{transport:<10} {profile:<9} {before:<32} {before_spread:<32} {serial:<32} {spread:<32} "
+                              f"{ratio:>6}  {load()}", flush=True)
             if args.kill_seeds:
                 kill_table(before_tree / "tests", before_site, after_tests, after_site, args.kill_seeds, args.variants)
         finally:

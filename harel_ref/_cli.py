@@ -281,7 +281,10 @@ class Console(Progress):
             f"harel-ref certify {plan.transport} ({'async' if plan.is_async else 'sync'}; "
             f"{', '.join(declared) or 'no optional capability'}; fairness {caps.fairness}; "
             f"clock {caps.clock}; protocol {caps.protocol})",
-            f"profile {profile.name}{fitted}: {profile.max_examples} examples × {profile.step_count} steps per "
+            f"profile {profile.name}{fitted}: "
+            + (f"one shared lockstep search of {profile.shared_examples} examples for {len(plan.shared)} properties, "
+               "then, only if it finds anything, " if plan.shared else "")
+            + f"{profile.max_examples} examples × {profile.step_count} steps per "
             f"lockstep search, {profile.programs} programs × {profile.repeats} runs per parallel search "
             f"(branches in {branches}){f'; a soak of {plan.soak:g} s' if plan.soak else ''}; seed {plan.seed}; "
             f"call deadline {deadline}{budget}",

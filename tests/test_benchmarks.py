@@ -62,7 +62,7 @@ def test_certify_speed_prints_both_tables_before_and_after():
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     assert re.search(r"^memory +quick/10 +[\d.]+ s passed \(quick/10\) +[\d.]+ s passed \(quick/10\) +"
-                     r"[\d.]+ s passed \(quick/10\) +[\d.]+x", out, re.MULTILINE), out
+                     r"[\d.]+ s passed \(quick/10\) +[\d.]+ s passed \(quick/10\) +[\d.]+x", out, re.MULTILINE), out
     rows = [line for line in out.splitlines() if re.search(r"^\S.* (bad-input|fifo|fencing|no-loss|fairness|"
                                                           r"lease-expiry|parking|single-in-flight|priority-floor|"
                                                           r"routing|durability|close|tie-break|contention) ", line)]

@@ -91,9 +91,9 @@ def _without_times(report) -> str:
 def test_a_run_with_jobs_gives_the_report_of_a_run_one_at_a_time(project, factory):
     # unfenced: the shared search fails, and the focused searches run after it (SPEC.md C5)
     target = Target.from_spec(f"jobs_target:{factory}")
-    serial = certify(target.factory, profile="quick", _target=target, jobs=1)
+    serial = certify(target.factory, profile="quick/2", _target=target, jobs=1)
     plans = Plans()
-    spread = certify(target.factory, profile="quick", _target=target, jobs=2, progress=plans)
+    spread = certify(target.factory, profile="quick/2", _target=target, jobs=2, progress=plans)
     assert plans.plans[0].jobs == 2 and not plans.plans[0].jobs_note
     expected = "failed" if factory == "unfenced" else "passed"
     assert spread.verdict("fencing").verdict == expected  # failures, shrunk steps and all, compared too

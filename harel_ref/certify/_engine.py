@@ -443,6 +443,7 @@ class Plan:
     estimate: float  # seconds: a rough estimate (estimate_seconds)
     jobs: int = 1  # searches that run at once, each in a process of its own when more than one
     jobs_note: str = ""  # why fewer searches run at once than were asked for
+    shared: tuple[str, ...] = ()  # the properties a shared lockstep search covers first (SPEC.md C5)
 
 
 class Progress:
@@ -617,7 +618,7 @@ def certify(
                 fitted_from=asked if profile is not asked else None, seed=seed, properties=tuple(chosen),
                 not_applicable=tuple(p for p in chosen if p not in applicable), processes=processes, soak=soak,
                 time_budget=time_budget, call_deadline=call_deadline, estimate=estimate, jobs=jobs,
-                jobs_note=jobs_note,
+                jobs_note=jobs_note, shared=tuple(task.prop for task in tasks if task.standby),
             ))
             pool = _branch_processes(target, call_deadline) if processes else None
             try:
