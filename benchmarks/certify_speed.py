@@ -137,7 +137,7 @@ def main() -> None:
                       f"{'after, --jobs 1':<32} {f'after, --jobs {args.jobs}':<32} {'ratio':>6}  load")
                 for transport in args.transports.split(","):
                     for profile in args.profiles.split(","):
-                        before = verdict_time(before_site, transport, profile, None)
+                        before = verdict_time(before_site, transport, profile, 1 if has_jobs else None)
                         before_spread = verdict_time(before_site, transport, profile, args.jobs) if has_jobs else "-"
                         serial = verdict_time(after_site, transport, profile, 1)
                         spread = verdict_time(after_site, transport, profile, args.jobs)
