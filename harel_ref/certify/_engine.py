@@ -1,7 +1,7 @@
 """The certification engine: one shared lockstep search, and focused ones where it finds anything.
 
 A single lockstep search stops at the first divergence, so it can say "something is wrong"
-but not which of the twelve properties hold.  The engine therefore has one focused search per
+but not which of the thirteen lockstep properties hold.  The engine therefore has one focused search per
 property, each with the machine narrowed to what that property needs:
 
 - only the rules that exercise it (bad input is sent only when checking bad input, stale
@@ -11,9 +11,9 @@ property, each with the machine narrowed to what that property needs:
   within one tick of the clock (so an off-by-one-tick lease end does not stop the FIFO search),
   and priority and routing are exercised only by their own searches.
 
-Most transports that are certified pass, and for them twelve searches are eleven too many.  So
+Most transports that are certified pass, and for them thirteen searches are twelve too many.  So
 a full certification first runs the *shared* lockstep search (SPEC.md C5): every rule, every
-check, four times a focused search's examples.  If it passes, it stands for the twelve; if it
+check, four times a focused search's examples.  If it passes, it stands for the thirteen; if it
 finds anything, the focused searches run ("stand by") and decide the verdicts, and what the
 shared search found is weighed after them.
 
@@ -1126,7 +1126,7 @@ def _soak(target: Target, seconds: float, run_seed: int) -> _Found:
 
 def preflight(target: Target) -> Speed:
     """Open and close one transport, so a factory that cannot work fails with a clear error
-    instead of twelve failed searches; then time opening three more, each on a fresh namespace
+    instead of thirteen failed searches; then time opening three more, each on a fresh namespace
     as an example does, and a dozen calls (publish, claim, ack), for the estimate of how long
     the searches take (the first opening pays for what happens once: imports, connections)."""
     loop = asyncio.new_event_loop() if target.is_async else None
