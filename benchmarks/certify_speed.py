@@ -15,8 +15,9 @@ its own ``harel_ref``, and editing the checkout during a run changes nothing.  E
 starts in a temporary directory, which is removed afterwards, as is the worktree.
 
     python benchmarks/certify_speed.py                       # memory and sqlite at quick and standard
-    python benchmarks/certify_speed.py --transports rqlite --profiles quick --skip-kills
-    python benchmarks/certify_speed.py --before 7905f4d --kill-seeds 5
+    python benchmarks/certify_speed.py --transports rqlite --profiles quick --kill-seeds 0
+    python benchmarks/certify_speed.py --before 8a39f0a --kill-seeds 5
+    python benchmarks/certify_speed.py --before none --transports rqlite --profiles standard --kill-seeds 0
 
 The load average is printed before and after each row: the machines are shared, so compare
 the columns of one row, which ran back to back.
@@ -62,11 +63,14 @@ for name, prop, concurrent in variants[:int(sys.argv[3]) or None]:
 
 
 def wheel_layout(tree: Path, site: Path) -> None:
-    """``tree``'s packages laid out as its wheel installs them: model/ and stateful/ inside harel_ref/."""
+    """``tree``'s packages laid out as its wheel installs them: model/ and stateful/ inside
+    harel_ref/, or beside it for a commit from before they moved there (such as 8a39f0a, where
+    issue 19's figures start), whose wheel had them as top-level packages."""
     shutil.copytree(tree / "harel_ref", site / "harel_ref")
+    nested = "harel_ref.stateful" in (tree / "pyproject.toml").read_text()
     for name in ("model", "stateful"):
         if (tree / name).is_dir():
-            shutil.copytree(tree / name, site / "harel_ref" / name)
+            shutil.copytree(tree / name, site / "harel_ref" / name if nested else site / name)
 
 
 def load() -> str:
@@ -110,7 +114,8 @@ def kill_times(site: Path, tests: Path, seed: int, variants: int) -> dict[str, d
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--before", default="7905f4d", help="the commit to compare with (default: 7905f4d, "
-                        "the last one before searches ran in processes)")
+                        "the last one before searches ran in processes; 8a39f0a is where issue 19 started); "
+                        "'none': this checkout only, for rows too long to run twice")
     parser.add_argument("--transports", default="memory,sqlite", help="bundled transports, comma-separated")
     parser.add_argument("--profiles", default="quick,standard", help="profiles, comma-separated")
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), help="jobs of the parallel column")
@@ -118,6 +123,7 @@ def main() -> None:
     parser.add_argument("--variants", type=int, default=0, help="only the first N broken variants (0: all)")
     parser.add_argument("--skip-times", action="store_true", help="only the kill table")
     args = parser.parse_args()
+    compare = args.before != "none"
 
     signal.signal(signal.SIGTERM, _interrupt)  # so that the worktree is removed on kill too
     with tempfile.TemporaryDirectory(prefix="certify-speed-before-") as scratch:
@@ -125,29 +131,32 @@ def main() -> None:
         after_site, after_tests = Path(scratch) / "after", Path(scratch) / "after-tests"
         wheel_layout(ROOT, after_site)  # a copy: editing the checkout during a run changes nothing
         shutil.copytree(ROOT / "tests", after_tests)
-        subprocess.run(["git", "worktree", "add", "--detach", "-q", str(before_tree), args.before], cwd=ROOT, check=True)
+        if compare:
+            subprocess.run(["git", "worktree", "add", "--detach", "-q", str(before_tree), args.before], cwd=ROOT, check=True)
         try:
-            wheel_layout(before_tree, before_site)
+            if compare:
+                wheel_layout(before_tree, before_site)
             print(f"certify_speed: before = {args.before}, after = this checkout; {os.cpu_count()} cores; "
                   f"Python {sys.version.split()[0]}; load average at start {load()}")
             if not args.skip_times:
                 print("\ntime to a verdict (wall seconds of the command; verdict; the profile that ran)")
-                has_jobs = "--jobs" in (before_site / "harel_ref" / "_cli.py").read_text()
+                has_jobs = compare and "--jobs" in (before_site / "harel_ref" / "_cli.py").read_text()
                 print(f"{'transport':<10} {'profile':<9} {'before, serial':<32} {f'before, --jobs {args.jobs}':<32} "
                       f"{'after, --jobs 1':<32} {f'after, --jobs {args.jobs}':<32} {'ratio':>6}  load")
                 for transport in args.transports.split(","):
                     for profile in args.profiles.split(","):
-                        before = verdict_time(before_site, transport, profile, 1 if has_jobs else None)
+                        before = verdict_time(before_site, transport, profile, 1 if has_jobs else None) if compare else "-"
                         before_spread = verdict_time(before_site, transport, profile, args.jobs) if has_jobs else "-"
                         serial = verdict_time(after_site, transport, profile, 1)
                         spread = verdict_time(after_site, transport, profile, args.jobs)
                         ratio = _ratio(before_spread if has_jobs else before, spread)
                         print(f"{transport:<10} {profile:<9} {before:<32} {before_spread:<32} {serial:<32} {spread:<32} "
                               f"{ratio:>6}  {load()}", flush=True)
-            if args.kill_seeds:
+            if args.kill_seeds and compare:
                 kill_table(before_tree / "tests", before_site, after_tests, after_site, args.kill_seeds, args.variants)
         finally:
-            subprocess.run(["git", "worktree", "remove", "--force", str(before_tree)], cwd=ROOT, check=False)
+            if compare:
+                subprocess.run(["git", "worktree", "remove", "--force", str(before_tree)], cwd=ROOT, check=False)
     print(f"\nload average at the end {load()}")
 
 
