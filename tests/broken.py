@@ -340,8 +340,24 @@ class AckCheckThenDelete(SqliteTransport):
                 rows = self._conn.execute(f"SELECT locked_by FROM {t.messages} WHERE seq = ?", (lease.seq,)).fetchall()
                 if not rows or rows[0][0] != lease.token:
                     return False
+                self._between_check_and_delete()
                 self._conn.execute(f"DELETE FROM {t.messages} WHERE seq = ?", (lease.seq,))
                 return True  # the delete's trigger freed or dropped the group
+
+    def _between_check_and_delete(self) -> None:
+        """Nothing: the window is as narrow as two statements."""
+
+
+class AckCheckWaitThenDelete(AckCheckThenDelete):
+    """:class:`AckCheckThenDelete` holding its window open: it waits 5 ms between the check
+    and the delete, so two acks of one lease that start together both pass the check in
+    nearly every run, even when a loaded machine starts the two branches a few ms apart.
+    The race is then there in nearly every run of a program that has it, and shrinking it
+    does not depend on luck (the narrow window is what the certifier must also find, but
+    not every run shows it, so a shrink step may miss it)."""
+
+    def _between_check_and_delete(self) -> None:
+        time.sleep(0.005)
 
 
 CONCURRENCY_BROKEN = {
@@ -350,12 +366,15 @@ CONCURRENCY_BROKEN = {
     "ack checks the token, then deletes by seq": (AckCheckThenDelete, "fencing"),
 }
 
+WIDE_RACE = {"ack checks the token, waits, then deletes by seq": (AckCheckWaitThenDelete, "fencing")}
+"""A race that shows in nearly every run of a program that has it: what shrinking is tested on."""
+
 
 def broken_sqlite_backend(name: str, directory) -> Backend:
     """A :class:`Backend` for the SQLite variant ``name``: a file per namespace in ``directory``."""
     from harel_ref.stateful.backends.sql import database_path
 
-    cls, _ = CONCURRENCY_BROKEN[name]
+    cls, _ = {**CONCURRENCY_BROKEN, **WIDE_RACE}[name]
 
     def factory(clock, namespace):
         return cls(database_path(directory, namespace, "sqlite"), clock=clock)
@@ -395,6 +414,7 @@ import _thread  # noqa: E402
 import asyncio  # noqa: E402
 import queue  # noqa: E402
 import threading  # noqa: E402
+import time  # noqa: E402
 
 from harel_ref.stateful.backends.memory import AsyncInMemoryTransport  # noqa: E402
 
