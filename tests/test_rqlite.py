@@ -333,3 +333,31 @@ def test_with_and_async_with_close_the_transports(shared_cluster):  # noqa: F811
         asyncio.run(scenario())
     finally:
         _drop(shared_cluster[0], prefix)
+
+
+@pytest.mark.parametrize("make", [rqlite, rqlite_async], ids=["sync", "async"])
+def test_discard_drops_the_namespace_tables_and_only_those(make, shared_cluster):  # noqa: F811
+    """The certifier calls ``factory.discard(namespace)`` after each lockstep example, so that
+    the cluster's schema does not grow by a namespace per example (SPEC.md C3)."""
+    backend = make()
+    kept, discarded = f"ns_{uuid.uuid4().hex[:12]}", f"ns_{uuid.uuid4().hex[:12]}"
+
+    def tables(prefix: str) -> set[str]:
+        answer = httpx.get(f"{shared_cluster[0]}/db/query", params={
+            "level": "strong", "q": f"SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE '{prefix}%'"})
+        return {row[0] for row in answer.json()["results"][0].get("values", [])}
+
+    async def open_and_close(namespace: str) -> None:
+        await (await backend.factory(FakeClock(), namespace)).close()
+
+    for namespace in (kept, discarded):
+        if backend.is_async:
+            asyncio.run(open_and_close(namespace))
+        else:
+            backend.factory(FakeClock(), namespace).close()
+    assert len(tables(kept)) == len(tables(discarded)) == 3
+    backend.factory.discard(discarded)
+    assert tables(discarded) == set() and len(tables(kept)) == 3
+    backend.factory.discard(discarded)  # again: nothing to drop, nothing raised
+    backend.factory.discard(f"ns_{uuid.uuid4().hex[:12]}")  # never opened here: not touched
+    assert len(tables(kept)) == 3

@@ -12,7 +12,10 @@ tests never see each other's queues.  The cluster is found in the environment:
 
 The clock is injectable: the transport sends ``clock()`` to rqlite as a parameter, so the
 machine's fake clock drives leases exactly.  Tables are left behind in the cluster; call
-:func:`drop_opened_tables` when a test is done with them.
+:func:`drop_opened_tables` when a test is done with them.  The factories' ``discard(namespace)``
+drops one namespace's tables at once: the certifier calls it after each example of a lockstep
+search, so that the cluster's schema stays small (every table, index and trigger a run leaves
+makes each later schema change slower, and a search makes one per example).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ from harel_ref.transport._sql import Tables
 from .._backend import Backend, Capabilities
 
 __all__ = [
-    "DEFAULT_URLS", "cluster_urls", "drop_opened_tables", "prefix_for", "rotating_opener", "rqlite",
+    "DEFAULT_URLS", "cluster_urls", "discard_namespace", "drop_opened_tables", "prefix_for", "rotating_opener", "rqlite",
     "rqlite_async",
 ]
 
@@ -91,6 +94,7 @@ def rqlite(tmp_dir: Path | str | None = None) -> Backend:
         prefix, urls = opener(namespace)
         return RqliteTransport.from_url(urls, clock=clock, prefix=prefix)
 
+    factory.discard = discard_namespace
     return Backend("rqlite", factory, CAPABILITIES)
 
 
@@ -102,6 +106,7 @@ def rqlite_async(tmp_dir: Path | str | None = None) -> Backend:
         prefix, urls = opener(namespace)
         return await AsyncRqliteTransport.from_url(urls, clock=clock, prefix=prefix)
 
+    factory.discard = discard_namespace
     return Backend("rqlite-async", factory, CAPABILITIES, is_async=True)
 
 
@@ -118,19 +123,39 @@ def drop_opened_tables(timeout: float = 10.0) -> int:
     import httpx
 
     prefixes = sorted(_opened)
-    dropped = 0
     with httpx.Client(timeout=timeout) as client:
-        for start in range(0, len(prefixes), DROP_BATCH):
-            batch = prefixes[start:start + DROP_BATCH]
-            statements = [[f"DROP TABLE IF EXISTS {name}"] for prefix in batch for name in _opened[prefix](prefix)]
-            for url in cluster_urls():
-                try:
-                    response = client.post(f"{url}/db/execute?transaction", json=statements)
-                except httpx.TransportError:
-                    continue  # a node down or cut off (a fault test?): try the next
-                if response.is_success and "error" not in response.text:
-                    for prefix in batch:
-                        _opened.pop(prefix, None)
-                    dropped += len(batch)
-                    break
-    return dropped
+        return sum(_drop(client, prefixes[start:start + DROP_BATCH]) for start in range(0, len(prefixes), DROP_BATCH))
+
+
+def discard_namespace(namespace: str) -> None:
+    """Drop the tables of ``namespace`` if this process opened it (a factory's ``discard``);
+    if no node takes the request, they stay remembered for :func:`drop_opened_tables`."""
+    global _discarding
+    import httpx
+
+    prefix = prefix_for(namespace)
+    if prefix in _opened:
+        if _discarding is None:  # one client for the process: making one costs about 20 ms
+            _discarding = httpx.Client(timeout=10.0)
+        _drop(_discarding, [prefix])
+
+
+_discarding = None
+
+
+def _drop(client, prefixes: list[str]) -> int:
+    """Drop the tables of ``prefixes`` in one request (one Raft entry); forget them once a
+    node took it.  How many were dropped: all of them, or none."""
+    import httpx
+
+    statements = [[f"DROP TABLE IF EXISTS {name}"] for prefix in prefixes for name in _opened[prefix](prefix)]
+    for url in cluster_urls():
+        try:
+            response = client.post(f"{url}/db/execute?transaction", json=statements)
+        except httpx.TransportError:
+            continue  # a node down or cut off (a fault test?): try the next
+        if response.is_success and "error" not in response.text:
+            for prefix in prefixes:
+                _opened.pop(prefix, None)
+            return len(prefixes)
+    return 0
