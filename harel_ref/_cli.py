@@ -302,7 +302,7 @@ class Console(Progress):
         self._draw(prop, "searching")
 
     def searching(self, prop: str, search: str, done: int, total: int) -> None:
-        what = "programs" if search in ("contention", "concurrent") else "examples"
+        what = "programs" if search == "concurrent" else "examples"
         detail = "soaking" if search == "soak" else f"{search} search: {what} {done}/{total}"
         self._draw(prop, detail)
 

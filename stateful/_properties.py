@@ -13,8 +13,10 @@ Each row says:
 - ``what``: the property in one line, and ``spec``: the SPEC.md rules it owns;
 - ``level``: ``contract`` (what harel itself promises) or ``strict`` (harel-ref's spec beyond);
 - ``needs``: why it does not apply to a transport's capabilities (None: it applies);
-- ``search``: ``lockstep`` (a focused search of the machine) or ``contention`` (a parallel one);
-  ``concurrent``: its verdict also needs the shared concurrent search;
+- ``search``: ``lockstep`` (a focused search of the machine) or ``concurrent`` (none of its
+  own: the shared concurrent search judges it); ``concurrent``: its verdict needs the shared
+  concurrent search, which judges histories for the lockstep rows among these and refusals
+  for a row that ``judges`` them;
 - how its focused search runs: the machine ``rules`` that exercise it, and what it ``judges``
   that other searches relax (the order of groups, the tie-break, priorities, routing keys, the
   exact end of a lease, stale leases);
@@ -57,6 +59,7 @@ JUDGED = {
     "stale leases": "acks and nacks of superseded or used leases, the model fenced whatever is declared",
     "consequences": "what a stale ack or nack by seq breaks, for a transport that acks by seq (R20)",
     "close": "every call after close() (elsewhere only closing at the end)",
+    "refusals": "errors raised by calls that ran at once (the concurrent search judges them for such a row)",
 }
 """What a focused search may judge that the others relax (a row's ``judges``)."""
 
@@ -216,7 +219,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         "callers that run at once get answers, not errors: no call fails only because others ran at the "
         "same time, such as SQLite's 'database is locked' (R19)",
         ("R19",), "contract",
-        search="contention", checks=frozenset({"contention"}),
+        search="concurrent", concurrent=True, judges=frozenset({"refusals"}), checks=frozenset({"contention"}),
         evidence=(OVERLAP,),
     ),
     Property(
@@ -261,8 +264,10 @@ def problems(rows: dict[str, Property]) -> list[str]:
             found.append(f"row {name!r} is named {row.name!r}")
         if row.level not in ("contract", "strict"):
             found.append(f"{name!r}: level {row.level!r} is neither 'contract' nor 'strict'")
-        if row.search not in ("lockstep", "contention"):
-            found.append(f"{name!r}: search {row.search!r} is neither 'lockstep' nor 'contention'")
+        if row.search not in ("lockstep", "concurrent"):
+            found.append(f"{name!r}: search {row.search!r} is neither 'lockstep' nor 'concurrent'")
+        if row.search == "concurrent" and not row.concurrent:
+            found.append(f"{name!r}: searched only by the concurrent search, but not marked concurrent")
         if unknown := row.rules - MACHINE_RULES:
             found.append(f"{name!r}: no machine rule {sorted(unknown)}")
         if unknown := row.judges - set(JUDGED):

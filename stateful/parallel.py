@@ -33,14 +33,17 @@ the first run the checker refuses.  It raises :class:`ConcurrencyFailure`, a
 :class:`~harel_ref.stateful.Divergence` naming the property broken, with the program, the history and a
 timeline picture.
 
-Two judgements, two searches in the certifier:
+Two judgements of each run, which the certifier's one concurrent search makes together:
 
-- ``contention=False``: the history must be linearizable.  A call that raised is taken as one
-  that may or may not have happened (SPEC.md R17), so a transport that refuses concurrent
-  callers is not blamed here for anything else.
-- ``contention=True``: no branch call may raise.  A run where one did is run again with the
+- ``histories``: the history must be linearizable.  A call that raised is taken as one that
+  may or may not have happened (SPEC.md R17), so a transport that refuses concurrent callers
+  is not blamed here for anything else.
+- ``contention``: no branch call may raise.  A run where one did is run again with the
   branches one after another; if the same error comes again, it is not contention (the
-  lockstep searches own it) and the run counts as passed.
+  lockstep searches own it), and the run is judged on its history alone.
+
+``contention=True`` alone judges refusals only (``histories`` defaults to ``not contention``);
+``contention=True, histories=True`` judges both, refusals first.
 
 A call that hangs (:class:`~harel_ref.stateful._async.TransportHung`, under a call deadline) is no
 answer at all: it is not recorded as an error but raised, and the run stops there.
@@ -578,22 +581,37 @@ def failure_class(prop: str) -> type[ConcurrencyFailure]:
     return _FAILURE_CLASSES[prop]
 
 
-def judge(run: Run, *, contention: bool, runs: int = 1, ignore: frozenset[str] = frozenset(),
-          capabilities: Capabilities = Capabilities()) -> ConcurrencyFailure | None:
-    """The failure this run shows, if any (see the module docstring for the two judgements).
+def judge(run: Run, *, contention: bool, histories: bool | None = None, runs: int = 1,
+          ignore: frozenset[str] = frozenset(), capabilities: Capabilities = Capabilities()) -> ConcurrencyFailure | None:
+    """The failure this run shows, if any (see the module docstring for the two judgements):
+    a refusal first when ``contention``, then the history when ``histories`` (by default,
+    when not ``contention``).
 
     ``ignore``: properties already known broken.  The model leaves out the rule a property
     stands for where there is one (R2 for single-in-flight, R10 for fencing), so that the run
-    is still judged for everything else; a failure of another ignored property counts as none."""
-    if contention:
-        raised = [r for r in run.records if r.error is not None and r.worker not in ("prefix", DRAIN_WORKER)]
-        if not raised:
-            return None
-        first = raised[0]
-        return failure_class("contention")(
-            "contention", f"{first.worker}: {first.op}({_args(first)}) while other branches ran",
-            "an answer (the spec allows no error here)", first.error, "", run=run, culprits=raised, runs=runs,
-        )
+    is still judged for everything else; a failure of another ignored property counts as none
+    (``contention`` ignored: refusals are not judged)."""
+    if contention and "contention" not in ignore and (refused := refusal(run, runs)) is not None:
+        return refused
+    return history_failure(run, runs, ignore, capabilities) if (not contention if histories is None else histories) else None
+
+
+def refusal(run: Run, runs: int = 1) -> ConcurrencyFailure | None:
+    """A contention failure if a branch call raised in ``run``."""
+    raised = [r for r in run.records if r.error is not None and r.worker not in ("prefix", DRAIN_WORKER)]
+    if not raised:
+        return None
+    first = raised[0]
+    return failure_class("contention")(
+        "contention", f"{first.worker}: {first.op}({_args(first)}) while other branches ran",
+        "an answer (the spec allows no error here)", first.error, "", run=run, culprits=raised, runs=runs,
+    )
+
+
+def history_failure(run: Run, runs: int = 1, ignore: frozenset[str] = frozenset(),
+                    capabilities: Capabilities = Capabilities()) -> ConcurrencyFailure | None:
+    """The failure of the property the linearizability checker names, if ``run``'s history is
+    not linearizable (failures of the properties in ``ignore`` aside)."""
     relax = [rule for rule, prop in DIAGNOSES if prop in ignore]
     result = check_linearizable(run.records, fairness="unspecified", relax=relax, acks=capabilities.acks,
                                 acks_answer=capabilities.protocol != "harel")
@@ -629,11 +647,14 @@ def check_program(
     processes: Any = None,
     ignore: frozenset[str] = frozenset(),
     reached: collections.Counter | None = None,
+    histories: bool | None = None,
 ) -> int:
     """Run ``program`` up to ``repeats`` times; raise :class:`ConcurrencyFailure` at the first
-    run the checker refuses (failures of the properties in ``ignore`` aside).  Returns the
-    number of runs made (all passed).  ``reached`` counts the runs whose branches overlapped
-    (:data:`~harel_ref.stateful._properties.OVERLAP`)."""
+    run the checker refuses (failures of the properties in ``ignore`` aside), judged for
+    refusals (``contention``), histories (``histories``, by default ``not contention``) or
+    both.  Returns the number of runs made (all passed).  ``reached`` counts the runs whose
+    branches overlapped (:data:`~harel_ref.stateful._properties.OVERLAP`)."""
+    histories = not contention if histories is None else histories
     if inspect.iscoroutinefunction(factory):
         is_async = True
     capabilities = capabilities if capabilities is not None else Capabilities()
@@ -644,15 +665,17 @@ def check_program(
             run = run_program(factory, program, capabilities, is_async=is_async, processes=processes, bench=bench)
             if reached is not None and overlapped(run.records):
                 reached[OVERLAP] += 1
-            failure = judge(run, contention=contention, runs=number, ignore=ignore, capabilities=capabilities)
+            failure = judge(run, contention=contention, histories=histories, runs=number, ignore=ignore,
+                            capabilities=capabilities)
             if ignore or not _left_empty(run):  # the next run on a queue surely empty (Bench)
                 bench.close()
                 bench = None
-            if failure is None:
-                continue
-            if contention and _also_alone(factory, program, capabilities, is_async, failure):
-                continue  # the same error without concurrency: not contention (module docstring)
-            raise failure
+            if failure is not None and failure.property == "contention" and _also_alone(
+                    factory, program, capabilities, is_async, failure):
+                # the same error without concurrency: not contention (module docstring)
+                failure = history_failure(run, number, ignore, capabilities) if histories else None
+            if failure is not None:
+                raise failure
     finally:
         if bench is not None:
             bench.close()

@@ -243,7 +243,7 @@ def test_on_a_terminal_the_searched_property_has_a_live_line_replaced_by_its_ver
             properties=["fifo", "contention"], progress=console)
     written = terminal.getvalue()
     assert "\r\033[K  fifo              lockstep search: examples 5/5 · " in written
-    assert "\r\033[K  contention        contention search: programs 3/3 · " in written
+    assert "\r\033[K  contention        concurrent search: programs 3/3 · " in written
     shown = _screen(written)
     for prop in ("fifo", "contention"):
         assert _verdict_lines(shown, prop) == ["passed"], shown

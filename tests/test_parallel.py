@@ -138,13 +138,16 @@ def test_broken_under_concurrency_passes_every_sequential_search(name, tmp_path)
 
 
 def test_a_concurrent_reproduction_replays(tmp_path, monkeypatch):
-    backend = broken_sqlite_backend("claim without a transaction", tmp_path)
-    report = certify(backend.factory, backend.capabilities, profile="quick", properties=["single-in-flight"])
-    failure = report.verdict("single-in-flight").failure
+    """On the race held open (WIDE_RACE): a replay runs the program as often as the search did,
+    and a race two statements wide may not show again in that many runs on a loaded machine."""
+    [(name, (_, broken))] = WIDE_RACE.items()
+    backend = broken_sqlite_backend(name, tmp_path)
+    report = certify(backend.factory, backend.capabilities, profile=SMALL, properties=[broken])
+    failure = report.verdict(broken).failure
     code = failure.reproduction.replace("factory = ...", "factory = the_factory  #")
     with pytest.raises(ConcurrencyFailure) as caught:
         exec(compile(code, "<reproduction>", "exec"), {"the_factory": backend.factory, "__name__": "replay"})
-    assert caught.value.property == "single-in-flight"
+    assert caught.value.property == broken
 
 
 def test_each_concurrent_property_gets_its_own_verdict():
@@ -157,6 +160,28 @@ def test_each_concurrent_property_gets_its_own_verdict():
                         "contention": "passed"}, report.to_markdown()
     assert "searched again with fencing taken as broken" in report.verdict("single-in-flight").reason
     assert report.verdict("fencing").failure.expected == "False"  # a stale lease that acted
+
+
+def test_one_concurrent_search_judges_refusals_and_histories(tmp_path):
+    """SPEC.md C6: contention and the three linearizability properties share one search.  A
+    claim in a deferred transaction is refused ("database is locked") when claims race: the
+    search fails contention, goes on with refusals no longer judged, and the other three pass
+    on the same programs' histories; one search ran, not two."""
+    from harel_ref.certify._engine import _tasks
+
+    assert [(t.kind, t.judges) for t in _tasks(CONCURRENT, CONCURRENT, None) if t.kind == "concurrent"] == [
+        ("concurrent", frozenset({"refusals", "histories"}))]
+    assert [t.judges for t in _tasks(["contention"], ["contention"], None)] == [frozenset({"refusals"})]
+    assert [t.judges for t in _tasks(["fencing"], ["fencing"], None) if t.kind == "concurrent"] == [
+        frozenset({"histories"})]
+    backend = broken_sqlite_backend("claim in a deferred transaction", tmp_path)
+    report = certify(backend.factory, backend.capabilities, profile=SMALL, properties=CONCURRENT)
+    verdicts = {v.property: v.verdict for v in report.verdicts}
+    assert verdicts == {"single-in-flight": "passed", "fencing": "passed", "no-loss": "passed",
+                        "contention": "failed"}, report.to_markdown()
+    assert report.verdict("contention").failure.found_by == "concurrent"
+    assert "searched again with contention taken as broken" in report.verdict("no-loss").reason
+    assert "every history linearizable" in report.verdict("no-loss").reason
 
 
 def test_an_error_that_comes_without_concurrency_too_is_not_contention():

@@ -23,16 +23,17 @@ came before it), and the table turns them into properties.  A search that stops 
 property's failure records it against that property, and its own verdict is "unknown" (it was
 cut short).  Each search is seeded, so a failure replays exactly.
 
-Concurrency (SPEC.md R19) has searches of its own (:mod:`harel_ref.stateful.parallel`): programs of a
-sequential prefix and two or three branches run at once, each run ``repeats`` times and judged
-by the linearizability checker.
+Concurrency (SPEC.md R19) has one search of its own (:mod:`harel_ref.stateful.parallel`): the
+*concurrent* search runs programs of a sequential prefix and two or three branches at once,
+each ``repeats`` times, and judges every run twice (SPEC.md C6):
 
-- ``contention`` is its own property, with its own parallel search: no call may fail only
-  because others run at the same time.
-- The *concurrent* search is shared by ``single-in-flight``, ``fencing`` and ``no-loss``: their
-  verdicts need both their lockstep search and it, and it records what it finds under the
-  property the checker names.  It runs once, for the first of them.
-- With ``soak=SECONDS``, a soak (:mod:`harel_ref.stateful.soak`) is shared the same way by those four.
+- for ``contention``: no call may fail only because others run at the same time;
+- by the linearizability checker, for ``single-in-flight``, ``fencing`` and ``no-loss``, whose
+  verdicts need both their lockstep search and it.
+
+It records what it finds under the property named (``contention``, or the one the checker
+names), and runs once, for the first property that needs it.  With ``soak=SECONDS``, a soak
+(:mod:`harel_ref.stateful.soak`) is shared the same way by those four.
 
 Every search is a task (:class:`_Task`) that reports what it found as data (:class:`_Found`).
 Tasks run one at a time here or ``jobs`` at a time in search processes
@@ -189,7 +190,7 @@ def default_level(caps: Capabilities) -> str:
     return "contract" if caps.protocol == "harel" else "strict"
 
 
-SOAK_PROPERTIES = frozenset(p for p, row in PROPERTIES.items() if row.concurrent or row.search == "contention")
+SOAK_PROPERTIES = frozenset(p for p, row in PROPERTIES.items() if row.concurrent)
 """The properties a soak counts for (single-in-flight, fencing, no-loss, contention)."""
 
 
@@ -369,18 +370,20 @@ def _run_search(machine: type, profile: Profile, run_seed: int, search: _Search,
 
 
 def _run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed: int, search: _Search,
-                  *, contention: bool, processes: BranchProcesses | None,
+                  *, judges: frozenset[str], processes: BranchProcesses | None,
                   ignore: frozenset[str] = frozenset()) -> None:
-    """The parallel search: ``profile.programs`` programs, each run up to ``profile.repeats``
-    times (fewer while a failure is shrunk), judged for contention or linearizability
-    (failures of the properties in ``ignore`` aside)."""
+    """The concurrent search: ``profile.programs`` programs, each run up to ``profile.repeats``
+    times (fewer while a failure is shrunk), each run judged for what ``judges`` holds:
+    ``refusals`` (contention), ``histories`` (linearizability), or both (failures of the
+    properties in ``ignore`` aside)."""
 
     def concurrent(program):
         search.next_example()
         repeats = profile.repeats if search.first is None else profile.shrink_repeats
         try:
             check_program(target.factory, program, caps, is_async=target.is_async, repeats=repeats,
-                          contention=contention, processes=processes, ignore=ignore, reached=search.reached)
+                          contention="refusals" in judges, histories="histories" in judges,
+                          processes=processes, ignore=ignore, reached=search.reached)
         except Exception as exc:
             if not isinstance(exc, ConcurrencyFailure):  # a crash: say which program
                 exc.add_note(f"program:\n{program}")
@@ -388,7 +391,6 @@ def _run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed
                 search.first = exc
             raise
 
-    concurrent.__name__ = concurrent.__qualname__ = "contention" if contention else "concurrent"
     test = given(programs(parking=caps.parking))(concurrent)
     test = settings(_settings(profile, profile.programs))(test)
     try:
@@ -457,7 +459,7 @@ class Progress:
         """The searches of ``prop`` begin."""
 
     def searching(self, prop: str, search: str, done: int, total: int) -> None:
-        """Within ``prop``: its ``search`` (``"lockstep"``, ``"contention"``, ``"concurrent"``
+        """Within ``prop``: its ``search`` (``"lockstep"``, ``"concurrent"``
         or ``"soak"``) starts example (program) ``done`` of at most ``total``."""
 
     def finished(self, verdict: PropertyVerdict) -> None:
@@ -602,7 +604,7 @@ def certify(
             standby = sum(task.standby for task in tasks)  # if the shared search passes, they do not run
             lockstep = sum(PROPERTIES[p].search == "lockstep" for p in applicable)
             searches = dict(lockstep=lockstep - standby + (SHARED_FACTOR if standby else 0),
-                            parallel=int("contention" in applicable) + int(any(PROPERTIES[p].concurrent for p in applicable)),
+                            parallel=int(any(PROPERTIES[p].concurrent for p in applicable)),
                             processes=processes, soak=soak)
             asked = profile
             if time_budget is None:  # with a budget, the time is the caller's to share
@@ -666,8 +668,8 @@ def _runs_at_home(task: _Task, processes: bool) -> bool:
 
 
 def _search_of(kind: str) -> str:
-    """What kind of search a task runs: ``lockstep`` or ``contention`` (a property's own),
-    ``shared`` (the shared lockstep search), ``concurrent`` or ``soak`` (shared parallel ones)."""
+    """What kind of search a task runs: ``lockstep`` (a property's own), ``shared`` (the
+    shared lockstep search), ``concurrent`` or ``soak`` (shared parallel ones)."""
     return PROPERTIES[kind].search if kind in PROPERTIES else kind
 
 
@@ -676,11 +678,14 @@ class _Task:
     """One search of a certification: the own search of the property ``kind``, or a shared
     one (``kind`` ``"shared"``, ``"concurrent"`` or ``"soak"``), whose time counts for
     ``prop``, the first property that needs it.  A ``standby`` search is a focused lockstep
-    search that runs only if the shared lockstep search did not pass (SPEC.md C5)."""
+    search that runs only if the shared lockstep search did not pass (SPEC.md C5).  The
+    concurrent search ``judges`` ``refusals``, ``histories`` or both: what the chosen
+    properties need (SPEC.md C6)."""
 
     kind: str
     prop: str
     standby: bool = False
+    judges: frozenset[str] = frozenset()
 
 
 def _tasks(chosen: list[str], applicable: list[str], soak: float | None, sharing: tuple[str, ...] = ()) -> list[_Task]:
@@ -691,18 +696,22 @@ def _tasks(chosen: list[str], applicable: list[str], soak: float | None, sharing
     it runs when they are two or more and all of them are chosen, and their own searches stand by."""
     tasks, shared = [], set()
     sharing = sharing if len(sharing) > 1 and set(sharing) <= set(chosen) else ()
+    concurrent = [PROPERTIES[p] for p in applicable if PROPERTIES[p].concurrent]
+    judges = frozenset(["refusals"] * any("refusals" in row.judges for row in concurrent)
+                       + ["histories"] * any(row.search == "lockstep" for row in concurrent))
     for prop in chosen:
         if prop not in applicable:
             continue
         if sharing and prop == next(p for p in chosen if p in sharing):
             tasks.append(_Task(SHARED, prop))
-        tasks.append(_Task(prop, prop, standby=prop in sharing))
+        if PROPERTIES[prop].search == "lockstep":
+            tasks.append(_Task(prop, prop, standby=prop in sharing))
         wanted = ["concurrent"] + (["soak"] if soak else []) if prop in SOAK_PROPERTIES else []
         for kind in wanted:
-            if (kind == "concurrent" and not PROPERTIES[prop].concurrent) or kind in shared:
+            if kind in shared:
                 continue
             shared.add(kind)
-            tasks.append(_Task(kind, prop))
+            tasks.append(_Task(kind, prop, judges=judges if kind == "concurrent" else frozenset()))
     return tasks
 
 
@@ -811,12 +820,14 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
         _run_search(focus_machine(target.factory, kind, caps, is_async=target.is_async), profile, context["seed"],
                     search, total)
     else:
-        _run_parallel(target, caps, profile, context["seed"], search, contention=kind == "contention",
+        _run_parallel(target, caps, profile, context["seed"], search, judges=task.judges,
                       processes=pool, ignore=ignore)
-    verdict, reason, failures = _judge(kind, search, target, profile, context["seed"], pool is not None)
+    verdict, reason, failures = _judge(kind, search, target, profile, context["seed"], pool is not None,
+                                       task.judges)
     if not lockstep and verdict == "passed":
-        judged = "no call refused" if kind == "contention" else "every history linearizable"
-        reason = f"{search.examples} programs × {profile.repeats} runs, {judged}"
+        judged = ["no call refused"] * ("refusals" in task.judges and "contention" not in ignore) + [
+            "every history linearizable"] * ("histories" in task.judges)
+        reason = f"{search.examples} programs × {profile.repeats} runs, {', '.join(judged)}"
     elif not lockstep:
         reason = reason.replace("examples", "programs", 1)
     return _Found(verdict, reason, time.monotonic() - began, search.examples, failures, reached=dict(search.reached))
@@ -1162,7 +1173,7 @@ def preflight(target: Target) -> Speed:
 
 
 def _judge(prop, search: _Search, target: Target, profile: Profile, run_seed: int,
-           processes: bool = False) -> tuple[str, str, list[Failure]]:
+           processes: bool = False, judges: frozenset[str] = frozenset({"histories"})) -> tuple[str, str, list[Failure]]:
     """The verdict of ``prop``'s own search (or of the shared ``"concurrent"`` one), and every
     failure it found (Hypothesis reports distinct bugs of one search together).  A search that
     found failures is "failed" here; whom they count against, and so its verdict, is settled
@@ -1178,18 +1189,18 @@ def _judge(prop, search: _Search, target: Target, profile: Profile, run_seed: in
         if search.first is None:
             return "unknown", f"Hypothesis stopped: {type(exc).__name__}: {str(exc).splitlines()[0]}", []
         found = [search.first]  # shrinking was cut short by the time budget: no steps to show
-    failures = [_failure(prop, error, flaky, target, profile, run_seed, processes)
+    failures = [_failure(prop, error, flaky, target, profile, run_seed, processes, judges=judges)
                 for error in found if not isinstance(error, HypothesisException)]
     return "failed", "", failures
 
 
 def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profile: Profile, run_seed: int,
-             processes: bool, soak: float | None = None) -> Failure:
+             processes: bool, soak: float | None = None, judges: frozenset[str] = frozenset({"histories"})) -> Failure:
     """The report's account of a failure that the search ``prop`` found (a property's own
-    search, ``"concurrent"`` or ``"soak"``)."""
+    search, ``"concurrent"`` or ``"soak"``; the concurrent search ``judges`` refusals,
+    histories or both)."""
     if isinstance(error, ConcurrencyFailure):
         program = error.program
-        contention = prop == "contention"
         return Failure(
             property=error.property,
             found_by=prop,
@@ -1200,7 +1211,8 @@ def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profi
             state=error.state,
             steps=tuple(str(program).splitlines()) if program is not None else (),
             reproduction="" if program is None else target.parallel_reproduction(
-                prop, program, contention=contention, repeats=profile.repeats, processes=processes),
+                prop, program, contention="refusals" in judges, histories="histories" in judges,
+                repeats=profile.repeats, processes=processes),
             # --only a property whose verdict runs the search that found it, so the replay does
             replay=target.command(profile.name, run_seed, only=_runs_search(prop, error.property),
                                   processes=processes, soak=soak),
@@ -1276,8 +1288,6 @@ def _runs_search(search: str, prop: str) -> str:
     """A property to select (``--only``) so that ``search`` runs again: ``prop`` itself if
     that runs it, else one that does."""
     row = PROPERTIES.get(prop)
-    if search == "contention":
-        return "contention"
     if row is not None and (row.concurrent if search == "concurrent" else prop in SOAK_PROPERTIES):
         return prop
     return "single-in-flight"

@@ -178,11 +178,11 @@ class Target:
             args += ["--only", only]
         return shlex.join(args)
 
-    def parallel_reproduction(self, search: str, program: Any, *, contention: bool, repeats: int,
-                              processes: bool) -> str:
+    def parallel_reproduction(self, search: str, program: Any, *, contention: bool, histories: bool,
+                              repeats: int, processes: bool) -> str:
         """Runnable Python: run the shrunk program of a parallel search as the search did."""
         run = (f"check_program(factory, program, {self.capabilities!r}, is_async={self.is_async}, "
-               f"repeats={repeats}, contention={contention}")
+               f"repeats={repeats}, contention={contention}, histories={histories}")
         lines = [
             f"# Replays the failing program of the {search!r} search: it runs it up to {repeats} times",
             "# and raises the ConcurrencyFailure at the first run the checker refuses.",
