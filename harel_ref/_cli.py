@@ -285,7 +285,7 @@ class Console(Progress):
             + (f"one shared lockstep search of {profile.shared_examples} examples for {len(plan.shared)} properties, "
                "then, only if it finds anything, " if plan.shared else "")
             + f"{profile.max_examples} examples × {profile.step_count} steps per "
-            f"lockstep search, {profile.programs} programs × {profile.repeats} runs per parallel search "
+            f"lockstep search, {profile.programs} programs × {profile.repeats} runs in the concurrent search "
             f"(branches in {branches}){f'; a soak of {plan.soak:g} s' if plan.soak else ''}; seed {plan.seed}; "
             f"call deadline {deadline}{budget}",
             f"searches: {plan.jobs} at once" + (", each in a process of its own" if plan.jobs > 1 else "")
