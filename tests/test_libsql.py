@@ -72,7 +72,7 @@ def test_begin_immediate_excludes_another_libsql_connection(tmp_path):
 def test_a_lock_held_by_another_thread_is_waited_for_without_stalling_that_thread(tmp_path):
     """libsql's own busy handler holds the GIL while it waits, so the thread holding the lock
     could not reach its COMMIT and both stalled for the whole busy_timeout (found by the
-    contention search).  The transport waits in Python instead: the holder finishes at once."""
+    concurrent search).  The transport waits in Python instead: the holder finishes at once."""
     import time
 
     queue = LibsqlTransport(tmp_path / "q.db", busy_timeout=5.0)

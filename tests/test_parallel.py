@@ -102,7 +102,7 @@ def test_broken_under_concurrency_fails_its_property_in_the_default_profile(name
     verdict = report.verdict(broken)
     assert verdict.verdict == "failed", report.to_markdown()
     failure = verdict.failure
-    assert failure.found_by in ("concurrent", "contention")
+    assert failure.found_by == "concurrent"
     assert "<<" in failure.timeline and failure.timeline_svg.startswith("<svg")
     json_path, md_path = report.write(tmp_path / "report")
     assert (tmp_path / "report" / f"timeline-{broken}.svg").read_text().startswith("<svg")
@@ -139,11 +139,14 @@ def test_broken_under_concurrency_passes_every_sequential_search(name, tmp_path)
 
 def test_a_concurrent_reproduction_replays(tmp_path, monkeypatch):
     """On the race held open (WIDE_RACE): a replay runs the program as often as the search did,
-    and a race two statements wide may not show again in that many runs on a loaded machine."""
+    and a race two statements wide may not show again in that many runs on a loaded machine.
+    The search judged refusals too (contention is chosen); the replay judges what the failure
+    is about, its history."""
     [(name, (_, broken))] = WIDE_RACE.items()
     backend = broken_sqlite_backend(name, tmp_path)
-    report = certify(backend.factory, backend.capabilities, profile=SMALL, properties=[broken])
+    report = certify(backend.factory, backend.capabilities, profile=SMALL, properties=[broken, "contention"])
     failure = report.verdict(broken).failure
+    assert failure.found_by == "concurrent" and "contention=False, histories=True" in failure.reproduction
     code = failure.reproduction.replace("factory = ...", "factory = the_factory  #")
     with pytest.raises(ConcurrencyFailure) as caught:
         exec(compile(code, "<reproduction>", "exec"), {"the_factory": backend.factory, "__name__": "replay"})
@@ -179,9 +182,35 @@ def test_one_concurrent_search_judges_refusals_and_histories(tmp_path):
     verdicts = {v.property: v.verdict for v in report.verdicts}
     assert verdicts == {"single-in-flight": "passed", "fencing": "passed", "no-loss": "passed",
                         "contention": "failed"}, report.to_markdown()
-    assert report.verdict("contention").failure.found_by == "concurrent"
+    failure = report.verdict("contention").failure
+    assert failure.found_by == "concurrent" and "contention=True, histories=False" in failure.reproduction
     assert "searched again with contention taken as broken" in report.verdict("no-loss").reason
     assert "every history linearizable" in report.verdict("no-loss").reason
+
+
+def test_contention_alone_is_searched_once_and_told_as_started(tmp_path):
+    """With only contention chosen there are no histories to judge: once it failed, nothing is
+    left to search again.  It has no search of its own, so the concurrent one starts it."""
+    from harel_ref.certify import Progress
+
+    class Recorder(Progress):
+        def __init__(self):
+            self.begun, self.passes, self.last = [], 0, None
+
+        def started(self, prop):
+            self.begun.append(prop)
+
+        def searching(self, prop, search, done, total):
+            if self.last is None or done < self.last:
+                self.passes += 1
+            self.last = done
+
+    recorder = Recorder()
+    backend = broken_sqlite_backend("claim in a deferred transaction", tmp_path)
+    report = certify(backend.factory, backend.capabilities, profile=SMALL, properties=["contention"],
+                     progress=recorder)
+    assert report.verdict("contention").verdict == "failed", report.to_markdown()
+    assert recorder.begun == ["contention"] and recorder.passes == 1
 
 
 def test_an_error_that_comes_without_concurrency_too_is_not_contention():

@@ -287,7 +287,7 @@ def test_upgrade_from_version_4_keeps_every_message_and_every_lease(shared_clust
         _drop(url, prefix)
 
 
-# --- Concurrent callers: the parallel searches, each branch through its own node ------------
+# --- Concurrent callers: the concurrent search, each branch through its own node ------------
 
 
 @pytest.mark.parametrize("make", [rqlite, rqlite_async], ids=["sync", "async"])

@@ -105,7 +105,7 @@ store (an rqlite call takes milliseconds); tests of a hanging transport pass a s
 @dataclass(frozen=True)
 class Profile:
     """How hard each search looks: Hypothesis's ``max_examples`` and ``stateful_step_count``
-    for every lockstep search; for the two parallel searches, ``programs`` examples, each
+    for every lockstep search; for the concurrent search, ``programs`` examples, each
     program run up to ``repeats`` times (races are rare events).
 
     ``target``: the seconds a certification with this profile aims at, whatever the transport
@@ -535,7 +535,7 @@ def certify(
     - ``properties``: certify only these (names from :data:`PROPERTIES`).
     - ``time_budget``: seconds for the whole run, shared fairly among the searches left;
       a search cut short or never started is "unknown".  A soak takes its own time on top.
-    - ``processes``: run the branches of the parallel searches in separate processes (the
+    - ``processes``: run the branches of the concurrent search in separate processes (the
       factory must be importable by name, and its storage shared across processes).
     - ``soak``: also run a soak of this many seconds (several workers, the wall clock), whose
       history counts for single-in-flight, fencing, no-loss and contention.
@@ -662,7 +662,7 @@ def _jobs_for(target: Target, jobs: int | None, tasks: list[_Task], *, processes
 
 def _runs_at_home(task: _Task, processes: bool) -> bool:
     """Whether ``task`` runs in the certifying process even with jobs: the soak (it keeps its
-    own wall-clock time), and with ``processes`` the parallel searches (they own the branch
+    own wall-clock time), and with ``processes`` the concurrent search (it owns the branch
     processes)."""
     return task.kind == "soak" or (processes and _search_of(task.kind) not in ("lockstep", SHARED))
 
@@ -755,6 +755,8 @@ def _run_task(target: Target, context: dict[str, Any], task: _Task, started, eve
         if task.kind != "concurrent":
             event("started", task.prop)
             return _search_once(target, context, task, share, limits, event, pool)
+        if PROPERTIES[task.prop].search != "lockstep":  # no search of its own has started it (contention)
+            event("started", task.prop)
         ignore: frozenset[str] = frozenset()
         earlier: list[Failure] = []
         reached: collections.Counter = collections.Counter()
@@ -763,7 +765,9 @@ def _run_task(target: Target, context: dict[str, Any], task: _Task, started, eve
             broken = frozenset(failure.property for failure in earlier + found.failures)
             if ignore:
                 found.note = f" (searched again with {', '.join(sorted(ignore))} taken as broken)"
-            if found.verdict == "passed" or broken <= ignore or len(broken) >= 4 or limits.broken is not None:
+            judged_all = "histories" not in task.judges and "contention" in broken  # nothing left to judge
+            if (found.verdict == "passed" or broken <= ignore or len(broken) >= 4 or judged_all
+                    or limits.broken is not None):
                 found.seconds, found.earlier = time.monotonic() - began, len(earlier)
                 found.failures = earlier + found.failures
                 found.reached = dict(reached + collections.Counter(found.reached))
@@ -822,8 +826,7 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
     else:
         _run_parallel(target, caps, profile, context["seed"], search, judges=task.judges,
                       processes=pool, ignore=ignore)
-    verdict, reason, failures = _judge(kind, search, target, profile, context["seed"], pool is not None,
-                                       task.judges)
+    verdict, reason, failures = _judge(kind, search, target, profile, context["seed"], pool is not None)
     if not lockstep and verdict == "passed":
         judged = ["no call refused"] * ("refusals" in task.judges and "contention" not in ignore) + [
             "every history linearizable"] * ("histories" in task.judges)
@@ -901,7 +904,7 @@ class _Certification:
 
     def run_in_processes(self) -> None:
         """Longest first: the shared lockstep search (what it finds decides whether the standby
-        searches run), the parallel searches, then the lockstep ones in order."""
+        searches run), the concurrent search, then the lockstep ones in order."""
         searchers = self.searchers
         away = [n for n, task in enumerate(self.tasks)
                 if not _runs_at_home(task, self.pool is not None) and not task.standby]
@@ -1173,7 +1176,7 @@ def preflight(target: Target) -> Speed:
 
 
 def _judge(prop, search: _Search, target: Target, profile: Profile, run_seed: int,
-           processes: bool = False, judges: frozenset[str] = frozenset({"histories"})) -> tuple[str, str, list[Failure]]:
+           processes: bool = False) -> tuple[str, str, list[Failure]]:
     """The verdict of ``prop``'s own search (or of the shared ``"concurrent"`` one), and every
     failure it found (Hypothesis reports distinct bugs of one search together).  A search that
     found failures is "failed" here; whom they count against, and so its verdict, is settled
@@ -1189,18 +1192,18 @@ def _judge(prop, search: _Search, target: Target, profile: Profile, run_seed: in
         if search.first is None:
             return "unknown", f"Hypothesis stopped: {type(exc).__name__}: {str(exc).splitlines()[0]}", []
         found = [search.first]  # shrinking was cut short by the time budget: no steps to show
-    failures = [_failure(prop, error, flaky, target, profile, run_seed, processes, judges=judges)
+    failures = [_failure(prop, error, flaky, target, profile, run_seed, processes)
                 for error in found if not isinstance(error, HypothesisException)]
     return "failed", "", failures
 
 
 def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profile: Profile, run_seed: int,
-             processes: bool, soak: float | None = None, judges: frozenset[str] = frozenset({"histories"})) -> Failure:
+             processes: bool, soak: float | None = None) -> Failure:
     """The report's account of a failure that the search ``prop`` found (a property's own
-    search, ``"concurrent"`` or ``"soak"``; the concurrent search ``judges`` refusals,
-    histories or both)."""
+    search, ``"concurrent"`` or ``"soak"``)."""
     if isinstance(error, ConcurrencyFailure):
         program = error.program
+        contention = error.property == "contention"  # replayed as judged when it was found
         return Failure(
             property=error.property,
             found_by=prop,
@@ -1211,7 +1214,7 @@ def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profi
             state=error.state,
             steps=tuple(str(program).splitlines()) if program is not None else (),
             reproduction="" if program is None else target.parallel_reproduction(
-                prop, program, contention="refusals" in judges, histories="histories" in judges,
+                prop, program, contention=contention, histories=not contention,
                 repeats=profile.repeats, processes=processes),
             # --only a property whose verdict runs the search that found it, so the replay does
             replay=target.command(profile.name, run_seed, only=_runs_search(prop, error.property),

@@ -11,7 +11,7 @@ behaves like SQLite.  What was checked against libsql 0.1.11 (bundling SQLite 3.
   without letting other Python threads run, so when the connection holding the lock belongs to
   another thread of the same process, that thread cannot reach its COMMIT: both stall for the
   whole ``busy_timeout`` and the waiter fails with "database is locked".  (Found by the
-  certifier's contention search: two instances, each claiming in its own thread.)  This
+  certifier's concurrent search: two instances, each claiming in its own thread.)  This
   transport therefore turns libsql's busy handler off (``timeout=0``, ``PRAGMA busy_timeout =
   0``) and waits in Python instead: a statement that starts a transaction (``BEGIN
   IMMEDIATE``, or a claim, ack or nack, each one statement) is retried, with sleeps that
