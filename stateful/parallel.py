@@ -593,7 +593,9 @@ def judge(run: Run, *, contention: bool, histories: bool | None = None, runs: in
     (``contention`` ignored: refusals are not judged)."""
     if contention and "contention" not in ignore and (refused := refusal(run, runs)) is not None:
         return refused
-    return history_failure(run, runs, ignore, capabilities) if (not contention if histories is None else histories) else None
+    if histories is None:
+        histories = not contention
+    return history_failure(run, runs, ignore, capabilities) if histories else None
 
 
 def refusal(run: Run, runs: int = 1) -> ConcurrencyFailure | None:
