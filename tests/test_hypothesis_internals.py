@@ -130,3 +130,24 @@ def test_a_certification_leaves_nothing_in_the_current_or_temporary_directory(tm
     assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
     assert sorted(p.name for p in work.iterdir()) == ["reports"]  # no .hypothesis
     assert list(scratch.iterdir()) == []
+
+
+def test_the_machines_characters_are_those_of_the_utf8_codec():
+    """The lockstep machine draws event text from ``characters(exclude_categories=["Cs"])``
+    rather than Hypothesis's default ``characters(codec="utf-8")``: the same characters (so the
+    same examples), without the table of the codec, which each search process would build again
+    (1.8 s) because its Hypothesis caches live in a scratch directory (SPEC.md C1)."""
+    from harel_ref.stateful._machine import UTF8
+
+    def intervals(strategy):
+        strategy.validate()
+        while hasattr(strategy, "wrapped_strategy"):
+            strategy = strategy.wrapped_strategy
+        return strategy.intervals
+
+    ours, codec = intervals(UTF8), intervals(st.characters(codec="utf-8"))
+    assert ours == codec, (
+        "characters(exclude_categories=['Cs']) no longer draws from the same characters as "
+        "characters(codec='utf-8'); harel_ref.stateful._machine.UTF8 relies on it to keep the "
+        f"examples of a seed (got {ours.intervals[:4]}... against {codec.intervals[:4]}...)"
+    )
