@@ -7,7 +7,9 @@ Two tables, each run interleaved (before, then after, for each row) in fresh int
    at a time if it has no ``--jobs``).
 2. Time to kill: each broken variant of ``tests/broken.py`` certified on the property it breaks
    (profile quick) at several seeds; the seconds until the verdict "failed" (median and maximum
-   over the seeds), and the seeds at which it was missed.
+   over the seeds), and the seeds at which it was missed.  Below the table: the median over the
+   variants of each one's median, and the median of every kill, a miss counted as never (a
+   variant's median leaves its misses out).
 
 The earlier commit is checked out with ``git worktree`` into a temporary directory and laid out
 as its wheel would be, and so is a copy of this checkout taken at the start: each side imports
@@ -17,6 +19,7 @@ starts in a temporary directory, which is removed afterwards, as is the worktree
     python benchmarks/certify_speed.py                       # memory and sqlite at quick and standard
     python benchmarks/certify_speed.py --transports rqlite --profiles quick --kill-seeds 0
     python benchmarks/certify_speed.py --before 8a39f0a --kill-seeds 5
+    python benchmarks/certify_speed.py --before 8a39f0a --skip-times --kill-seeds 10 --first-seed 5
     python benchmarks/certify_speed.py --before none --transports rqlite --profiles standard --kill-seeds 0
 
 The load average is printed before and after each row: the machines are shared, so compare
@@ -27,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import re
 import shutil
@@ -120,6 +124,7 @@ def main() -> None:
     parser.add_argument("--profiles", default="quick,standard", help="profiles, comma-separated")
     parser.add_argument("--jobs", type=int, default=len(os.sched_getaffinity(0)), help="jobs of the parallel column")
     parser.add_argument("--kill-seeds", type=int, default=3, help="seeds per broken variant (0: no kill table)")
+    parser.add_argument("--first-seed", type=int, default=0, help="the kill table's seeds start here")
     parser.add_argument("--variants", type=int, default=0, help="only the first N broken variants (0: all)")
     parser.add_argument("--skip-times", action="store_true", help="only the kill table")
     args = parser.parse_args()
@@ -153,32 +158,35 @@ def main() -> None:
                         print(f"{transport:<10} {profile:<9} {before:<32} {before_spread:<32} {serial:<32} {spread:<32} "
                               f"{ratio:>6}  {load()}", flush=True)
             if args.kill_seeds and compare:
-                kill_table(before_tree / "tests", before_site, after_tests, after_site, args.kill_seeds, args.variants)
+                kill_table(before_tree / "tests", before_site, after_tests, after_site,
+                           range(args.first_seed, args.first_seed + args.kill_seeds), args.variants)
         finally:
             if compare:
                 subprocess.run(["git", "worktree", "remove", "--force", str(before_tree)], cwd=ROOT, check=False)
     print(f"\nload average at the end {load()}")
 
 
-def kill_table(before_tests: Path, before_site: Path, after_tests: Path, after_site: Path, seeds: int,
+def kill_table(before_tests: Path, before_site: Path, after_tests: Path, after_site: Path, seeds: range,
                variants: int) -> None:
     print(f"\ntime to kill (profile quick, the variant's property only; seconds until 'failed' over seeds "
-          f"0..{seeds - 1}: median / max; missed: seeds at which it passed)")
+          f"{seeds.start}..{seeds.stop - 1}: median / max; missed: seeds at which it passed)")
     before: dict[str, list] = {}
     after: dict[str, list] = {}
-    for seed in range(seeds):  # interleaved: a seed of each, in turn
+    for seed in seeds:  # interleaved: a seed of each, in turn
         for variant, row in kill_times(before_site, before_tests, seed, variants).items():
             before.setdefault(variant, []).append(row)
         for variant, row in kill_times(after_site, after_tests, seed, variants).items():
             after.setdefault(variant, []).append(row)
         print(f"  seed {seed} done, load average {load()}", flush=True)
     print(f"{'variant':<52} {'property':<17} {'before':<22} {'after':<22}")
-    medians = {"before": [], "after": []}
+    medians: dict[str, list] = {"before": [], "after": []}
+    every: dict[str, list] = {"before": [], "after": []}  # each (variant, seed): its seconds, or inf if missed
     for variant in after:
         cells = []
         for side, rows in (("before", before.get(variant, [])), ("after", after[variant])):
             killed = [r["seconds"] for r in rows if r["verdict"] == "failed"]
             missed = len(rows) - len(killed)
+            every[side] += killed + [math.inf] * missed
             if killed:
                 medians[side].append(statistics.median(killed))
             cell = f"{statistics.median(killed):5.1f} / {max(killed):5.1f}" if killed else "never"
@@ -188,6 +196,10 @@ def kill_table(before_tests: Path, before_site: Path, after_tests: Path, after_s
         if values:
             print(f"median over the variants of the median time to kill, {side}: {statistics.median(values):.2f} s; "
                   f"the largest: {max(values):.2f} s")
+    for side, values in every.items():
+        if values:
+            print(f"median of every kill (a miss counts as never), {side}: {statistics.median(values):.2f} s "
+                  f"over {len(values)}; misses: {values.count(math.inf)}")
 
 
 def _interrupt(signum, frame) -> None:
