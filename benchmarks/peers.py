@@ -230,7 +230,7 @@ def open_harel_ref(kind: str, directory: Path, backlog: Backlog) -> Queue:
     if kind == "rqlite":
         prefix = f"bench_{uuid.uuid4().hex[:12]}"
         transport = RqliteTransport.from_url(RQLITE, prefix=prefix)
-        load_rqlite(transport._nodes.urls[0], f"{prefix}_harel", backlog)
+        load_rqlite(transport._core.nodes.urls[0], f"{prefix}_harel", backlog)
         return Queue(lambda: transport.claim("bench", 60.0), transport.ack,
                      lambda: (transport.close(), drop_rqlite(RQLITE, [f"{prefix}_harel_transport_{t}" for t in ("messages", "groups", "meta")])))
     path = directory / f"harel-ref-{kind}-{uuid.uuid4().hex[:8]}.db"

@@ -33,7 +33,7 @@ class SeedsClaim:
     def __init__(self, transport: RqliteTransport, url: str) -> None:
         self.client = transport.client
         self.url = url
-        self.t = transport._tables
+        self.t = transport._core.tables
         self.clock = transport._clock
 
     def _post(self, path: str, statements: list) -> list:
@@ -71,12 +71,12 @@ def _backlog(transport: RqliteTransport, groups: int, per_group: int) -> None:
     batch = []
     for n in range(per_group):
         for g in range(groups):
-            batch += transport._publish_call(f"group-{g}", f"event-{g}-{n}", 0, None).statements
+            batch += next(transport._core.publish(f"group-{g}", f"event-{g}-{n}", 0, None)).statements  # the one request
             if len(batch) >= 400:
-                transport.client.post(transport._nodes.urls[0] + "/db/execute?transaction", json=batch, timeout=60)
+                transport.client.post(transport._core.nodes.urls[0] + "/db/execute?transaction", json=batch, timeout=60)
                 batch = []
     if batch:
-        transport.client.post(transport._nodes.urls[0] + "/db/execute?transaction", json=batch, timeout=60)
+        transport.client.post(transport._core.nodes.urls[0] + "/db/execute?transaction", json=batch, timeout=60)
 
 
 def _drop(url: str, prefix: str) -> None:

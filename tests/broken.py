@@ -7,6 +7,7 @@ names the right property.  ``BROKEN[name] = (transport class, property it breaks
 from __future__ import annotations
 
 from harel_ref.transport import InMemoryStore, InMemoryTransport, Lease
+from harel_ref.transport.memory import InMemoryCore
 from harel_ref.transport._base import check_claim_args, check_delay, check_lease
 from harel_ref.transport._base import PARKED
 from harel_ref.stateful import Backend, Capabilities
@@ -16,10 +17,8 @@ from harel_ref.stateful._machine import TICK
 class UnfencedAck(InMemoryTransport):
     """The seeds' ``DELETE ... WHERE seq = ?``: any lease of the head deletes it (R10)."""
 
-    def ack(self, lease):
-        lease = check_lease(lease)
-        with self.store.lock:
-            self._check_open()
+    class Core(InMemoryCore):
+        def ack(self, lease, now):
             group = self.store.groups.get(lease.group_id)
             if group is None or group.messages[0].seq != lease.seq:
                 return False
@@ -32,73 +31,77 @@ class UnfencedAck(InMemoryTransport):
 class LeaseOneTickTooLong(InMemoryTransport):
     """A lease stays live one tick past ``claim time + visibility`` (R3)."""
 
-    @staticmethod
-    def _in_flight(message, now):
-        if message.holder == PARKED:
-            return now <= message.until
-        return message.holder is not None and now <= message.until + TICK
+    class Core(InMemoryCore):
+        @staticmethod
+        def _in_flight(message, now):
+            if message.holder == PARKED:
+                return now <= message.until
+            return message.holder is not None and now <= message.until + TICK
 
 
 class LeaseOneTickTooShort(InMemoryTransport):
     """A lease lapses at ``claim time + visibility`` instead of just after it (R3)."""
 
-    @staticmethod
-    def _in_flight(message, now):
-        if message.holder == PARKED:
-            return now <= message.until
-        return message.holder is not None and now < message.until
+    class Core(InMemoryCore):
+        @staticmethod
+        def _in_flight(message, now):
+            if message.holder == PARKED:
+                return now <= message.until
+            return message.holder is not None and now < message.until
 
 
 class NackToBack(InMemoryTransport):
     """``nack(0)`` sends the message to the back of its group instead of keeping it at the
     head (R8)."""
 
-    def nack(self, lease, delay=0):
-        done = super().nack(lease, delay)
-        if done and delay == 0:
-            with self.store.lock:
-                group = self.store.groups[lease.group_id]
-                group.messages.rotate(-1)
-        return done
+    class Core(InMemoryCore):
+        def nack(self, lease, now, delay):
+            done = super().nack(lease, now, delay)
+            if done and delay == 0:
+                self.store.groups[lease.group_id].messages.rotate(-1)
+            return done
 
 
 class ParkedClaimableEarly(InMemoryTransport):
     """A parked group can be claimed before its delay has passed (R9)."""
 
-    @staticmethod
-    def _in_flight(message, now):
-        return message.holder not in (None, PARKED) and now <= message.until
+    class Core(InMemoryCore):
+        @staticmethod
+        def _in_flight(message, now):
+            return message.holder not in (None, PARKED) and now <= message.until
 
 
 class FairnessIgnored(InMemoryTransport):
     """Groups are tried in arrival order, ignoring ``last_claimed_at`` (R4, R5)."""
 
-    def _groups_in_claim_order(self):
-        return list(self.store.groups.items())
+    class Core(InMemoryCore):
+        def _groups_in_claim_order(self):
+            return list(self.store.groups.items())
 
 
 class TiesByHeadSeq(InMemoryTransport):
     """Groups with equal ``last_claimed_at`` go by the seq of their head, not by arrival: what
     harel 0.9.0's InMemoryTransport does.  Round-robin holds; R4's tie-break does not."""
 
-    def _groups_in_claim_order(self):
-        return sorted(self.store.groups.items(), key=lambda item: (item[1].last_claimed_at, item[1].messages[0].seq))
+    class Core(InMemoryCore):
+        def _groups_in_claim_order(self):
+            return sorted(self.store.groups.items(), key=lambda item: (item[1].last_claimed_at, item[1].messages[0].seq))
 
 
 class PriorityFloorIgnored(InMemoryTransport):
     """``min_priority`` is accepted but not applied (R4)."""
 
-    def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
-        check_claim_args(worker_id, visibility, min_priority, routing_keys)
-        return super().claim(worker_id, visibility, 0, routing_keys)
+    class Core(InMemoryCore):
+        def claim(self, token, now, visibility, min_priority, routing_keys):
+            return super().claim(token, now, visibility, 0, routing_keys)
 
 
 class RoutingIgnored(InMemoryTransport):
     """``routing_keys`` is accepted but not applied (R4)."""
 
-    def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
-        check_claim_args(worker_id, visibility, min_priority, routing_keys)
-        return super().claim(worker_id, visibility, min_priority, None)
+    class Core(InMemoryCore):
+        def claim(self, token, now, visibility, min_priority, routing_keys):
+            return super().claim(token, now, visibility, min_priority, None)
 
 
 class ClosedWithoutSaying(InMemoryTransport):
@@ -113,9 +116,9 @@ class ClosedWithoutSaying(InMemoryTransport):
 class LaterPublishSetsPriority(InMemoryTransport):
     """A publish to an existing group overwrites its priority (R12)."""
 
-    def publish(self, group_id, event, priority=0, routing_key=None):
-        super().publish(group_id, event, priority, routing_key)
-        with self.store.lock:
+    class Core(InMemoryCore):
+        def publish(self, group_id, event, priority, routing_key):
+            super().publish(group_id, event, priority, routing_key)
             self.store.groups[group_id].priority = priority
 
 
@@ -123,30 +126,28 @@ class RecreatedGroupKeepsItsPlace(InMemoryTransport):
     """The last ack leaves the emptied group in place, so a group re-created later keeps its
     old arrival rank and ``last_claimed_at`` instead of starting afresh (R11)."""
 
-    def ack(self, lease):
-        lease = check_lease(lease)
-        with self.store.lock:
-            self._check_open()
+    class Core(InMemoryCore):
+        def ack(self, lease, now):
             group, head = self._held_by(lease)
             if head is None:
                 return False
             group.messages.popleft()  # and the group stays, even when empty
             return True
 
-    def publish(self, group_id, event, priority=0, routing_key=None):
-        group = self.store.groups.get(group_id)
-        if group is not None and not group.messages:  # re-created: new attributes, old place
-            group.priority, group.routing_key = priority, routing_key
-        super().publish(group_id, event, priority, routing_key)
+        def publish(self, group_id, event, priority, routing_key):
+            group = self.store.groups.get(group_id)
+            if group is not None and not group.messages:  # re-created: new attributes, old place
+                group.priority, group.routing_key = priority, routing_key
+            super().publish(group_id, event, priority, routing_key)
 
-    def _held_by(self, lease):
-        group = self.store.groups.get(lease.group_id)
-        if group is not None and not group.messages:
-            return group, None
-        return super()._held_by(lease)
+        def _held_by(self, lease):
+            group = self.store.groups.get(lease.group_id)
+            if group is not None and not group.messages:
+                return group, None
+            return super()._held_by(lease)
 
-    def _groups_in_claim_order(self):
-        return [(g, group) for g, group in super()._groups_in_claim_order() if group.messages]
+        def _groups_in_claim_order(self):
+            return [(g, group) for g, group in super()._groups_in_claim_order() if group.messages]
 
 
 class BadDelayFreesTheLease(InMemoryTransport):
@@ -173,29 +174,24 @@ class ForgedLeaseAccepted(InMemoryTransport):
     seq, None)`` matches a message nobody holds (holder None), and the ack deletes it (R10,
     R13)."""
 
+    class Core(InMemoryCore):
+        def _held_by(self, lease):
+            if not isinstance(lease.group_id, str):
+                return None, None
+            return super()._held_by(lease)
+
     def ack(self, lease):
         lease = _lease_of_the_right_class(lease)
-        with self.store.lock:
+        with self._serial:
             self._check_open()
-            group, head = self._held_by(lease) if isinstance(lease.group_id, str) else (None, None)
-            if head is None:
-                return False
-            group.messages.popleft()
-            if not group.messages:
-                del self.store.groups[lease.group_id]
-            return True
+            return self._core.ack(lease, self._now())
 
     def nack(self, lease, delay=0):
         lease = _lease_of_the_right_class(lease)
         delay = check_delay(delay)
-        with self.store.lock:
+        with self._serial:
             self._check_open()
-            now = self._now()
-            _, head = self._held_by(lease) if isinstance(lease.group_id, str) else (None, None)
-            if head is None:
-                return False
-            head.holder, head.until = (None, None) if delay == 0 else (PARKED, now + delay)
-            return True
+            return self._core.nack(lease, self._now(), delay)
 
 
 class ClockUnchecked(InMemoryTransport):

@@ -249,7 +249,7 @@ def test_the_claim_reads_only_free_groups_on_the_cluster_sqlite(queue, shared_cl
     candidates are read on the claim-order index, FREE groups in order, the lapsed ones by
     range, and no table is scanned."""
     transport, _ = queue
-    t = transport._tables
+    t = transport._core.tables
     keys = None if routing_keys is None else len(routing_keys)
     # A real read first: EXPLAIN does not check the schema's version, and rqlite's read
     # connection may still hold the schema it read while the tables were being created.
@@ -302,10 +302,10 @@ def test_the_concurrent_searches_pass_with_branches_through_different_nodes(make
         if backend.is_async:
             async def remember():
                 transport = await opened
-                first_nodes.append(transport._nodes.urls[0])
+                first_nodes.append(transport._core.nodes.urls[0])
                 return transport
             return remember()
-        first_nodes.append(opened._nodes.urls[0])
+        first_nodes.append(opened._core.nodes.urls[0])
         return opened
 
     profile = Profile("rqlite", max_examples=5, step_count=10, programs=6, repeats=4)

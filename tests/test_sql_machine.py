@@ -14,8 +14,7 @@ from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from harel_ref.transport import SqliteTransport
-from harel_ref.transport._base import check_lease
-from harel_ref.transport._sql import Statement
+from harel_ref.transport._sql import SqlCore, Statement
 from harel_ref.stateful import Backend, Capabilities, Divergence, make_machine
 from harel_ref.stateful.backends.sql import database_path, libsql, libsql_async, sqlite, sqlite_async
 
@@ -34,15 +33,17 @@ def _unfenced_ack(t, lease):
     return Statement(f"DELETE FROM {t.messages} WHERE seq = ? RETURNING seq", (lease.seq,), fetch=True)
 
 
+class UnfencedAckCore(SqlCore):
+    def ack(self, lease, now):
+        return bool((yield _unfenced_ack(self.tables, lease)))
+
+
 class UnfencedAckSqlite(SqliteTransport):
     """SqliteTransport with the seeds' ``DELETE ... WHERE seq = ?`` ack (no token check)."""
 
-    def ack(self, lease):
-        lease = check_lease(lease)
-        with self._lock:
-            self._check_open()
-            statement = _unfenced_ack(self._tables, lease)
-            return bool(self._one("ack", statement.sql, statement.params))
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._core = UnfencedAckCore(self._tables)
 
 
 def test_machine_catches_the_seeds_unfenced_ack(tmp_path):

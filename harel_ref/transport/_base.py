@@ -39,7 +39,7 @@ __all__ = [
 ]
 
 Clock = Callable[[], float]
-"""A function returning the current time in seconds.  Transports read it once per operation."""
+"""A function returning the current time in seconds.  Transports read it once per claim, ack and nack."""
 
 PRIORITIES = range(0, 5)
 """Allowed group priorities, 0 (default) to 4 (highest)."""

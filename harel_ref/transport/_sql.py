@@ -88,19 +88,12 @@ from typing import Any, NamedTuple, TypeVar
 from ._base import (
     PARKED,
     ClockError,
-    ClosedGuard,
-    ClosesOnExit,
     Clock,
     Lease,
     StorageError,
-    check_claim_args,
     check_clock,
-    check_delay,
-    check_lease,
-    check_publish_args,
-    new_token,
-    read_clock,
 )
+from ._shell import Shell
 
 __all__ = [
     "FREE",
@@ -108,6 +101,7 @@ __all__ = [
     "PARKED",
     "SCHEMA_VERSION",
     "Plan",
+    "SqlCore",
     "Statement",
     "SyncSqlTransport",
     "Tables",
@@ -562,8 +556,12 @@ async def run_async(conn: Any, plan: Plan[T], *, transaction: bool) -> T:
     its end (COMMIT or ROLLBACK) even if the caller is cancelled meanwhile: aiosqlite executes
     each statement in its own thread whatever happens to the awaiting coroutine, so a
     transaction abandoned half-way would keep the write lock and leave the connection inside a
-    transaction.  The cancellation is passed on once the plan is done.
+    transaction.  The cancellation is passed on once the plan is done.  Without ``transaction``
+    each statement commits on its own, so a plan stopped between two statements leaves nothing
+    half-done: it runs unshielded, without a task of its own.
     """
+    if not transaction:
+        return await _run_plan_async(conn, plan, False)
     task = asyncio.ensure_future(_run_plan_async(conn, plan, transaction))
     cancelled: asyncio.CancelledError | None = None
     while True:
@@ -656,14 +654,44 @@ def storage_error(path: str, operation: str, exc: BaseException, busy_timeout: f
     return StorageError(f"{operation} on {path!r} failed: {exc} ({_hint(str(exc), busy_timeout)})")
 
 
-# --- The synchronous transport, for any sqlite3-like driver ---------------------------------
+# --- The core and the synchronous transport, for any sqlite3-like driver ---------------------
 
 
-class SyncSqlTransport(ClosedGuard, ClosesOnExit):
+class SqlCore:
+    """The four operations as statements in SQLite's dialect (:mod:`harel_ref.transport._shell`):
+    every SQLite-speaking driver runs these, sync or async.
+
+    A claim, an ack and a nack are each one statement that SQLite makes atomic on its own (see
+    the top); a publish is a few, run inside ``BEGIN IMMEDIATE`` (:data:`TRANSACTIONS`)."""
+
+    TRANSACTIONS = frozenset({"publish"})
+    """The operations whose statements run in one transaction; the others' run alone."""
+
+    def __init__(self, tables: Tables) -> None:
+        self.tables = tables
+
+    def publish(self, group_id: str, event: str, priority: int, routing_key: str | None) -> Plan[None]:
+        return publish_plan(self.tables, group_id, event, priority, routing_key)
+
+    def claim(self, token: str, now: float, visibility: float, min_priority: int,
+              routing_keys: tuple[str, ...] | None) -> Plan[Lease | None]:
+        rows = yield claim_statement(self.tables, token, now, visibility, min_priority, routing_keys)
+        if not rows:  # nothing to claim: move the groups that lapsed to FREE now (see the top)
+            yield promote_statement(self.tables, now)
+        return claimed(rows, token)
+
+    def ack(self, lease: Lease, now: float) -> Plan[bool]:
+        return bool((yield ack_statement(self.tables, lease)))
+
+    def nack(self, lease: Lease, now: float, delay: float) -> Plan[bool]:
+        return bool((yield nack_statement(self.tables, lease, now, delay)))
+
+
+class SyncSqlTransport(Shell):
     """The synchronous transport over one DB-API connection; subclasses pick the driver.
 
     A subclass sets ``_driver_errors`` and implements ``_connect()``.  One connection is shared
-    by every thread of the process, behind one lock held for each whole method, so a claim's
+    by every thread of the process, behind one lock held for each whole call, so a publish's
     ``BEGIN IMMEDIATE ... COMMIT`` is never interleaved with another call.
     """
 
@@ -673,10 +701,11 @@ class SyncSqlTransport(ClosedGuard, ClosesOnExit):
 
     def __init__(self, path: str, *, clock: Clock, prefix: str | None, busy_timeout: float) -> None:
         self._tables = Tables.named(prefix)
+        self._core = SqlCore(self._tables)
         self._busy_timeout = check_busy_timeout(busy_timeout)
         self._clock = check_clock(clock)
         self.path = path
-        self._lock = threading.Lock()
+        self._lock = self._serial = threading.Lock()
         self._lock_wait = self._busy_timeout if self._lock_wait_in_python else 0.0
         with self._errors("open"):
             self._conn = self._connect()
@@ -695,69 +724,21 @@ class SyncSqlTransport(ClosedGuard, ClosesOnExit):
     def _errors(self, operation: str):
         return storage_errors(self.path, operation, self._driver_errors, self._busy_timeout)
 
-    def _run(self, operation: str, plan: Plan[T], *, transaction: bool) -> T:
-        # The caller holds self._lock and has checked that the transport is open.
-        with self._errors(operation):
-            return run(self._conn, plan, transaction=transaction, lock_wait=self._lock_wait)
+    def _drive(self, operation: str, steps: Plan[T]) -> T:
+        return self._run(operation, steps, transaction=operation in SqlCore.TRANSACTIONS)
 
-    def _one(self, operation: str, sql: str, params: tuple[Any, ...]) -> Any:
-        """Run one statement on its own (its own transaction); its rows (none for a statement
-        without ``RETURNING``).  The path of every claim, ack and nack: no plan, no context
-        manager, one driver call, as cheap as can be."""
-        # The caller holds self._lock and has checked that the transport is open.
+    def _run(self, operation: str, plan: Plan[T], *, transaction: bool) -> T:
+        # The caller holds self._lock and has checked that the transport is open.  No context
+        # manager here: this is every call's path, and storage_errors() would cost a microsecond.
         try:
-            if self._lock_wait:
-                return execute_alone(self._conn, Statement(sql, params, True), self._lock_wait)
-            return self._conn.execute(sql, params).fetchall()
+            return run(self._conn, plan, transaction=transaction, lock_wait=self._lock_wait)
         except StorageError:
             raise
         except self._driver_errors as exc:
             raise storage_error(self.path, operation, exc, self._busy_timeout) from exc
 
-    def publish(self, group_id: str, event: str, priority: int = 0, routing_key: str | None = None) -> None:
-        group_id, event, priority, routing_key = check_publish_args(group_id, event, priority, routing_key)
-        with self._lock:
-            self._check_open()
-            plan = publish_plan(self._tables, group_id, event, priority, routing_key)
-            self._run("publish", plan, transaction=True)
-
-    def claim(self, worker_id: str, visibility: float, min_priority: int = 0, routing_keys=None) -> Lease | None:
-        worker_id, visibility, min_priority, routing_keys = check_claim_args(
-            worker_id, visibility, min_priority, routing_keys
-        )
-        # Claim and ack are spelled out here, not built as Statements as in the async twin: this
-        # is the hot path, where each call between two fsyncs runs with cold caches.
-        with self._lock:
-            self._check_open()
-            token, now = new_token(worker_id), read_clock(self._clock)
-            sql = self._tables.claim_sql if routing_keys is None else claim_sql(self._tables, len(routing_keys))
-            rows = self._one("claim", sql, claim_params(token, now, visibility, min_priority, routing_keys))
-            if not rows:
-                self._one("claim", promote_lapsed_sql(self._tables), (now,))
-                return None
-            seq, group_id, event = rows[0]
-            return Lease(group_id.decode(), event.decode(), seq, token)  # read as BLOB: see the top
-
-    def ack(self, lease: Lease) -> bool:
-        lease = check_lease(lease)
-        with self._lock:
-            self._check_open()
-            return bool(self._one("ack", self._tables.ack_sql, (lease.seq, lease.token, lease.group_id)))
-
-    def nack(self, lease: Lease, delay: float = 0) -> bool:
-        lease = check_lease(lease)
-        delay = check_delay(delay)
-        with self._lock:
-            self._check_open()
-            now = read_clock(self._clock)
-            statement = nack_statement(self._tables, lease, now, delay)
-            return bool(self._one("nack", statement.sql, statement.params))
-
-    def close(self) -> None:
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                self._conn.close()
+    def _release(self) -> None:
+        self._conn.close()
 
 
 def one_statement(statement: Statement) -> Plan[Any]:

@@ -46,10 +46,10 @@ from __future__ import annotations
 
 import asyncio
 import os
-from collections.abc import Iterable
 from typing import Any
 
-from ._base import AsyncClosesOnExit, ClosedGuard, Clock, Lease, default_clock
+from ._base import Clock, default_clock
+from ._shell import AsyncShell, Steps, T
 from ._sql import SyncSqlTransport
 
 __all__ = ["AsyncLibsqlTransport", "LibsqlTransport"]
@@ -108,51 +108,29 @@ class LibsqlTransport(SyncSqlTransport):
         return conn
 
 
-class AsyncLibsqlTransport(ClosedGuard, AsyncClosesOnExit):
-    """The asyncio twin: a :class:`LibsqlTransport` whose calls run in a worker thread.
+class AsyncLibsqlTransport(AsyncShell):
+    """The asyncio twin: the steps of a :class:`LibsqlTransport` carried out in a worker thread.
 
-    The libsql package is synchronous, so each call goes through ``asyncio.to_thread``, one at a
-    time under an asyncio.Lock.  Build it with ``await AsyncLibsqlTransport.create(path, ...)``,
-    which takes the same arguments as LibsqlTransport.
+    The libsql package is synchronous, so each call's steps run through ``asyncio.to_thread`` on
+    the connection of a LibsqlTransport, one call at a time under an asyncio.Lock.  Build it
+    with ``await AsyncLibsqlTransport.create(path, ...)``, which takes the same arguments as
+    LibsqlTransport.
     """
 
     def __init__(self, sync: LibsqlTransport) -> None:
         # Use create(); __init__ only wraps an open LibsqlTransport.
         self._sync = sync
         self.path = sync.path
-        self._lock = asyncio.Lock()
+        self._core = sync._core
+        self._clock = sync._clock
+        self._serial = asyncio.Lock()
 
     @classmethod
     async def create(cls, path: str | os.PathLike[str], **options: Any) -> AsyncLibsqlTransport:
         return cls(await asyncio.to_thread(LibsqlTransport, path, **options))
 
-    async def _call(self, method, *args: Any) -> Any:
-        # The sync transport checks the arguments, then whether it is closed (as every backend).
-        async with self._lock:
-            return await asyncio.to_thread(method, *args)
+    async def _drive(self, operation: str, steps: Steps[T]) -> T:
+        return await asyncio.to_thread(self._sync._drive, operation, steps)
 
-    async def publish(
-        self, group_id: str, event: str, priority: int = 0, routing_key: str | None = None
-    ) -> None:
-        await self._call(self._sync.publish, group_id, event, priority, routing_key)
-
-    async def claim(
-        self,
-        worker_id: str,
-        visibility: float,
-        min_priority: int = 0,
-        routing_keys: Iterable[str] | None = None,
-    ) -> Lease | None:
-        return await self._call(self._sync.claim, worker_id, visibility, min_priority, routing_keys)
-
-    async def ack(self, lease: Lease) -> bool:
-        return await self._call(self._sync.ack, lease)
-
-    async def nack(self, lease: Lease, delay: float = 0) -> bool:
-        return await self._call(self._sync.nack, lease, delay)
-
-    async def close(self) -> None:
-        async with self._lock:
-            if not self._closed:
-                self._closed = True
-                await asyncio.to_thread(self._sync.close)
+    async def _release(self) -> None:
+        await asyncio.to_thread(self._sync.close)

@@ -10,26 +10,12 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ._base import (
-    PARKED,
-    ClosedGuard,
-    ClosesOnExit,
-    Clock,
-    Lease,
-    check_claim_args,
-    check_delay,
-    check_lease,
-    check_clock,
-    check_publish_args,
-    default_clock,
-    read_clock,
-    new_token,
-)
+from ._base import PARKED, Clock, Lease, check_clock, default_clock
+from ._shell import Shell, T
 
-__all__ = ["InMemoryStore", "InMemoryTransport"]
+__all__ = ["InMemoryCore", "InMemoryStore", "InMemoryTransport"]
 
 
 @dataclass
@@ -57,88 +43,54 @@ class InMemoryStore:
         self.last_seq = 0
 
 
-class InMemoryTransport(ClosedGuard, ClosesOnExit):
-    """A thread-safe transport over an :class:`InMemoryStore` (a new one unless given)."""
+class InMemoryCore:
+    """The four operations on an :class:`InMemoryStore`, done at once: the storage is in the
+    process, so there is nothing to send (:mod:`harel_ref.transport._shell`), and each
+    operation returns its answer instead of steps.  The transport calls them holding the
+    store's lock."""
 
-    def __init__(self, clock: Clock = default_clock, store: InMemoryStore | None = None) -> None:
-        self._clock = check_clock(clock)
-        self.store = store if store is not None else InMemoryStore()
+    def __init__(self, store: InMemoryStore) -> None:
+        self.store = store
 
-    def publish(
-        self, group_id: str, event: str, priority: int = 0, routing_key: str | None = None
-    ) -> None:
-        group_id, event, priority, routing_key = check_publish_args(
-            group_id, event, priority, routing_key
-        )
-        with self.store.lock:
-            self._check_open()
-            group = self.store.groups.get(group_id)
-            if group is None:  # the creating publish fixes priority and routing key (R12)
-                group = self.store.groups[group_id] = _Group(priority, routing_key)
-            self.store.last_seq += 1
-            group.messages.append(_Message(self.store.last_seq, event))
+    def publish(self, group_id: str, event: str, priority: int, routing_key: str | None) -> None:
+        group = self.store.groups.get(group_id)
+        if group is None:  # the creating publish fixes priority and routing key (R12)
+            group = self.store.groups[group_id] = _Group(priority, routing_key)
+        self.store.last_seq += 1
+        group.messages.append(_Message(self.store.last_seq, event))
 
-    def claim(
-        self,
-        worker_id: str,
-        visibility: float,
-        min_priority: int = 0,
-        routing_keys: Iterable[str] | None = None,
-    ) -> Lease | None:
-        worker_id, visibility, min_priority, routing_keys = check_claim_args(
-            worker_id, visibility, min_priority, routing_keys
-        )
-        with self.store.lock:
-            self._check_open()
-            now = self._now()
-            for group_id, group in self._groups_in_claim_order():
-                if group.priority < min_priority:
-                    continue
-                if routing_keys is not None and group.routing_key not in routing_keys:
-                    continue
-                head = group.messages[0]
-                if self._in_flight(head, now):
-                    continue
-                head.holder = new_token(worker_id)
-                head.until = now + visibility
-                group.last_claimed_at = now
-                return Lease(group_id, head.event, head.seq, head.holder)
-            return None
+    def claim(self, token: str, now: float, visibility: float, min_priority: int,
+              routing_keys: tuple[str, ...] | None) -> Lease | None:
+        for group_id, group in self._groups_in_claim_order():
+            if group.priority < min_priority:
+                continue
+            if routing_keys is not None and group.routing_key not in routing_keys:
+                continue
+            head = group.messages[0]
+            if self._in_flight(head, now):
+                continue
+            head.holder, head.until = token, now + visibility
+            group.last_claimed_at = now
+            return Lease(group_id, head.event, head.seq, token)
+        return None
 
-    def ack(self, lease: Lease) -> bool:
-        lease = check_lease(lease)
-        with self.store.lock:
-            self._check_open()
-            group, head = self._held_by(lease)
-            if head is None:
-                return False
-            group.messages.popleft()
-            if not group.messages:  # a group lives while it has messages (R11)
-                del self.store.groups[lease.group_id]
-            return True
+    def ack(self, lease: Lease, now: float) -> bool:
+        group, head = self._held_by(lease)
+        if head is None:
+            return False
+        group.messages.popleft()
+        if not group.messages:  # a group lives while it has messages (R11)
+            del self.store.groups[lease.group_id]
+        return True
 
-    def nack(self, lease: Lease, delay: float = 0) -> bool:
-        lease = check_lease(lease)
-        delay = check_delay(delay)
-        with self.store.lock:
-            self._check_open()
-            now = self._now()
-            _, head = self._held_by(lease)
-            if head is None:
-                return False
-            if delay == 0:
-                head.holder, head.until = None, None
-            else:
-                head.holder, head.until = PARKED, now + delay
-            return True
-
-    def close(self) -> None:
-        self._closed = True
+    def nack(self, lease: Lease, now: float, delay: float) -> bool:
+        _, head = self._held_by(lease)
+        if head is None:
+            return False
+        head.holder, head.until = (None, None) if delay == 0 else (PARKED, now + delay)
+        return True
 
     # --- helpers ----------------------------------------------------------------------------
-
-    def _now(self) -> float:
-        return read_clock(self._clock)  # a time, or ClockError before anything changes (R13)
 
     def _groups_in_claim_order(self) -> list[tuple[str, _Group]]:
         # sorted() is stable, so groups with equal last_claimed_at keep arrival order (R4).
@@ -158,3 +110,21 @@ class InMemoryTransport(ClosedGuard, ClosesOnExit):
         if head.seq != lease.seq or head.holder != lease.token:
             return group, None
         return group, head
+
+
+class InMemoryTransport(Shell):
+    """A thread-safe transport over an :class:`InMemoryStore` (a new one unless given).
+
+    ``Core``: the class of its core, :class:`InMemoryCore` (a test's broken variant swaps in
+    its own)."""
+
+    Core: type[InMemoryCore] = InMemoryCore
+
+    def __init__(self, clock: Clock = default_clock, store: InMemoryStore | None = None) -> None:
+        self._clock = check_clock(clock)
+        self.store = store if store is not None else InMemoryStore()
+        self._core = self.Core(self.store)
+        self._serial = self.store.lock
+
+    def _drive(self, operation: str, answer: T) -> T:
+        return answer  # the core did the work already, under the lock

@@ -56,31 +56,23 @@ converted tables (they compare ``text`` with ``bytea`` and fail): stop harel's w
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
 from ._base import (
     PARKED,
-    AsyncClosesOnExit,
     ClockError,
-    ClosedGuard,
-    ClosesOnExit,
     Clock,
     Lease,
     OutcomeUnknownError,
     StorageError,
-    check_claim_args,
     check_clock,
-    check_delay,
-    check_lease,
-    check_publish_args,
     default_clock,
-    new_token,
-    read_clock,
     without_password,
 )
+from ._shell import AsyncShell, Shell, Steps, T
 from ._sql import Plan, Statement, Tables
 
 __all__ = ["AsyncPostgresTransport", "PostgresTransport", "PgNames", "SCHEMA_VERSION"]
@@ -356,6 +348,27 @@ def answered_true(rows: list[Any]) -> bool:
     return bool(rows) and bool(rows[0][0])
 
 
+class PgCore:
+    """The four operations as steps (:mod:`harel_ref.transport._shell`): one statement each, a
+    call of the queue's functions or an UPDATE, which Postgres makes atomic on its own."""
+
+    def __init__(self, names: PgNames) -> None:
+        self.names = names
+
+    def publish(self, group_id: str, event: str, priority: int, routing_key: str | None) -> Plan[None]:
+        yield publish_statement(self.names, group_id, event, priority, routing_key)
+
+    def claim(self, token: str, now: float, visibility: float, min_priority: int,
+              routing_keys: tuple[str, ...] | None) -> Plan[Lease | None]:
+        return claimed((yield claim_statement(self.names, token, now, visibility, min_priority, routing_keys)), token)
+
+    def ack(self, lease: Lease, now: float) -> Plan[bool]:
+        return answered_true((yield ack_statement(self.names, lease, now)))
+
+    def nack(self, lease: Lease, now: float, delay: float) -> Plan[bool]:
+        return answered_true((yield nack_statement(self.names, lease, now, delay)))
+
+
 # --- Errors ---------------------------------------------------------------------------------
 
 
@@ -390,7 +403,7 @@ def _connect_error(url: str, exc: BaseException) -> StorageError:
 # --- The transports -------------------------------------------------------------------------
 
 
-class PostgresTransport(ClosedGuard, ClosesOnExit):
+class PostgresTransport(Shell):
     """The queue in Postgres at ``url`` (a libpq URL or conninfo string).  Thread-safe: one
     connection, in autocommit, behind one lock.  A lost connection is opened again by the next
     call.
@@ -405,10 +418,11 @@ class PostgresTransport(ClosedGuard, ClosesOnExit):
         import psycopg
 
         self._names = PgNames.named(prefix)
+        self._core = PgCore(self._names)
         self._clock = check_clock(clock)
         self.url = url
         self._connect_timeout = connect_timeout
-        self._lock = threading.Lock()
+        self._lock = self._serial = threading.Lock()
         self._conn: psycopg.Connection | None = None
         with self._lock:
             conn = self._connection()
@@ -430,78 +444,45 @@ class PostgresTransport(ClosedGuard, ClosesOnExit):
                 raise _connect_error(self.url, exc) from exc
         return self._conn
 
-    def _execute(self, operation: str, statement: Statement) -> list[Any]:
-        # The caller holds self._lock and has checked that the transport is open.
+    def _drive(self, operation: str, steps: Steps[T]) -> T:
         conn = self._connection()
         with _errors(self.url, operation, lambda: conn.broken or conn.closed):
-            cursor = conn.execute(statement.sql, statement.params)
-            return cursor.fetchall() if statement.fetch else []
+            return _run_plan(conn, steps)
 
-    def publish(self, group_id: str, event: str, priority: int = 0, routing_key: str | None = None) -> None:
-        group_id, event, priority, routing_key = check_publish_args(group_id, event, priority, routing_key)
-        with self._lock:
-            self._check_open()
-            self._execute("publish", publish_statement(self._names, group_id, event, priority, routing_key))
-
-    def claim(self, worker_id: str, visibility: float, min_priority: int = 0,
-              routing_keys: Iterable[str] | None = None) -> Lease | None:
-        worker_id, visibility, min_priority, keys = check_claim_args(worker_id, visibility, min_priority, routing_keys)
-        with self._lock:
-            self._check_open()
-            token, now = new_token(worker_id), read_clock(self._clock)
-            rows = self._execute("claim", claim_statement(self._names, token, now, visibility, min_priority, keys))
-            return claimed(rows, token)
-
-    def ack(self, lease: Lease) -> bool:
-        lease = check_lease(lease)
-        with self._lock:
-            self._check_open()
-            now = read_clock(self._clock)
-            return answered_true(self._execute("ack", ack_statement(self._names, lease, now)))
-
-    def nack(self, lease: Lease, delay: float = 0) -> bool:
-        lease = check_lease(lease)
-        delay = check_delay(delay)
-        with self._lock:
-            self._check_open()
-            now = read_clock(self._clock)
-            return answered_true(self._execute("nack", nack_statement(self._names, lease, now, delay)))
-
-    def close(self) -> None:
-        with self._lock:
-            if not self._closed:
-                self._closed = True
-                if self._conn is not None:
-                    self._conn.close()
+    def _release(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
 
     def __repr__(self) -> str:
         state = ", closed" if self._closed else ""
         return f"<PostgresTransport {without_password(self.url)} tables {self._names.messages!r}{state}>"
 
 
-def _run_plan(conn: Any, plan: Plan[None]) -> None:
+def _run_plan(conn: Any, plan: Plan[T]) -> T:
+    """Run ``plan`` on a psycopg connection, statement by statement; its result."""
     answer = None
     try:
         while True:
             statement = plan.send(answer)
             cursor = conn.execute(statement.sql, statement.params)
             answer = cursor.fetchall() if statement.fetch else None
-    except StopIteration:
-        return
+    except StopIteration as done:
+        return done.value
 
 
-async def _run_plan_async(conn: Any, plan: Plan[None]) -> None:
+async def _run_plan_async(conn: Any, plan: Plan[T]) -> T:
+    """:func:`_run_plan` on a psycopg ``AsyncConnection``."""
     answer = None
     try:
         while True:
             statement = plan.send(answer)
             cursor = await conn.execute(statement.sql, statement.params)
             answer = await cursor.fetchall() if statement.fetch else None
-    except StopIteration:
-        return
+    except StopIteration as done:
+        return done.value
 
 
-class AsyncPostgresTransport(ClosedGuard, AsyncClosesOnExit):
+class AsyncPostgresTransport(AsyncShell):
     """The asyncio twin of :class:`PostgresTransport`, over a psycopg_pool
     ``AsyncConnectionPool``: concurrent calls run on their own connections, so concurrent
     claims of one transport run in parallel on the server.
@@ -515,6 +496,7 @@ class AsyncPostgresTransport(ClosedGuard, AsyncClosesOnExit):
         self._pool = pool
         self.url = url
         self._names = names
+        self._core = PgCore(names)
         self._clock = clock
 
     @classmethod
@@ -545,45 +527,15 @@ class AsyncPostgresTransport(ClosedGuard, AsyncClosesOnExit):
             raise
         return transport
 
-    async def _execute(self, operation: str, statement: Statement) -> list[Any]:
-        self._check_open()
+    async def _drive(self, operation: str, steps: Steps[T]) -> T:
         conn = None
         with _errors(self.url, operation, lambda: conn is not None and (conn.broken or conn.closed)):
             async with self._pool.connection() as conn:
-                cursor = await conn.execute(statement.sql, statement.params)
-                return await cursor.fetchall() if statement.fetch else []
+                return await _run_plan_async(conn, steps)
 
-    async def publish(self, group_id: str, event: str, priority: int = 0, routing_key: str | None = None) -> None:
-        group_id, event, priority, routing_key = check_publish_args(group_id, event, priority, routing_key)
-        await self._execute("publish", publish_statement(self._names, group_id, event, priority, routing_key))
-
-    async def claim(self, worker_id: str, visibility: float, min_priority: int = 0,
-                    routing_keys: Iterable[str] | None = None) -> Lease | None:
-        worker_id, visibility, min_priority, keys = check_claim_args(worker_id, visibility, min_priority, routing_keys)
-        self._check_open()
-        token, now = new_token(worker_id), read_clock(self._clock)
-        rows = await self._execute("claim", claim_statement(self._names, token, now, visibility, min_priority, keys))
-        return claimed(rows, token)
-
-    async def ack(self, lease: Lease) -> bool:
-        lease = check_lease(lease)
-        self._check_open()
-        now = read_clock(self._clock)
-        return answered_true(await self._execute("ack", ack_statement(self._names, lease, now)))
-
-    async def nack(self, lease: Lease, delay: float = 0) -> bool:
-        lease = check_lease(lease)
-        delay = check_delay(delay)
-        self._check_open()
-        now = read_clock(self._clock)
-        return answered_true(await self._execute("nack", nack_statement(self._names, lease, now, delay)))
-
-    async def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            await self._pool.close()
+    async def _release(self) -> None:
+        await self._pool.close()
 
     def __repr__(self) -> str:
         state = ", closed" if self._closed else ""
         return f"<AsyncPostgresTransport {without_password(self.url)} tables {self._names.messages!r}{state}>"
-

@@ -48,30 +48,22 @@ could publish twice or leave a lease nobody holds, while reporting success.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, NamedTuple
 
 from ._base import (
     PARKED,
-    AsyncClosesOnExit,
     ClockError,
-    ClosedGuard,
-    ClosesOnExit,
     Clock,
     Lease,
     OutcomeUnknownError,
     StorageError,
-    check_claim_args,
     check_clock,
-    check_delay,
-    check_lease,
-    check_publish_args,
     default_clock,
-    new_token,
-    read_clock,
     without_password,
 )
+from ._shell import AsyncShell, Shell, Steps, T
 
 __all__ = ["AsyncRedisTransport", "RedisTransport", "key_prefix"]
 
@@ -256,6 +248,36 @@ def nack_args(k: str, lease: Lease, now: float, delay: float) -> list[Any]:
             _number(now + delay)]
 
 
+class Script(NamedTuple):
+    """One step: run the Lua script ``name`` with ``args`` (a script is atomic in Redis)."""
+
+    name: str
+    args: list[Any]
+
+
+SCRIPTS = {"publish": PUBLISH, "claim": CLAIM, "ack": ACK, "nack": NACK}
+
+
+class RedisCore:
+    """The four operations as steps (:mod:`harel_ref.transport._shell`): one script each."""
+
+    def __init__(self, k: str) -> None:
+        self.k = k
+
+    def publish(self, group_id: str, event: str, priority: int, routing_key: str | None) -> Steps[None]:
+        yield Script("publish", publish_args(self.k, group_id, event, priority, routing_key))
+
+    def claim(self, token: str, now: float, visibility: float, min_priority: int,
+              routing_keys: tuple[str, ...] | None) -> Steps[Lease | None]:
+        return claimed((yield Script("claim", claim_args(self.k, token, now, visibility, min_priority, routing_keys))), token)
+
+    def ack(self, lease: Lease, now: float) -> Steps[bool]:
+        return bool((yield Script("ack", ack_args(self.k, lease, now))))
+
+    def nack(self, lease: Lease, now: float, delay: float) -> Steps[bool]:
+        return bool((yield Script("nack", nack_args(self.k, lease, now, delay))))
+
+
 # --- Errors ---------------------------------------------------------------------------------
 
 
@@ -295,7 +317,7 @@ def _client_options(timeout: float) -> dict[str, Any]:
 # --- The transports -------------------------------------------------------------------------
 
 
-class RedisTransport(ClosedGuard, ClosesOnExit):
+class RedisTransport(Shell):
     """The queue in Redis at ``url`` (``redis://host:port/db``).  Thread-safe (redis-py's
     connection pool).
 
@@ -309,11 +331,11 @@ class RedisTransport(ClosedGuard, ClosesOnExit):
         import redis
 
         self._k = key_prefix(prefix)
+        self._core = RedisCore(self._k)
         self._clock = check_clock(clock)
         self.url = url
         self._client = redis.Redis.from_url(url, **_client_options(timeout))
-        self._scripts = {name: self._client.register_script(lua)
-                         for name, lua in (("publish", PUBLISH), ("claim", CLAIM), ("ack", ACK), ("nack", NACK))}
+        self._scripts = {name: self._client.register_script(lua) for name, lua in SCRIPTS.items()}
         try:
             with _errors(url, "open"):
                 self._client.ping()
@@ -321,44 +343,25 @@ class RedisTransport(ClosedGuard, ClosesOnExit):
             self._client.close()
             raise
 
-    def _run(self, operation: str, args: list[Any]) -> Any:
-        self._check_open()
+    def _drive(self, operation: str, steps: Steps[T]) -> T:
+        answer = None
         with _errors(self.url, operation):
-            return self._scripts[operation](args=args)
+            try:
+                while True:
+                    script = steps.send(answer)
+                    answer = self._scripts[script.name](args=script.args)
+            except StopIteration as done:
+                return done.value
 
-    def publish(self, group_id: str, event: str, priority: int = 0, routing_key: str | None = None) -> None:
-        group_id, event, priority, routing_key = check_publish_args(group_id, event, priority, routing_key)
-        self._run("publish", publish_args(self._k, group_id, event, priority, routing_key))
-
-    def claim(self, worker_id: str, visibility: float, min_priority: int = 0,
-              routing_keys: Iterable[str] | None = None) -> Lease | None:
-        worker_id, visibility, min_priority, keys = check_claim_args(worker_id, visibility, min_priority, routing_keys)
-        self._check_open()
-        token, now = new_token(worker_id), read_clock(self._clock)
-        return claimed(self._run("claim", claim_args(self._k, token, now, visibility, min_priority, keys)), token)
-
-    def ack(self, lease: Lease) -> bool:
-        lease = check_lease(lease)
-        self._check_open()
-        return bool(self._run("ack", ack_args(self._k, lease, read_clock(self._clock))))
-
-    def nack(self, lease: Lease, delay: float = 0) -> bool:
-        lease = check_lease(lease)
-        delay = check_delay(delay)
-        self._check_open()
-        return bool(self._run("nack", nack_args(self._k, lease, read_clock(self._clock), delay)))
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._client.close()
+    def _release(self) -> None:
+        self._client.close()
 
     def __repr__(self) -> str:
         state = ", closed" if self._closed else ""
         return f"<RedisTransport {without_password(self.url)} keys {self._k}:*{state}>"
 
 
-class AsyncRedisTransport(ClosedGuard, AsyncClosesOnExit):
+class AsyncRedisTransport(AsyncShell):
     """The asyncio twin of :class:`RedisTransport` (``redis.asyncio``).  Build it with
     ``await AsyncRedisTransport.create(url, ...)``."""
 
@@ -367,9 +370,9 @@ class AsyncRedisTransport(ClosedGuard, AsyncClosesOnExit):
         self._client = client
         self.url = url
         self._k = k
+        self._core = RedisCore(k)
         self._clock = clock
-        self._scripts = {name: client.register_script(lua)
-                         for name, lua in (("publish", PUBLISH), ("claim", CLAIM), ("ack", ACK), ("nack", NACK))}
+        self._scripts = {name: client.register_script(lua) for name, lua in SCRIPTS.items()}
 
     @classmethod
     async def create(cls, url: str, *, clock: Clock = default_clock, prefix: str | None = None,
@@ -387,37 +390,18 @@ class AsyncRedisTransport(ClosedGuard, AsyncClosesOnExit):
             raise
         return cls(client, url, k, clock)
 
-    async def _run(self, operation: str, args: list[Any]) -> Any:
-        self._check_open()
+    async def _drive(self, operation: str, steps: Steps[T]) -> T:
+        answer = None
         with _errors(self.url, operation):
-            return await self._scripts[operation](args=args)
+            try:
+                while True:
+                    script = steps.send(answer)
+                    answer = await self._scripts[script.name](args=script.args)
+            except StopIteration as done:
+                return done.value
 
-    async def publish(self, group_id: str, event: str, priority: int = 0, routing_key: str | None = None) -> None:
-        group_id, event, priority, routing_key = check_publish_args(group_id, event, priority, routing_key)
-        await self._run("publish", publish_args(self._k, group_id, event, priority, routing_key))
-
-    async def claim(self, worker_id: str, visibility: float, min_priority: int = 0,
-                    routing_keys: Iterable[str] | None = None) -> Lease | None:
-        worker_id, visibility, min_priority, keys = check_claim_args(worker_id, visibility, min_priority, routing_keys)
-        self._check_open()
-        token, now = new_token(worker_id), read_clock(self._clock)
-        return claimed(await self._run("claim", claim_args(self._k, token, now, visibility, min_priority, keys)), token)
-
-    async def ack(self, lease: Lease) -> bool:
-        lease = check_lease(lease)
-        self._check_open()
-        return bool(await self._run("ack", ack_args(self._k, lease, read_clock(self._clock))))
-
-    async def nack(self, lease: Lease, delay: float = 0) -> bool:
-        lease = check_lease(lease)
-        delay = check_delay(delay)
-        self._check_open()
-        return bool(await self._run("nack", nack_args(self._k, lease, read_clock(self._clock), delay)))
-
-    async def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            await self._client.aclose()
+    async def _release(self) -> None:
+        await self._client.aclose()
 
     def __repr__(self) -> str:
         state = ", closed" if self._closed else ""

@@ -80,22 +80,14 @@ from urllib.parse import unquote, urlsplit
 import httpx
 
 from ._base import (
-    AsyncClosesOnExit,
-    ClosedGuard,
-    ClosesOnExit,
     Clock,
     Lease,
     OutcomeUnknownError,
     StorageError,
-    check_claim_args,
     check_clock,
-    check_delay,
-    check_lease,
-    check_publish_args,
     default_clock,
-    new_token,
-    read_clock,
 )
+from ._shell import AsyncShell, Shell
 from ._sql import (
     Plan,
     Statement,
@@ -407,67 +399,36 @@ def _claim_statements(t: Tables, token: str, now: float, visibility: float, min_
     ]
 
 
-class _Core(ClosedGuard):
-    """What the sync and async transports share: every decision, as generators of
-    :class:`_Request` and :class:`_Sleep` steps.  The drivers (``_run``) only move bytes."""
+class _Cluster:
+    """The rqlite core (:mod:`harel_ref.transport._shell`): the nodes and the tables, and every
+    decision as generators of :class:`_Request` and :class:`_Sleep` steps.  The drivers
+    (``_drive``) only move bytes."""
 
-    _nodes: _Nodes
-    _tables: Tables
-    _clock: Clock
-    _timeout: float
-    _owns_client: bool
-    _preferred: int = 0  # index of the node that answered last; tried first next time
-
-    def _setup(self, url: str | Sequence[str], clock: Clock, prefix: str | None, timeout: float,
-               wait: float, client: Any, client_type: type) -> float:
-        self._clock = check_clock(clock)
-        self._nodes = _parse_urls(url)
-        self._tables = Tables.named(prefix)
-        self._timeout = _check_seconds("timeout", timeout)
-        if self._timeout == 0:
+    def __init__(self, url: str | Sequence[str], prefix: str | None, timeout: float) -> None:
+        self.nodes = _parse_urls(url)
+        self.tables = Tables.named(prefix)
+        self.timeout = _check_seconds("timeout", timeout)
+        if self.timeout == 0:
             raise ValueError("timeout must be > 0 seconds")
-        wait = _check_seconds("wait", wait)
-        if client is None:  # no proxies or .netrc credentials picked up behind our back
-            self.client, self._owns_client = client_type(trust_env=False, verify=_default_tls()), True
-        elif isinstance(client, client_type):
-            self.client, self._owns_client = client, False
-        else:
-            raise TypeError(
-                f"client must be an httpx.{client_type.__name__} (or None for a new one), got "
-                f"{type(client).__name__}"
-            )
-        return wait
+        self.preferred = 0  # index of the node that answered last; tried first next time
 
-    def _options(self) -> dict[str, Any]:
+    def options(self) -> dict[str, Any]:
         """Per request, so that a client passed in keeps its own settings for the rest."""
         return {
-            "timeout": self._timeout,
-            "auth": self._nodes.auth or httpx.USE_CLIENT_DEFAULT,
+            "timeout": self.timeout,
+            "auth": self.nodes.auth or httpx.USE_CLIENT_DEFAULT,
             "follow_redirects": False,  # a 3xx is a failure to classify, not a place to go
         }
 
-    def __repr__(self) -> str:
-        nodes = ", ".join(self._nodes.urls)
-        auth = ", with credentials" if self._nodes.auth else ""
-        state = ", closed" if self._closed else ""
-        return f"<{type(self).__name__} [{nodes}] tables {self._tables.messages!r}{auth}{state}>"
+    # --- the operations: each one request -----------------------------------------------------
 
-    # --- the operations as requests: arguments checked, then the one request built -----------
+    def publish(self, group_id: str, event: str, priority: int, routing_key: str | None) -> _Steps:
+        plan = publish_plan(self.tables, group_id, event, priority, routing_key)
+        return self._exchange(_Call("publish", _EXECUTE, [_plain(s) for s in _statements(plan)], lambda results: None))
 
-    def _publish_call(self, group_id: str, event: str, priority: int, routing_key: str | None) -> _Call:
-        group_id, event, priority, routing_key = check_publish_args(group_id, event, priority, routing_key)
-        self._check_open()
-        plan = publish_plan(self._tables, group_id, event, priority, routing_key)
-        return _Call("publish", _EXECUTE, [_plain(s) for s in _statements(plan)], lambda results: None)
-
-    def _claim_call(self, worker_id: str, visibility: float, min_priority: int,
-                    routing_keys: Iterable[str] | None) -> _Call:
-        worker_id, visibility, min_priority, routing_keys = check_claim_args(
-            worker_id, visibility, min_priority, routing_keys
-        )
-        self._check_open()
-        token, now = new_token(worker_id), read_clock(self._clock)
-        statements = _claim_statements(self._tables, token, now, visibility, min_priority, routing_keys)
+    def claim(self, token: str, now: float, visibility: float, min_priority: int,
+              routing_keys: tuple[str, ...] | None) -> _Steps:
+        statements = _claim_statements(self.tables, token, now, visibility, min_priority, routing_keys)
 
         def read(results):
             rows = _rows(results[0])
@@ -476,20 +437,15 @@ class _Core(ClosedGuard):
             seq, group_id, event = rows[0]
             return Lease(group_id, event, seq, token)
 
-        return _Call("claim", _EXECUTE, statements, read)
+        return self._exchange(_Call("claim", _EXECUTE, statements, read))
 
-    def _ack_call(self, lease: Lease) -> _Call:
-        lease = check_lease(lease)
-        self._check_open()
-        delete = ack_statement(self._tables, lease)
-        return _Call("ack", _EXECUTE, [_plain(delete)], lambda results: bool(_rows(results[0])))
+    def ack(self, lease: Lease, now: float) -> _Steps:
+        delete = ack_statement(self.tables, lease)
+        return self._exchange(_Call("ack", _EXECUTE, [_plain(delete)], lambda results: bool(_rows(results[0]))))
 
-    def _nack_call(self, lease: Lease, delay: float) -> _Call:
-        lease = check_lease(lease)
-        delay = check_delay(delay)
-        self._check_open()
-        update = nack_statement(self._tables, lease, read_clock(self._clock), delay)
-        return _Call("nack", _EXECUTE, [_plain(update)], lambda results: bool(_rows(results[0])))
+    def nack(self, lease: Lease, now: float, delay: float) -> _Steps:
+        update = nack_statement(self.tables, lease, now, delay)
+        return self._exchange(_Call("nack", _EXECUTE, [_plain(update)], lambda results: bool(_rows(results[0]))))
 
     def _statement_call(self, statement: Statement) -> _Call:
         """One statement of the schema plan: reads through the leader, writes as a write."""
@@ -497,25 +453,22 @@ class _Core(ClosedGuard):
             return _Call("open", _QUERY, [_plain(statement)], lambda results: _rows(results[0]), writes=False)
         return _Call("open", _EXECUTE, [_plain(statement)], lambda results: results[0].get("rows_affected", 0))
 
-    def _schema_plan(self) -> Plan[None]:
-        return open_plan(self._tables)
-
     # --- one request, with failover when it provably did nothing ----------------------------
 
     def _order(self) -> list[int]:
-        n = len(self._nodes.urls)
-        return [(self._preferred + i) % n for i in range(n)]
+        n = len(self.nodes.urls)
+        return [(self.preferred + i) % n for i in range(n)]
 
     def _exchange(self, call: _Call) -> _Steps:
         """Send ``call`` to the nodes in turn while it is provably not applied; return its
         answer, or raise what the failure table says."""
         not_applied = []
         for index in self._order():
-            node = self._nodes.urls[index]
+            node = self.nodes.urls[index]
             reply: _Reply = yield _Request("POST", node + call.path, call.statements)
             outcome = _classify(reply, call)
             if not isinstance(outcome, _Failed):
-                self._preferred = index
+                self.preferred = index
                 return call.read(outcome)
             if outcome.row.outcome != _NOT_APPLIED:
                 raise _error(call, node, outcome)
@@ -529,12 +482,12 @@ class _Core(ClosedGuard):
 
     # --- opening: a leader, the version, the tables --------------------------------------------
 
-    def _opening(self, wait: float) -> _Steps:
+    def opening(self, wait: float) -> _Steps:
         """Wait until a node is ready with a leader, check its version, create the tables."""
         deadline = time.monotonic() + wait
         while True:
             seen = []
-            for node in self._nodes.urls:
+            for node in self.nodes.urls:
                 reply = yield _Request("GET", node + _READY)
                 if isinstance(reply, Exception):
                     seen.append(f"{node}: {_describe(reply)}")
@@ -551,7 +504,7 @@ class _Core(ClosedGuard):
                     seen.append(f"{node}: HTTP {reply.status_code} {' '.join(reply.text.split())[:120]!r}")
             if time.monotonic() >= deadline:
                 raise StorageError(
-                    f"no rqlite node of {list(self._nodes.urls)} was ready with a leader within "
+                    f"no rqlite node of {list(self.nodes.urls)} was ready with a leader within "
                     f"{wait:g}s ({'; '.join(seen)}); is the cluster running? (`bash .ci/cluster up` "
                     f"starts the test cluster)"
                 )
@@ -559,7 +512,7 @@ class _Core(ClosedGuard):
 
     def _create_tables(self) -> _Steps:
         """The schema plan, one request per statement (its reads go through the leader)."""
-        plan, answer = self._schema_plan(), None
+        plan, answer = open_plan(self.tables), None
         try:
             while True:
                 statement = plan.send(answer)
@@ -569,6 +522,32 @@ class _Core(ClosedGuard):
                     answer = _raced_upgrade(statement, exc)
         except StopIteration:
             return
+
+
+def _open(transport: Any, url: str | Sequence[str], clock: Clock, prefix: str | None, timeout: float,
+          wait: float, client: Any, client_type: type) -> float:
+    """Set up ``transport`` (either twin): its clock, its :class:`_Cluster` core and its client;
+    the ``wait`` checked."""
+    transport._clock = check_clock(clock)
+    transport._core = _Cluster(url, prefix, timeout)
+    wait = _check_seconds("wait", wait)
+    if client is None:  # no proxies or .netrc credentials picked up behind our back
+        transport.client, transport._owns_client = client_type(trust_env=False, verify=_default_tls()), True
+    elif isinstance(client, client_type):
+        transport.client, transport._owns_client = client, False
+    else:
+        raise TypeError(
+            f"client must be an httpx.{client_type.__name__} (or None for a new one), got "
+            f"{type(client).__name__}"
+        )
+    return wait
+
+
+def _repr(transport: Any) -> str:
+    core = transport._core
+    auth = ", with credentials" if core.nodes.auth else ""
+    state = ", closed" if transport._closed else ""
+    return f"<{type(transport).__name__} [{', '.join(core.nodes.urls)}] tables {core.tables.messages!r}{auth}{state}>"
 
 
 def _error(call: _Call, node: str, failed: _Failed) -> Exception:
@@ -623,11 +602,11 @@ def _raced_upgrade(statement: Statement, error: StorageError) -> int:
 # --- The synchronous transport ----------------------------------------------------------------
 
 
-class RqliteTransport(_Core, ClosesOnExit):
+class RqliteTransport(Shell):
     """The queue in an rqlite cluster, over an ``httpx.Client``.
 
     - ``url``: ``http(s)://[user:password@]host:port``, or several (list or comma-separated).
-    - ``clock``: the time source, read once per operation and sent to rqlite as a parameter.
+    - ``clock``: the time source, read once per claim, ack and nack and sent to rqlite as a parameter.
     - ``prefix``: tables are named ``<prefix>_harel_transport_...``, so several queues (tests,
       tenants) can share one cluster.
     - ``timeout``: seconds per HTTP request (connect, each write, each read, a pooled
@@ -657,9 +636,9 @@ class RqliteTransport(_Core, ClosesOnExit):
         wait: float = DEFAULT_WAIT,
         client: httpx.Client | None = None,
     ) -> None:
-        wait = self._setup(url, clock, prefix, timeout, wait, client, httpx.Client)
+        wait = _open(self, url, clock, prefix, timeout, wait, client, httpx.Client)
         try:
-            self._run(self._opening(wait))
+            self._drive("open", self._core.opening(wait))
         except BaseException:
             self._close_client()
             raise
@@ -678,30 +657,19 @@ class RqliteTransport(_Core, ClosesOnExit):
         """Open the queue at ``url`` once the cluster has a leader (see the class)."""
         return cls(url, clock=clock, prefix=prefix, timeout=timeout, wait=wait, client=client)
 
-    def publish(self, group_id: str, event: str, priority: int = 0, routing_key: str | None = None) -> None:
-        self._run(self._exchange(self._publish_call(group_id, event, priority, routing_key)))
+    def __repr__(self) -> str:
+        return _repr(self)
 
-    def claim(self, worker_id: str, visibility: float, min_priority: int = 0,
-              routing_keys: Iterable[str] | None = None) -> Lease | None:
-        return self._run(self._exchange(self._claim_call(worker_id, visibility, min_priority, routing_keys)))
-
-    def ack(self, lease: Lease) -> bool:
-        return self._run(self._exchange(self._ack_call(lease)))
-
-    def nack(self, lease: Lease, delay: float = 0) -> bool:
-        return self._run(self._exchange(self._nack_call(lease, delay)))
-
-    def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            self._close_client()
+    def _release(self) -> None:
+        self._close_client()
 
     def _close_client(self) -> None:
         if self._owns_client:
             self.client.close()
 
-    def _run(self, steps: _Steps) -> Any:
-        """Carry out the steps: send each request, sleep each pause; return the answer."""
+    def _drive(self, operation: str, steps: _Steps) -> Any:
+        """Carry out the steps: send each request, sleep each pause; return the answer (the
+        steps classify every failure themselves)."""
         reply = None
         while True:
             try:
@@ -713,7 +681,7 @@ class RqliteTransport(_Core, ClosesOnExit):
                 reply = None
                 continue
             try:
-                reply = self.client.request(step.method, step.url, json=step.statements, **self._options())
+                reply = self.client.request(step.method, step.url, json=step.statements, **self._core.options())
             except _FAILED as exc:
                 reply = exc
 
@@ -721,7 +689,7 @@ class RqliteTransport(_Core, ClosesOnExit):
 # --- The asyncio transport --------------------------------------------------------------------
 
 
-class AsyncRqliteTransport(_Core, AsyncClosesOnExit):
+class AsyncRqliteTransport(AsyncShell):
     """The asyncio twin of :class:`RqliteTransport`, over an ``httpx.AsyncClient``.
 
     Open it with ``await AsyncRqliteTransport.from_url(url, ...)``: the same arguments, with
@@ -749,37 +717,25 @@ class AsyncRqliteTransport(_Core, AsyncClosesOnExit):
     ) -> AsyncRqliteTransport:
         """Open the queue at ``url`` once the cluster has a leader (see RqliteTransport)."""
         self = cls.__new__(cls)
-        wait = self._setup(url, clock, prefix, timeout, wait, client, httpx.AsyncClient)
+        wait = _open(self, url, clock, prefix, timeout, wait, client, httpx.AsyncClient)
         try:
-            await self._run(self._opening(wait))
+            await self._drive("open", self._core.opening(wait))
         except BaseException:
             await self._close_client()
             raise
         return self
 
-    async def publish(self, group_id: str, event: str, priority: int = 0, routing_key: str | None = None) -> None:
-        await self._run(self._exchange(self._publish_call(group_id, event, priority, routing_key)))
+    def __repr__(self) -> str:
+        return _repr(self)
 
-    async def claim(self, worker_id: str, visibility: float, min_priority: int = 0,
-                    routing_keys: Iterable[str] | None = None) -> Lease | None:
-        return await self._run(self._exchange(self._claim_call(worker_id, visibility, min_priority, routing_keys)))
-
-    async def ack(self, lease: Lease) -> bool:
-        return await self._run(self._exchange(self._ack_call(lease)))
-
-    async def nack(self, lease: Lease, delay: float = 0) -> bool:
-        return await self._run(self._exchange(self._nack_call(lease, delay)))
-
-    async def close(self) -> None:
-        if not self._closed:
-            self._closed = True
-            await self._close_client()
+    async def _release(self) -> None:
+        await self._close_client()
 
     async def _close_client(self) -> None:
         if self._owns_client:
             await self.client.aclose()
 
-    async def _run(self, steps: _Steps) -> Any:
+    async def _drive(self, operation: str, steps: _Steps) -> Any:
         """Carry out the steps: send each request, sleep each pause; return the answer."""
         reply = None
         while True:
@@ -792,6 +748,6 @@ class AsyncRqliteTransport(_Core, AsyncClosesOnExit):
                 reply = None
                 continue
             try:
-                reply = await self.client.request(step.method, step.url, json=step.statements, **self._options())
+                reply = await self.client.request(step.method, step.url, json=step.statements, **self._core.options())
             except _FAILED as exc:
                 reply = exc

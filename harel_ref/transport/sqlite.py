@@ -22,39 +22,18 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-from collections.abc import Iterable
 from typing import Any
 
-from ._base import (
-    AsyncClosesOnExit,
-    ClosedGuard,
-    Clock,
-    Lease,
-    check_claim_args,
-    check_clock,
-    check_delay,
-    check_lease,
-    check_publish_args,
-    default_clock,
-    new_token,
-    read_clock,
-)
+from ._base import Clock, check_clock, default_clock
+from ._shell import AsyncShell, Steps, T
 from ._sql import (
-    Plan,
+    SqlCore,
     SyncSqlTransport,
     Tables,
-    Statement,
-    ack_statement,
     check_busy_timeout,
-    claim_statement,
-    claimed,
     connection_pragmas,
-    execute_alone_async,
-    nack_statement,
     one_statement,
     open_plan,
-    promote_statement,
-    publish_plan,
     run_async,
     storage_errors,
 )
@@ -65,7 +44,7 @@ __all__ = ["AsyncSqliteTransport", "SqliteTransport"]
 class SqliteTransport(SyncSqlTransport):
     """The queue in the SQLite file at ``path`` (created if missing).  Thread-safe.
 
-    - ``clock``: the time source, read once per operation (tests pass a fake one).
+    - ``clock``: the time source, read once per claim, ack and nack (tests pass a fake one).
     - ``prefix``: tables are named ``<prefix>_harel_transport_...`` instead of the defaults,
       so several queues can live in one file.
     - ``busy_timeout``: seconds a write waits for SQLite's lock before StorageError.
@@ -87,11 +66,11 @@ class SqliteTransport(SyncSqlTransport):
         )
 
 
-class AsyncSqliteTransport(ClosedGuard, AsyncClosesOnExit):
+class AsyncSqliteTransport(AsyncShell):
     """The asyncio twin of :class:`SqliteTransport`, over one ``aiosqlite`` connection.
 
     Build it with ``await AsyncSqliteTransport.create(path, ...)``.  A SQLite transaction
-    belongs to the connection, not to the coroutine, so every method holds an asyncio.Lock for
+    belongs to the connection, not to the coroutine, so every call holds an asyncio.Lock for
     its whole duration: one task's ``BEGIN IMMEDIATE`` (publish) never lands inside another's.
     """
 
@@ -99,10 +78,10 @@ class AsyncSqliteTransport(ClosedGuard, AsyncClosesOnExit):
         # Use create(); __init__ only stores what create() prepared.
         self._conn = conn
         self.path = path
-        self._tables = tables
+        self._core = SqlCore(tables)
         self._clock = clock
         self._busy_timeout = busy_timeout
-        self._lock = asyncio.Lock()
+        self._serial = asyncio.Lock()
 
     @classmethod
     async def create(
@@ -130,60 +109,9 @@ class AsyncSqliteTransport(ClosedGuard, AsyncClosesOnExit):
                 raise
         return cls(conn, path, tables, clock, busy_timeout)
 
-    async def _run(self, operation: str, plan: Plan[Any], *, transaction: bool) -> Any:
-        # The caller holds self._lock and has checked that the transport is open.
+    async def _drive(self, operation: str, steps: Steps[T]) -> T:
         with storage_errors(self.path, operation, (sqlite3.Error,), self._busy_timeout):
-            return await run_async(self._conn, plan, transaction=transaction)
+            return await run_async(self._conn, steps, transaction=operation in SqlCore.TRANSACTIONS)
 
-    async def _one(self, operation: str, statement: Statement) -> Any:
-        # The caller holds self._lock and has checked that the transport is open.
-        with storage_errors(self.path, operation, (sqlite3.Error,), self._busy_timeout):
-            return await execute_alone_async(self._conn, statement)
-
-    async def publish(
-        self, group_id: str, event: str, priority: int = 0, routing_key: str | None = None
-    ) -> None:
-        group_id, event, priority, routing_key = check_publish_args(group_id, event, priority, routing_key)
-        async with self._lock:
-            self._check_open()
-            plan = publish_plan(self._tables, group_id, event, priority, routing_key)
-            await self._run("publish", plan, transaction=True)
-
-    async def claim(
-        self,
-        worker_id: str,
-        visibility: float,
-        min_priority: int = 0,
-        routing_keys: Iterable[str] | None = None,
-    ) -> Lease | None:
-        worker_id, visibility, min_priority, keys = check_claim_args(
-            worker_id, visibility, min_priority, routing_keys
-        )
-        async with self._lock:
-            self._check_open()
-            token, now = new_token(worker_id), read_clock(self._clock)
-            rows = await self._one("claim", claim_statement(self._tables, token, now, visibility, min_priority, keys))
-            if not rows:
-                await self._one("claim", promote_statement(self._tables, now))
-            return claimed(rows, token)
-
-    async def ack(self, lease: Lease) -> bool:
-        lease = check_lease(lease)
-        async with self._lock:
-            self._check_open()
-            return bool(await self._one("ack", ack_statement(self._tables, lease)))
-
-    async def nack(self, lease: Lease, delay: float = 0) -> bool:
-        lease = check_lease(lease)
-        delay = check_delay(delay)
-        async with self._lock:
-            self._check_open()
-            now = read_clock(self._clock)
-            return bool(await self._one("nack", nack_statement(self._tables, lease, now, delay)))
-
-    async def close(self) -> None:
-        async with self._lock:
-            if not self._closed:
-                self._closed = True
-                await self._conn.close()
-
+    async def _release(self) -> None:
+        await self._conn.close()
