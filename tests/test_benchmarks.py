@@ -69,3 +69,21 @@ def test_certify_speed_prints_both_tables_before_and_after():
     assert len(rows) == 2 and all(re.search(r"[\d.]+ / +[\d.]+|never", row) for row in rows), out
     assert "median over the variants" in out and "load average at the end" in out
     assert not {tree for tree in _worktrees() - worktrees if "certify-speed-before" in tree}  # its own, removed
+    assert "median of every kill (a miss counts as never)" in out
+
+
+def test_transport_calls_prints_every_transport_and_call_before_and_now():
+    worktrees = _worktrees()
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "transport_calls.py"), "--before", "HEAD", "--messages", "200",
+         "--rounds", "1"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    for transport in ("memory", "sqlite", "sqlite-async"):
+        for call in ("publish", "claim+ack"):
+            assert re.search(rf"^{re.escape(transport)} +{re.escape(call)} +[\d.]+ \([\d.-]+\) +[\d.]+ \([\d.-]+\) +"
+                             r"[\d.]+x$", out, re.MULTILINE), (transport, call, out)
+    assert "load average at the end" in out
+    assert not {tree for tree in _worktrees() - worktrees if "transport-calls-" in tree}  # its own, removed
