@@ -20,6 +20,7 @@ makes each later schema change slower, and a search makes one per example).
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import itertools
 import os
@@ -141,6 +142,13 @@ def discard_namespace(namespace: str) -> None:
 
 
 _discarding = None
+
+
+@atexit.register
+def _close_discarding() -> None:
+    """Close the client of :func:`discard_namespace` (Python warns of an open socket at exit)."""
+    if _discarding is not None:
+        _discarding.close()
 
 
 def _drop(client, prefixes: list[str]) -> int:
