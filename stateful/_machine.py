@@ -17,7 +17,7 @@ import math
 import time
 import uuid
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, NoReturn
 
 from hypothesis import strategies as st
 from hypothesis.stateful import (
@@ -123,6 +123,24 @@ class Divergence(AssertionError):
             f"  the transport answered: {answered}\n"
             f"  queue per the model:\n{state}"
         )
+
+
+_DIVERGENCES: dict[str, type[Divergence]] = {}
+
+
+def divergence_class(prop: str) -> type[Divergence]:
+    """The subclass of :class:`Divergence` of property ``prop`` (named ``Divergence`` too).
+
+    Hypothesis tells bugs apart by the exception's type, the line that raised it and the
+    exception it was raised in handling, and shrinks each kind apart.  To a verdict, the
+    failures of one property are one bug: so each property has its own type, every divergence
+    is raised from one line (:meth:`TransportMachine._fail`) and never while handling the
+    transport's exception (that one is its ``__cause__``).  A search then shrinks one
+    counterexample per property, not one per check site or per line of the transport that
+    raised (four shrinks of one bad-input bug, before)."""
+    if prop not in _DIVERGENCES:
+        _DIVERGENCES[prop] = type("Divergence", (Divergence,), {"__module__": __name__})
+    return _DIVERGENCES[prop]
 
 
 class FakeClock:
@@ -378,8 +396,17 @@ class TransportMachine(RuleBasedStateMachine):
                      "if the transport fences them, declare acks='fenced')")
         after = {AFTER_REOPEN: self.reopened, AFTER_REFUSED: self.refused,
                  AFTER_STALE: self.stale and self.answerless}  # a stale call that answered said what it did
-        return Divergence(owner(check), step, expected, repr(answered), self._describe(), check,
-                          after=[fact for fact, happened in after.items() if happened])
+        prop = owner(check)
+        return divergence_class(prop)(prop, step, expected, repr(answered), self._describe(), check,
+                                      after=[fact for fact, happened in after.items() if happened])
+
+    def _fail(self, check: str, step: str, expected: str, answered: Any, *, consequence: bool = False) -> NoReturn:
+        """Raise the divergence of the failed ``check`` (see :func:`divergence_class`: this is
+        the one line every divergence is raised from).  A call that raised is the cause."""
+        divergence = self._diverge(check, step, expected, answered, consequence=consequence)
+        if isinstance(answered, BaseException):
+            divergence.__cause__ = answered
+        raise divergence
 
     def _current(self, lease) -> bool:
         """Whether ``lease`` still holds its message per the model (lapsed or not, R10)."""
@@ -445,7 +472,7 @@ class TransportMachine(RuleBasedStateMachine):
         self.in_step = True
         answer, _ = self._call(self._instance(via).publish, group, event, priority, routing_key)
         if answer is not None:
-            raise self._diverge("publish", f"publish({group!r}, ...)", "None", answer)
+            self._fail("publish", f"publish({group!r}, ...)", "None", answer)
         self.model.publish(group, event, priority, routing_key)
         self.in_step = False
 
@@ -497,7 +524,7 @@ class TransportMachine(RuleBasedStateMachine):
         claimed = self._match(lease, allowed)
         if claimed is False:
             check = claim_check(allowed, lease, self.model, when, min_priority, routing_keys)
-            raise self._diverge(check, step, show_outcomes(allowed), lease)
+            self._fail(check, step, show_outcomes(allowed), lease)
         if claimed is None:
             return None
         self._check_lease_identity(step, lease, claimed)
@@ -516,7 +543,7 @@ class TransportMachine(RuleBasedStateMachine):
             return
         judged = when if self.wall else When.of(self._judged_now())
         for holding in self.model.holdings(claimed.group_id, judged):
-            raise self._diverge(
+            self._fail(
                 "single-in-flight", step,
                 f"not {claimed.group_id!r}: the lease with token {holding.token!r} on its seq "
                 f"{self.seqs.get((claimed.group_id, holding.seq), holding.seq)} is live until "
@@ -550,17 +577,17 @@ class TransportMachine(RuleBasedStateMachine):
         if self.answerless:
             return
         if lease.token in self.tokens:
-            raise self._diverge("fencing", step, "a token never handed out before", lease)
+            self._fail("fencing", step, "a token never handed out before", lease)
         self.tokens.add(lease.token)
         known = self.seqs.setdefault((claimed.group_id, claimed.seq), lease.seq)
         if known != lease.seq:
-            raise self._diverge("fifo", step, f"the same seq as before ({known})", lease)
+            self._fail("fifo", step, f"the same seq as before ({known})", lease)
         for (group, model_seq), seq in self.seqs.items():
             if group != claimed.group_id or model_seq == claimed.seq:
                 continue
             if (model_seq < claimed.seq) != (seq < lease.seq):  # FIFO position, both ways
                 relation = "greater" if model_seq < claimed.seq else "smaller"
-                raise self._diverge(
+                self._fail(
                     "fifo", step, f"a seq {relation} than {seq}, the seq of another message of the group", lease
                 )
 
@@ -608,10 +635,10 @@ class TransportMachine(RuleBasedStateMachine):
         expected = self.model.ack(lease.token, when)
         if not self._answered(answer, expected):
             prop = release_check("ack", expected, 0)
-            raise self._diverge(prop, f"ack({_lease_ref(lease)})", repr(expected), answer)
+            self._fail(prop, f"ack({_lease_ref(lease)})", repr(expected), answer)
         if expected and others and "no-loss" in self.consequences:
             holding = others[0]
-            raise self._diverge(
+            self._fail(
                 "no-loss", f"ack({_lease_ref(lease)})",
                 f"the message to stay: the lease with token {holding.token!r} on it is live until "
                 f"{_moment(holding.until)} and its worker is still working on it (R20)",
@@ -652,7 +679,7 @@ class TransportMachine(RuleBasedStateMachine):
         expected = self.model.nack(lease.token, self._seconds(delay), when)
         if not self._answered(answer, expected):
             prop = release_check("nack", expected, delay)
-            raise self._diverge(prop, f"nack({_lease_ref(lease)}, delay={delay})", repr(expected), answer)
+            self._fail(prop, f"nack({_lease_ref(lease)}, delay={delay})", repr(expected), answer)
         self.in_step = False
 
     # --- time (R3, R9) -------------------------------------------------------------------------
@@ -748,11 +775,11 @@ class TransportMachine(RuleBasedStateMachine):
             answer = method(*args)
         except error:
             self.refused = True
+            self.in_step = False
+            return
         except Exception as exc:
-            raise self._diverge("bad-input", case, f"{error.__name__} raised", exc) from exc
-        else:
-            raise self._diverge("bad-input", case, f"{error.__name__} raised", answer)
-        self.in_step = False
+            answer = exc  # failed below, outside the handler (see divergence_class)
+        self._fail("bad-input", case, f"{error.__name__} raised", answer)
 
     # --- teardown: drain and compare, then close (R14) -----------------------------------------
 
@@ -789,9 +816,9 @@ class TransportMachine(RuleBasedStateMachine):
             drained.setdefault(lease.group_id, []).append(lease.event)
             answer, when = self._call(transport.ack, lease)
             if not self._answered(answer, True) or not self.model.ack(lease.token, when):
-                raise self._diverge("ack", f"drain: ack({_lease_ref(lease)})", "True", answer)
+                self._fail("ack", f"drain: ack({_lease_ref(lease)})", "True", answer)
         if len(self.model) or drained != expected:
-            raise self._diverge(
+            self._fail(
                 "no-loss", "drain: claim until None", f"these messages: {expected!r:.500}",
                 f"these messages: {drained!r:.500}",
             )
@@ -812,12 +839,11 @@ class TransportMachine(RuleBasedStateMachine):
                 try:
                     answer = getattr(transport, method)(*args)
                 except Exception as exc:
-                    if not _says_closed(exc):
-                        raise self._diverge(
-                            "close", step, "TransportClosedError (or an error saying it is closed)", exc
-                        ) from exc
+                    answer = exc  # judged below, outside the handler (see divergence_class)
                 else:
-                    raise self._diverge("close", step, "TransportClosedError", answer)
+                    self._fail("close", step, "TransportClosedError", answer)
+                if not _says_closed(answer):
+                    self._fail("close", step, "TransportClosedError (or an error saying it is closed)", answer)
 
 
 def make_machine(

@@ -81,7 +81,7 @@ from harel_ref.stateful._async import (
     limit_calls,
     open_transport,
 )
-from harel_ref.stateful._machine import FOCUS_RULES, RULES, TICK, FakeClock
+from harel_ref.stateful._machine import FOCUS_RULES, RULES, TICK, FakeClock, divergence_class
 from harel_ref.stateful._properties import CHECKS, PROPERTIES, SHARED, TIME, attribute, owner
 from harel_ref.stateful._processes import BranchProcesses
 from harel_ref.stateful.parallel import ConcurrencyFailure, check_program, close_all, programs
@@ -244,7 +244,7 @@ def focus_machine(
     if by_seq:
         rules |= {"nack_now", "claim_at_deadline", "release_stale"}
     stale = "stale leases" in judges
-    return make_machine(
+    machine = make_machine(
         Backend(property, factory, effective, is_async=is_async),
         # The deadline rules need an injectable clock; with a wall clock, time passes by sleeping.
         rules=rules | TIME if wall else rules,
@@ -258,6 +258,8 @@ def focus_machine(
         check_close="close" in judges,  # so a close bug leaves the other verdicts standing
         name=name,
     )
+    machine.searched = property  # whom its failures count against: see attribute()
+    return machine
 
 
 # --- one search --------------------------------------------------------------------------
@@ -327,6 +329,10 @@ def _watched(machine: type, search: _Search) -> type:
 
         def _diverge(self, *args, **kwargs):
             divergence = super()._diverge(*args, **kwargs)
+            # One kind of failure per property it counts against in this search, so that
+            # Hypothesis shrinks one counterexample per verdict (see divergence_class).
+            counted, _, _ = attribute(divergence.check, divergence.after, machine.searched)
+            divergence.__class__ = divergence_class(counted)
             if search.first is None:
                 search.first = divergence
             return divergence
