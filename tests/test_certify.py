@@ -432,3 +432,24 @@ def test_a_slow_transport_runs_quick_fitted_and_the_report_and_replay_say_so(mon
     assert f"--profile {fitted.name}" in report.replay  # the same searches again, however fast then
     report = certify(target.factory, profile="quick", properties=["fifo"], time_budget=60, _target=target)
     assert report.profile.name == "quick"  # a time budget is the caller's way to say how long
+
+
+def test_a_property_is_shrunk_once_per_search(monkeypatch):
+    """SPEC C7: the clock that is not checked makes the transport raise from three lines, and
+    make a claim answer wrongly: four kinds of failure to Hypothesis, each shrunk on its own,
+    before every divergence was raised from one line with a type per property (seed 5: four
+    shrinks).  Now one.  Counted through Hypothesis's internal ``ConjectureRunner.shrink``."""
+    from hypothesis.internal.conjecture import engine
+
+    shrunk = []
+    original = engine.ConjectureRunner.shrink
+
+    def counted(self, example, *args, **kwargs):
+        shrunk.append(str(example.interesting_origin))
+        return original(self, example, *args, **kwargs)
+
+    monkeypatch.setattr(engine.ConjectureRunner, "shrink", counted)
+    backend = broken_backend("the clock is not checked")
+    report = certify(backend.factory, backend.capabilities, profile="quick", properties=["bad-input"], seed=5)
+    assert report.verdict("bad-input").verdict == "failed"
+    assert len(shrunk) == 1, shrunk
