@@ -72,7 +72,8 @@ with tempfile.TemporaryDirectory(dir="/dev/shm" if os.path.isdir("/dev/shm") els
         async def main():
             return await timed_async(await AsyncSqliteTransport.create(path))
         publish, drain = asyncio.run(main())
-print(json.dumps({"publish": publish / messages * 1e6, "claim+ack": drain / messages * 1e6}))
+import harel_ref
+print(json.dumps({"publish": publish / messages * 1e6, "claim+ack": drain / messages * 1e6, "from": harel_ref.__file__}))
 '''
 
 
@@ -84,7 +85,10 @@ def one_run(tree: Path, kind: str, messages: int) -> dict[str, float]:
     env = dict(os.environ, PYTHONPATH=str(tree))
     done = subprocess.run([sys.executable, "-c", ONE_RUN, kind, str(messages)], env=env, cwd=tempfile.gettempdir(),
                           capture_output=True, text=True, check=True)
-    return json.loads(done.stdout.strip().splitlines()[-1])
+    found = json.loads(done.stdout.strip().splitlines()[-1])
+    if not Path(found["from"]).resolve().is_relative_to(tree.resolve()):
+        raise RuntimeError(f"the run for {tree} imported harel_ref from {found['from']}")
+    return found
 
 
 def main() -> None:
