@@ -178,3 +178,42 @@ def test_embedded_replica_arguments_are_passed_through(tmp_path):
     with pytest.raises(StorageError) as caught:
         LibsqlTransport(tmp_path / "replica.db", sync_url="http://127.0.0.1:9", auth_token="x")
     assert "replica.db" in str(caught.value)
+
+
+def test_a_cancelled_async_call_finishes_before_the_connection_is_used_again(tmp_path):
+    """A cancelled task's call goes on in its thread (here, waiting for SQLite's lock held by
+    another connection).  The next call and close() wait for it: the libsql connection must
+    never serve two threads at once, nor be used after it was closed (a panic in the driver)."""
+    path = str(tmp_path / "q.db")
+    crashed = []
+    hook, threading.excepthook = threading.excepthook, crashed.append
+
+    async def main():
+        queue = await AsyncLibsqlTransport.create(path, busy_timeout=30.0, clock=lambda: 100.0)
+        blocker = libsql.connect(path, isolation_level=None, timeout=0)
+        blocker.execute("BEGIN IMMEDIATE")
+        publish = asyncio.create_task(queue.publish("g1", "cancelled, then committed"))
+        for _ in range(1000):  # until the publish's thread holds the connection
+            if queue._sync._serial.locked():
+                break
+            await asyncio.sleep(0.01)
+        else:
+            pytest.fail("the publish's thread never took the connection's lock")
+        publish.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await publish
+        closing = asyncio.create_task(queue.close())
+        await asyncio.sleep(0.2)
+        assert not closing.done(), "close() did not wait for the cancelled call's thread"
+        blocker.execute("COMMIT")
+        await closing
+        blocker.close()
+
+    try:
+        asyncio.run(main())
+    finally:
+        threading.excepthook = hook
+    assert not crashed, crashed
+    with LibsqlTransport(path) as queue:  # the cancelled publish went on to commit
+        lease = queue.claim("w1", 1.0)
+        assert lease is not None and lease.event == "cancelled, then committed"

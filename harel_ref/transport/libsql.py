@@ -130,7 +130,15 @@ class AsyncLibsqlTransport(AsyncShell):
         return cls(await asyncio.to_thread(LibsqlTransport, path, **options))
 
     async def _drive(self, operation: str, steps: Steps[T]) -> T:
-        return await asyncio.to_thread(self._sync._drive, operation, steps)
+        return await asyncio.to_thread(self._drive_in_thread, operation, steps)
+
+    def _drive_in_thread(self, operation: str, steps: Steps[T]) -> T:
+        # Under the sync transport's lock, taken in the thread: a call whose task was cancelled
+        # goes on in its thread (waiting for SQLite's lock, or inside BEGIN IMMEDIATE), and the
+        # asyncio.Lock is released at once.  The next call, and close(), must wait for it: the
+        # libsql connection is not for two threads at once, nor for use after close.
+        with self._sync._serial:
+            return self._sync._drive(operation, steps)
 
     async def _release(self) -> None:
         await asyncio.to_thread(self._sync.close)
