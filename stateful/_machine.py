@@ -125,22 +125,27 @@ class Divergence(AssertionError):
         )
 
 
-_DIVERGENCES: dict[str, type[Divergence]] = {}
+_DIVERGENCES: dict[tuple[str, str], type[Divergence]] = {}
 
 
-def divergence_class(prop: str) -> type[Divergence]:
-    """The subclass of :class:`Divergence` of property ``prop`` (named ``Divergence`` too).
+def divergence_class(prop: str, check_owner: str | None = None) -> type[Divergence]:
+    """The subclass of :class:`Divergence` (named ``Divergence`` too) of failures that count
+    against ``prop`` and tripped a check of ``check_owner`` (by default ``prop`` itself).
 
     Hypothesis tells bugs apart by the exception's type, the line that raised it and the
     exception it was raised in handling, and shrinks each kind apart.  To a verdict, the
-    failures of one property are one bug: so each property has its own type, every divergence
-    is raised from one line (:meth:`TransportMachine._fail`) and never while handling the
-    transport's exception (that one is its ``__cause__``).  A search then shrinks one
-    counterexample per property, not one per check site or per line of the transport that
-    raised (four shrinks of one bad-input bug, before)."""
-    if prop not in _DIVERGENCES:
-        _DIVERGENCES[prop] = type("Divergence", (Divergence,), {"__module__": __name__})
-    return _DIVERGENCES[prop]
+    failures of one property are one bug: so they share a type, every divergence is raised from
+    one line (:meth:`TransportMachine._fail`) and never while handling the transport's
+    exception (that one is its ``__cause__``).  A search then shrinks one counterexample per
+    property, not one per check site or per line of the transport that raised (four shrinks of
+    one bad-input bug, before).  A failure that a search counts against another property than
+    its check's (a fifo check after a refused bad input) keeps a type of its own: the weighing
+    may give it back to its check's property (SPEC C5), and it must not take the place of the
+    property's own counterexample."""
+    key = (prop, check_owner or prop)
+    if key not in _DIVERGENCES:
+        _DIVERGENCES[key] = type("Divergence", (Divergence,), {"__module__": __name__})
+    return _DIVERGENCES[key]
 
 
 class FakeClock:

@@ -329,10 +329,11 @@ def _watched(machine: type, search: _Search) -> type:
 
         def _diverge(self, *args, **kwargs):
             divergence = super()._diverge(*args, **kwargs)
-            # One kind of failure per property it counts against in this search, so that
-            # Hypothesis shrinks one counterexample per verdict (see divergence_class).
+            # One kind of failure per property it counts against in this search (and the
+            # property of the check that tripped), so that Hypothesis shrinks one counterexample
+            # per verdict (see divergence_class).
             counted, _, _ = attribute(divergence.check, divergence.after, machine.searched)
-            divergence.__class__ = divergence_class(counted)
+            divergence.__class__ = divergence_class(counted, divergence.property)
             if search.first is None:
                 search.first = divergence
             return divergence
