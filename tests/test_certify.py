@@ -453,3 +453,14 @@ def test_a_property_is_shrunk_once_per_search(monkeypatch):
     report = certify(backend.factory, backend.capabilities, profile="quick", properties=["bad-input"], seed=5)
     assert report.verdict("bad-input").verdict == "failed"
     assert len(shrunk) == 1, shrunk
+
+
+def test_a_failure_counted_against_another_property_keeps_a_kind_of_its_own():
+    """C7: a fifo check that trips after a refused bad input counts against bad-input in
+    bad-input's search, but the weighing may give it back to fifo (C5): it must not share the
+    kind of bad-input's own failures, or Hypothesis would keep only one of the two."""
+    from harel_ref.stateful._machine import Divergence, divergence_class
+
+    own, borrowed = divergence_class("bad-input"), divergence_class("bad-input", "fifo")
+    assert own is divergence_class("bad-input", "bad-input") and borrowed is not own
+    assert issubclass(borrowed, Divergence) and borrowed.__name__ == own.__name__ == "Divergence"
