@@ -9,7 +9,10 @@
 
 Exit codes, at the chosen ``--level`` (by default ``contract`` for a transport of harel's
 Protocol, else ``strict``): 0 every property passed (or is not applicable), 1 some property
-failed, 2 the command was wrong, 3 some property is unknown (cut short) and none failed.
+failed, 2 the command was wrong, 3 some property is unknown (cut short) and none failed;
+130 or 143 stopped by SIGINT or SIGTERM (128 plus the signal's number, as a shell reports a
+process a signal ended), with the report so far written and the bundled transport's files
+removed.
 """
 
 from __future__ import annotations
@@ -19,7 +22,6 @@ import os
 import shutil
 import signal
 import sys
-import threading
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,6 +40,7 @@ from harel_ref.certify import (
     Report,
     certify,
 )
+from harel_ref.certify._signals import signals_deferred, stop_on_signals, stopped_by
 from harel_ref.certify._report import LEVELS
 from harel_ref.certify._target import Target, remove_directory, scratch_directory
 
@@ -155,8 +158,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     if args.command == "certify":
-        _stop_on_sigterm()
-        return _certify(parser, args)
+        try:
+            with stop_on_signals():
+                return _certify(parser, args)
+        except KeyboardInterrupt as stop:  # SIGINT or SIGTERM, wherever it came
+            if getattr(stop, "report", None) is None:  # else the console said where the report is
+                print(f"harel-ref certify: stopped by {type(stop).__name__}", file=sys.stderr)
+            return 128 + (stopped_by() or signal.SIGINT)
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses first
 
 
@@ -193,29 +201,17 @@ def _certify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         if partial is None and isinstance(exc, (CertificationError, ValueError, TypeError)):
             return _usage(parser, str(exc))  # refused before any search ran
         if partial is not None:  # stopped, or the certifier failed: the verdicts so far stand
-            console.stopped(exc, *partial.write(args.report_dir))
+            with signals_deferred():  # a second signal does not leave the report half written
+                paths = partial.write(args.report_dir)
+            console.stopped(exc, *paths)
         raise
     finally:
-        _clean_up(directory, args.bundled)
-    console.summary(report, *report.write(args.report_dir))
+        with signals_deferred():  # nor the bundled transport's files half removed
+            _clean_up(directory, args.bundled)
+    with signals_deferred():
+        paths = report.write(args.report_dir)
+    console.summary(report, *paths)
     return report.exit_code
-
-
-class Terminated(KeyboardInterrupt):
-    """SIGTERM arrived.  A KeyboardInterrupt, so that Hypothesis and the certifier stop on it as
-    on Ctrl-C (a SystemExit raised inside an example is reported as the example's failure)."""
-
-
-def _stop_on_sigterm() -> None:
-    """SIGTERM (``timeout``, ``kill``, a CI runner giving up) stops a run the way Ctrl-C does:
-    the verdicts so far are written and a bundled transport's files and tables are removed.
-    Python's default would end the process at once and leave them behind."""
-
-    def stop(signum: int, frame: object) -> None:
-        raise Terminated("SIGTERM")
-
-    if threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, stop)
 
 
 def _clean_up(directory: str | None, bundled: str | None) -> None:

@@ -89,6 +89,7 @@ from harel_ref.stateful.soak import soak as run_soak
 
 from ._jobs import SearchProcesses
 from ._report import LEVELS, Failure, PropertyVerdict, Report
+from ._signals import raise_if_stopped, signals_deferred, stop_on_signals
 from ._target import CertificationError, Target, detect_protocol
 
 __all__ = [
@@ -284,6 +285,7 @@ class _Search:
         """Count the example about to start, or raise :class:`_Stop`: the transport broke (it
         hung, or a branch process died: the first such fault is the search's failure, as found),
         or the time is up."""
+        raise_if_stopped()
         if self.limits.broken is not None:
             self.first = self.first or self.limits.broken
             raise _Stop
@@ -592,7 +594,7 @@ def certify(
         if not callable(progress):
             raise TypeError(f"progress must be a harel_ref.certify.Progress or a callable, got {progress!r}")
         progress = _CallbackProgress(progress)
-    with limit_calls(call_deadline) as limits:
+    with stop_on_signals(), limit_calls(call_deadline) as limits:
         target = _target if _target is not None else Target.from_factory(factory, capabilities, is_async)
         target = detect_protocol(target)
         caps = target.capabilities
@@ -639,9 +641,10 @@ def certify(
                 if pool is not None:
                     pool.close()
         finally:
-            if searchers is not None:
-                searchers.close()
-            shutil.rmtree(hypothesis_home, ignore_errors=True)
+            with signals_deferred():
+                if searchers is not None:
+                    searchers.close()
+                shutil.rmtree(hypothesis_home, ignore_errors=True)
 
 
 def default_jobs() -> int:
@@ -886,6 +889,7 @@ class _Certification:
                 self.run_here(range(len(self.tasks)), multiprocessing.Value("i", 0))
             else:
                 self.run_in_processes()
+            raise_if_stopped()  # a signal whose exception Python swallowed (see _signals)
         except BaseException as stop:
             why = f"the certification was stopped by {type(stop).__name__}"
             if not isinstance(stop, (KeyboardInterrupt, SystemExit)):
@@ -901,6 +905,7 @@ class _Certification:
         for number in numbers:
             if number in self.found:  # a standby search the shared search made needless
                 continue
+            raise_if_stopped()
             self.running.add(number)
             self.tell(number)
             self.found[number] = _run_task(self.target, self.context, self.tasks[number], started, event, self.pool)

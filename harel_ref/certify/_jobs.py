@@ -28,6 +28,8 @@ import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ._signals import raise_if_stopped, stop_on_signals
+
 __all__ = ["SearchProcesses", "WorkerDied"]
 
 READY_TIMEOUT = 60.0
@@ -54,6 +56,11 @@ class WorkerDied(Exception):
 
 def _serve(target: Any, run: Callable, clean_up: Callable, tasks, results, started) -> None:
     """A worker: build the factory, then run searches until told to stop (a None task)."""
+    with stop_on_signals():  # the parent's SIGINT at close stops a search even if Python swallows it
+        _serve_tasks(target, run, clean_up, tasks, results, started)
+
+
+def _serve_tasks(target: Any, run: Callable, clean_up: Callable, tasks, results, started) -> None:
     try:
         target = dataclasses.replace(target, factory=target.recipe.load())
     except BaseException as exc:
@@ -126,6 +133,7 @@ class SearchProcesses:
         args)``, ``("done", number, found)``, ``("died", number, WorkerDied)``; a search in
         which the certifier itself failed raises RuntimeError."""
         while self._pending:
+            raise_if_stopped()  # a signal whose exception Python swallowed (see _signals)
             try:
                 kind, number, detail = self._results.get(timeout=1.0)
             except queue.Empty:

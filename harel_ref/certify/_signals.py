@@ -1,0 +1,109 @@
+"""Stopping a certification on SIGINT or SIGTERM, even when Python swallows the signal.
+
+Python runs a signal's handler in the main thread, between two bytecodes of whatever runs
+there, and the exception the handler raises surfaces at that point.  If the point is inside a
+garbage-collection callback, a ``__del__`` or a weakref callback, Python prints "Exception
+ignored in ..." and carries on as if no signal had come.  Hypothesis registers a gc callback
+(it times collections), so a certification interrupted at the wrong moment ran to its end and
+exited 0, "passed".  For a conformance kit that is the worst answer: a CI runner that killed a
+run on its timeout would read it as success.
+
+So a stop here is a record, not only an exception.  While :func:`stop_on_signals` is in force,
+SIGINT and SIGTERM are recorded and then raised (as ``KeyboardInterrupt`` and
+:class:`Terminated`), and the certifier looks at the record at its checkpoints
+(:func:`raise_if_stopped`): before each example and program, while it waits for search
+processes, and before it returns a report.  A swallowed signal stops the run at the next
+checkpoint, a fraction of a second later, with the same exception the handler raised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import signal
+import threading
+from collections.abc import Iterator
+
+__all__ = ["Terminated", "raise_if_stopped", "signals_deferred", "stop_on_signals", "stopped_by"]
+
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived.  A KeyboardInterrupt, so that Hypothesis and the certifier stop on it as
+    on Ctrl-C (a SystemExit raised inside an example is reported as the example's failure)."""
+
+
+_received: list[int] = []  # the stop signals that arrived while stop_on_signals() was in force
+_deferring = 0  # how many signals_deferred() blocks the main thread is inside
+
+
+def _exception(signum: int) -> KeyboardInterrupt:
+    return Terminated("SIGTERM") if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def _record_and_raise(signum: int, frame: object) -> None:
+    _received.append(signum)
+    if not _deferring:
+        raise _exception(signum)
+
+
+@contextlib.contextmanager
+def stop_on_signals() -> Iterator[None]:
+    """Record and raise SIGINT and SIGTERM while inside (see the module docstring).
+
+    A signal whose handler is the program's own is left to it; only Python's defaults (SIGINT
+    raising KeyboardInterrupt, SIGTERM ending the process at once, leaving files and tables
+    behind) are replaced.  Outside the main thread, and inside another ``stop_on_signals``,
+    this does nothing; the outermost one forgets the signals of a run before it and puts the
+    handlers back as it leaves."""
+    if threading.current_thread() is not threading.main_thread() or _installed():
+        yield
+        return
+    _received.clear()
+    previous = {}
+    for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
+            previous[signum] = signal.signal(signum, _record_and_raise)
+    try:
+        yield
+    except BaseException:
+        _restore(previous)
+        raise
+    _restore(previous)
+    raise_if_stopped()  # one that came after the last checkpoint, or while the handlers went back
+
+
+def _installed() -> bool:
+    return any(signal.getsignal(signum) is _record_and_raise for signum in STOP_SIGNALS)
+
+
+def _restore(previous: dict[int, object]) -> None:
+    """Put the handlers back.  ``signal.signal`` first runs the handler of a signal that is
+    pending: deferred, it is recorded without being raised, so that every handler goes back."""
+    with signals_deferred():
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+
+
+@contextlib.contextmanager
+def signals_deferred() -> Iterator[None]:
+    """Finish what is inside before a stop signal is raised: a clean-up, a report being
+    written.  A signal that comes meanwhile is recorded, not raised: the next checkpoint
+    (:func:`raise_if_stopped`, or the end of :func:`stop_on_signals`) raises it."""
+    global _deferring
+    _deferring += 1
+    try:
+        yield
+    finally:
+        _deferring -= 1
+
+
+def stopped_by() -> int | None:
+    """The first stop signal recorded by the latest :func:`stop_on_signals`, or None."""
+    return _received[0] if _received else None
+
+
+def raise_if_stopped() -> None:
+    """Raise the stop again if a signal came, whether or not its exception got through."""
+    if _received:
+        raise _exception(_received[0])
