@@ -97,6 +97,24 @@ def test_claim_ack_nack_are_one_request_each(queue):
     assert transport.claim("w", 5.0).event == "second"
 
 
+def test_opening_new_or_current_tables_takes_three_requests(shared_cluster):  # noqa: F811
+    """A leader check and two more: new tables are one read (which tables exist) and one
+    write request holding the whole schema; tables at the current version are two reads."""
+    prefix = _prefix()
+    try:
+        for opened in ("new", "current"):
+            with httpx.Client() as client:
+                counter = Counter(client)
+                transport = RqliteTransport.from_url(shared_cluster, clock=FakeClock(), prefix=prefix, client=client)
+                assert counter.sent == 3, opened
+                transport.publish("g", opened)
+                transport.close()
+        with RqliteTransport.from_url(shared_cluster, clock=FakeClock(), prefix=prefix) as transport:
+            assert transport.claim("w", 5.0).event == "new"
+    finally:
+        _drop(shared_cluster[0], prefix)
+
+
 def test_async_claim_ack_nack_are_one_request_each(shared_cluster):  # noqa: F811
     sent = []
 

@@ -244,9 +244,11 @@ def connection_pragmas(busy_timeout: float, *, wal: bool = True) -> list[Stateme
 def open_plan(t: Tables) -> Plan[None]:
     """Create the tables, or bring older ones up to ``SCHEMA_VERSION``.  Run in a transaction.
 
-    Tables already at ``SCHEMA_VERSION`` cost two reads and no write.
+    Tables already at ``SCHEMA_VERSION`` cost two reads and no write; new ones one read, then
+    writes only (rqlite sends them in one request).
     """
-    version = yield from _stored_version(t)
+    existing = yield from _existing_tables(t)
+    version = (yield from _stored_version(t)) if t.meta in existing else None
     if version == SCHEMA_VERSION:
         return
     if version is not None and version > SCHEMA_VERSION:
@@ -272,21 +274,8 @@ def open_plan(t: Tables) -> Plan[None]:
         f" claimable_at REAL NOT NULL DEFAULT {FREE})"
     )
     yield Statement(f"CREATE TABLE IF NOT EXISTS {t.meta} (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
-    # Older tables gain the columns they lack (SQLite has no ADD COLUMN IF NOT EXISTS).
-    columns = {row[1] for row in (yield Statement(f"PRAGMA table_info({t.messages})", fetch=True))}
-    if "leased_at" not in columns:  # version 5
-        yield Statement(f"ALTER TABLE {t.messages} ADD COLUMN leased_at REAL")
-    columns = {row[1] for row in (yield Statement(f"PRAGMA table_info({t.groups})", fetch=True))}
-    if "routing_key" not in columns:  # version 4
-        yield Statement(f"ALTER TABLE {t.groups} ADD COLUMN routing_key TEXT")
-    if "claimable_at" not in columns:  # version 5: filled in from each group's head
-        yield Statement(f"ALTER TABLE {t.groups} ADD COLUMN claimable_at REAL NOT NULL DEFAULT {FREE}")
-        yield Statement(
-            f"UPDATE {t.groups} SET claimable_at = COALESCE("
-            f"(SELECT m.lock_expiry FROM {t.messages} AS m"
-            f" WHERE m.seq = (SELECT MIN(h.seq) FROM {t.messages} AS h WHERE h.group_id = {t.groups}.group_id)"
-            f" AND m.locked_by IS NOT NULL), {FREE})"
-        )
+    if existing:
+        yield from _upgrade_columns(t)
     # Version 4's claim-order indexes walked blocked groups too; version 5's skip them.  (And
     # version 4's rqlite claim found its group by token; version 5's claim is one statement.)
     yield Statement(f"DROP INDEX IF EXISTS {t.groups}_by_last_claimed")
@@ -331,15 +320,38 @@ def open_plan(t: Tables) -> Plan[None]:
     )
 
 
-def _stored_version(t: Tables) -> Plan[int | None]:
-    """The schema version recorded for these tables, or None (no tables, or the seeds')."""
+def _existing_tables(t: Tables) -> Plan[set[str]]:
+    """Which of the three tables exist already."""
     rows = yield Statement(
-        "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = ?", (t.meta,), fetch=True
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)",
+        (t.messages, t.groups, t.meta), fetch=True,
     )
-    if not rows[0][0]:
-        return None
+    return {row[0] for row in rows}
+
+
+def _stored_version(t: Tables) -> Plan[int | None]:
+    """The schema version recorded in the meta table, or None."""
     rows = yield Statement(f"SELECT value FROM {t.meta} WHERE key = 'schema_version'", fetch=True)
     return rows[0][0] if rows else None
+
+
+def _upgrade_columns(t: Tables) -> Plan[None]:
+    """Older tables (the seeds', or versions 4 and 5) gain the columns they lack (SQLite has no
+    ADD COLUMN IF NOT EXISTS)."""
+    columns = {row[1] for row in (yield Statement(f"PRAGMA table_info({t.messages})", fetch=True))}
+    if "leased_at" not in columns:  # version 5
+        yield Statement(f"ALTER TABLE {t.messages} ADD COLUMN leased_at REAL")
+    columns = {row[1] for row in (yield Statement(f"PRAGMA table_info({t.groups})", fetch=True))}
+    if "routing_key" not in columns:  # version 4
+        yield Statement(f"ALTER TABLE {t.groups} ADD COLUMN routing_key TEXT")
+    if "claimable_at" not in columns:  # version 5: filled in from each group's head
+        yield Statement(f"ALTER TABLE {t.groups} ADD COLUMN claimable_at REAL NOT NULL DEFAULT {FREE}")
+        yield Statement(
+            f"UPDATE {t.groups} SET claimable_at = COALESCE("
+            f"(SELECT m.lock_expiry FROM {t.messages} AS m"
+            f" WHERE m.seq = (SELECT MIN(h.seq) FROM {t.messages} AS h WHERE h.group_id = {t.groups}.group_id)"
+            f" AND m.locked_by IS NOT NULL), {FREE})"
+        )
 
 
 # --- Operations -----------------------------------------------------------------------------
