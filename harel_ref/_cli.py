@@ -222,8 +222,8 @@ def _clean_up(directory: str | None, bundled: str | None) -> None:
     if bundled and "rqlite" in bundled:
         from harel_ref.stateful.backends.rqlite import drop_opened_tables
 
-        try:
-            drop_opened_tables()
+        try:  # a stopped run does not wait long for a cluster that does not answer
+            drop_opened_tables(timeout=1.0 if stopped_by() else 10.0)
         except Exception as exc:
             print(f"harel-ref certify: warning: the rqlite tables it made were not all dropped: "
                   f"{type(exc).__name__}: {exc}", file=sys.stderr)

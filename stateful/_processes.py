@@ -162,18 +162,21 @@ class BranchProcesses:
                 "storage is not shared across processes (an in-memory store?); run without --processes"
             )
 
-    def close(self) -> None:
+    def close(self, grace: float = 10.0) -> None:
+        """End the workers: each finishes its branch and closes its transport, and those still
+        running after ``grace`` seconds in all are killed."""
         for pipe in self._pipes:
             try:
                 pipe.send(None)
             except (BrokenPipeError, OSError):
                 pass
-        self._stop(grace=10.0)
+        self._stop(grace)
 
     def _stop(self, grace: float = 0.0) -> None:
-        """Stop every worker (killed after ``grace`` seconds); the next run starts new ones."""
+        """Stop every worker (killed after ``grace`` seconds in all); the next run starts new ones."""
+        deadline = time.monotonic() + grace
         for worker in self._workers:
-            worker.join(timeout=grace)
+            worker.join(timeout=max(0.0, deadline - time.monotonic()))
             if worker.is_alive():
                 worker.kill()
                 worker.join(timeout=5)

@@ -28,7 +28,7 @@ import random
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from ._async import open_transport
@@ -101,6 +101,22 @@ class SoakResult:
         return list(found.values())
 
 
+CHECK_EVERY = 0.2
+"""Seconds between two calls of a soak's ``checkpoint``."""
+
+
+async def _watched(work: Awaitable[None], checkpoint: Callable[[], None]) -> None:
+    """Await ``work``, calling ``checkpoint`` every :data:`CHECK_EVERY` seconds meanwhile."""
+    task = asyncio.ensure_future(work)
+    try:
+        while not task.done():
+            await asyncio.wait({task}, timeout=CHECK_EVERY)
+            checkpoint()
+        task.result()
+    finally:
+        task.cancel()
+
+
 def soak(
     factory: Callable,
     capabilities: Capabilities | None = None,
@@ -110,11 +126,14 @@ def soak(
     is_async: bool = False,
     seed: int = 0,
     calls: int | None = None,
+    checkpoint: Callable[[], None] = lambda: None,
 ) -> SoakResult:
     """Run ``workers`` workers for ``seconds`` on a fresh namespace (threads, or tasks for an
     asyncio transport), then drain the queue; the history is judged when the result's
     ``history`` is first read.  ``calls`` stops the workers sooner, once they have made that
-    many calls between them (for benchmarks)."""
+    many calls between them (for benchmarks).  ``checkpoint`` is called every
+    :data:`CHECK_EVERY` seconds while the workers run: what it raises stops the soak (the
+    certifier's check for a stop signal)."""
     if not seconds > 0:
         raise ValueError(f"seconds must be > 0, got {seconds}")
     if workers < 2:
@@ -138,10 +157,10 @@ def soak(
         workloads = [_Workload(f"s{n}", random.Random(seed * 1000 + n), capabilities.parking, budget)
                      for n in range(workers)]
         if is_async:
-            loop.run_until_complete(_together(
+            loop.run_until_complete(_watched(_together(
                 (w.run_async(instance.transport, deadline) for w, instance in zip(workloads, instances)),
                 timeout=seconds + parallel.HUNG,
-            ))
+            ), checkpoint))
             how = f"{workers} tasks for {seconds:g} s"
         else:
             threads = [threading.Thread(target=w.run, args=(instance, deadline), daemon=True)
@@ -149,7 +168,9 @@ def soak(
             for thread in threads:
                 thread.start()
             for thread in threads:  # a worker still in a call by then: see SoakResult.errors
-                thread.join(max(0.0, deadline + parallel.HUNG - time.time()))
+                while thread.is_alive() and time.time() < deadline + parallel.HUNG:
+                    thread.join(min(CHECK_EVERY, max(0.0, deadline + parallel.HUNG - time.time())))
+                    checkpoint()
             for workload, thread in zip(workloads, threads):
                 if thread.is_alive():  # what it recorded so far, unanswered call included
                     stuck[id(workload)] = [dataclasses.replace(record) for record in workload.records]

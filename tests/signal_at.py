@@ -5,10 +5,14 @@
 The signal is sent by the process to itself (``os.kill``), which Python handles before
 ``os.kill`` returns: the signal lands exactly at POINT, whatever the machine's speed.
 
-POINT is one of :data:`POINTS`.  SIGNAL is ``SIGINT`` or ``SIGTERM``.  HOW is ``raised`` (the
-handler's exception surfaces where the signal landed) or ``swallowed``: the signal lands inside
-a ``__del__``, where Python prints "Exception ignored" and goes on, as it did when a SIGTERM
-landed in Hypothesis's garbage-collection callback and the run went on to exit 0.
+POINT is one of :data:`POINTS`.  SIGNAL is ``SIGINT`` or ``SIGTERM``.  HOW is:
+
+- ``raised``: the handler's exception surfaces where the signal landed;
+- ``swallowed``: the signal lands inside a ``__del__``, where Python prints "Exception ignored"
+  and goes on, as it did when a SIGTERM landed in Hypothesis's garbage-collection callback and
+  the run went on to exit 0;
+- ``twice``: raised at POINT, and sent again as the certifier closes its processes (an
+  impatient second Ctrl-C).
 """
 
 from __future__ import annotations
@@ -16,11 +20,13 @@ from __future__ import annotations
 import os
 import signal
 import sys
+from collections.abc import Callable
 
 from harel_ref import _cli
-from harel_ref.certify import _report
+from harel_ref.certify import _engine, _report
+from harel_ref.stateful import soak
 
-POINTS = ("first-property", "between-verdicts", "last-property", "report", "clean-up")
+POINTS = ("first-property", "between-verdicts", "last-property", "soak", "closing", "report", "clean-up")
 
 
 class _SignalOnDeletion:
@@ -38,57 +44,45 @@ def _send(signum: int, how: str) -> None:
         os.kill(os.getpid(), signum)
 
 
-def _arm(point: str, signum: int, how: str) -> None:
-    """Patch the function that runs at ``point`` to send the signal once, there."""
+def _before(owner: object, name: str, when: Callable[..., bool], signal_now: Callable[[], None]) -> None:
+    """Patch ``owner.name`` to call ``signal_now()`` before the first call for which
+    ``when(*args)`` holds (the signal lands as that call begins)."""
+    original = getattr(owner, name)
     sent = []
 
-    def once() -> None:
-        if not sent:
+    def patched(*args, **kwargs):
+        if not sent and when(*args):
             sent.append(True)
-            _send(signum, how)
+            signal_now()
+        return original(*args, **kwargs)
 
+    setattr(owner, name, patched)
+
+
+def _arm(point: str, signum: int, how: str) -> None:
+    """Make the signal land at ``point``."""
+    send = lambda: _send(signum, how)  # noqa: E731
     console = _cli.Console
-    if point in ("first-property", "last-property"):
-        started = console.started
-
-        def started_then_signal(self, prop):
-            started(self, prop)
-            if point == "first-property" or prop == self.plan_properties[-1]:
-                once()
-
-        planned = console.planned
-
-        def planned_and_kept(self, plan):
-            self.plan_properties = plan.properties
-            planned(self, plan)
-
-        console.planned, console.started = planned_and_kept, started_then_signal
-    elif point == "between-verdicts":
-        finished = console.finished
-
-        def finished_then_signal(self, verdict):
-            finished(self, verdict)
-            once()
-
-        console.finished = finished_then_signal
+    chosen: list[str] = []
+    _before(console, "planned", lambda self, plan: chosen.extend(plan.properties) or False, send)
+    if point == "first-property":
+        _before(console, "started", lambda self, prop: True, send)
+    elif point == "last-property":
+        _before(console, "started", lambda self, prop: prop == chosen[-1], send)
+    elif point == "between-verdicts":  # as the second verdict is told, after the first was
+        _before(console, "finished", lambda self, verdict: verdict.property == chosen[1], send)
+    elif point == "soak":  # as the soak opens its first transport
+        _before(soak, "open_transport", lambda *args: True, send)
+    elif point == "closing":  # as the certifier ends its processes, after the searches
+        _before(_engine, "_close_all", lambda *args: True, send)
     elif point == "report":
-        write = _report.Report.write
-
-        def signal_then_write(self, directory):
-            once()
-            return write(self, directory)
-
-        _report.Report.write = signal_then_write
+        _before(_report.Report, "write", lambda *args: True, send)
     elif point == "clean-up":
-        remove = _cli.remove_directory
-
-        def signal_then_remove(directory):
-            once()
-            remove(directory)
-
-        _cli.remove_directory = signal_then_remove
+        _before(_cli, "remove_directory", lambda *args: True, send)
     else:
         raise SystemExit(f"unknown point {point!r}; choose from {POINTS}")
+    if how == "twice" and point != "closing":
+        _before(_engine, "_close_all", lambda *args: True, lambda: os.kill(os.getpid(), signum))
 
 
 if __name__ == "__main__":

@@ -89,7 +89,7 @@ from harel_ref.stateful.soak import soak as run_soak
 
 from ._jobs import SearchProcesses
 from ._report import LEVELS, Failure, PropertyVerdict, Report
-from ._signals import raise_if_stopped, signals_deferred, stop_on_signals
+from ._signals import raise_if_stopped, signals_deferred, stop_on_signals, stopped_by
 from ._target import CertificationError, Target, detect_protocol
 
 __all__ = [
@@ -601,11 +601,14 @@ def certify(
         applicable = [p for p in chosen if PROPERTIES[p].needs(caps) is None]
         tasks = _tasks(chosen, applicable, soak, shared_properties(caps))
         jobs, jobs_note = _jobs_for(target, jobs, tasks, processes=processes)
-        searchers = None
+        searchers = pool = None
+        searching = False
         hypothesis_home = tempfile.mkdtemp(prefix="harel-ref-hypothesis-")
-        if jobs > 1:  # spawned now, so that they import while the preflight runs
-            searchers = SearchProcesses(target, jobs, _run_task, _clean_up_process)
+        run = _Certification(target, profile, seed, chosen, tasks, time_budget, None, soak, limits,
+                             progress or Progress(), name, level or default_level(caps), jobs, None, hypothesis_home)
         try:
+            if jobs > 1:  # spawned now, so that they import while the preflight runs
+                searchers = SearchProcesses(target, jobs, _run_task, _clean_up_process)
             speed = preflight(target)
             if searchers is not None and (why := searchers.ready()) is not None:
                 searchers.close()
@@ -623,7 +626,7 @@ def certify(
                 estimate = (estimate - (soak or 0.0)) / min(jobs, len(tasks) - standby) * 1.15 + 1.5 + (soak or 0.0)
             if time_budget is not None:
                 estimate = min(estimate, time_budget + (soak or 0.0))
-            progress = progress or Progress()
+            progress = run.progress
             progress.planned(Plan(
                 transport=name or target.name, capabilities=caps, is_async=target.is_async, profile=profile,
                 fitted_from=asked if profile is not asked else None, seed=seed, properties=tuple(chosen),
@@ -632,19 +635,44 @@ def certify(
                 jobs_note=jobs_note, shared=tuple(task.prop for task in tasks if task.standby),
             ))
             pool = _branch_processes(target, call_deadline) if processes else None
-            try:
-                run = _Certification(target, profile, seed, chosen, tasks, time_budget, pool, soak, limits,
-                                     progress, name, level or default_level(caps), jobs, searchers,
-                                     hypothesis_home)
-                return run.all()
-            finally:
-                if pool is not None:
-                    pool.close()
+            run = _Certification(target, profile, seed, chosen, tasks, time_budget, pool, soak, limits,
+                                 progress, name, level or default_level(caps), jobs, searchers, hypothesis_home)
+            searching = True
+            report = run.all()
+        except BaseException as stop:
+            if searching or isinstance(stop, (KeyboardInterrupt, SystemExit)):  # else refused before searching
+                _give_report(stop, run)
+            raise
         finally:
-            with signals_deferred():
-                if searchers is not None:
-                    searchers.close()
-                shutil.rmtree(hypothesis_home, ignore_errors=True)
+            with signals_deferred():  # a signal now is raised once all is closed and removed
+                _close_all(pool, searchers, hypothesis_home)
+        try:
+            raise_if_stopped()  # one that came during the clean-up
+        except KeyboardInterrupt as stop:
+            _give_report(stop, run)
+            raise
+        return report
+
+
+def _close_all(pool: BranchProcesses | None, searchers: SearchProcesses | None, hypothesis_home: str) -> None:
+    """End a certification's branch and search processes, and remove its Hypothesis home.  A
+    run stopped by a signal gives a branch 2 s, not 10, to finish: it stops within seconds."""
+    if pool is not None:
+        pool.close(grace=2.0 if stopped_by() else 10.0)
+    if searchers is not None:
+        searchers.close()
+    shutil.rmtree(hypothesis_home, ignore_errors=True)
+
+
+def _give_report(stop: BaseException, run: _Certification) -> None:
+    """Give the exception that stopped a certification (a signal, or a failure of the certifier)
+    the report so far, as its ``report``: the verdicts reached, the property being searched and
+    those after it unknown.  Made with signals deferred, so that a second one cannot cut it."""
+    with signals_deferred():
+        why = f"the certification was stopped by {type(stop).__name__}"
+        if not isinstance(stop, (KeyboardInterrupt, SystemExit)):
+            why = f"the certifier failed: {type(stop).__name__}: {stop}"
+        stop.report = run.report(why)
 
 
 def default_jobs() -> int:
@@ -882,20 +910,13 @@ class _Certification:
         self.told = 0  # verdicts told to progress, in order
 
     def all(self) -> Report:
-        """Run every search and tell each verdict once it is settled; the report.  If the run
-        is stopped or fails, the exception carries the report so far (``report``)."""
-        try:
-            if self.searchers is None:
-                self.run_here(range(len(self.tasks)), multiprocessing.Value("i", 0))
-            else:
-                self.run_in_processes()
-            raise_if_stopped()  # a signal whose exception Python swallowed (see _signals)
-        except BaseException as stop:
-            why = f"the certification was stopped by {type(stop).__name__}"
-            if not isinstance(stop, (KeyboardInterrupt, SystemExit)):
-                why = f"the certifier failed: {type(stop).__name__}: {stop}"
-            stop.report = self.report(why)
-            raise
+        """Run every search and tell each verdict once it is settled; the report.  (If the run
+        is stopped or fails, :func:`certify` gives the exception the report so far.)"""
+        if self.searchers is None:
+            self.run_here(range(len(self.tasks)), multiprocessing.Value("i", 0))
+        else:
+            self.run_in_processes()
+        raise_if_stopped()  # a signal whose exception Python swallowed (see _signals)
         return self.report()
 
     def run_here(self, numbers: Iterable[int], started) -> None:
@@ -1121,7 +1142,8 @@ def _soak(target: Target, seconds: float, run_seed: int) -> _Found:
     model check stops at its first failure, so a property it did not name stays unknown."""
     began = time.monotonic()
     try:
-        result = run_soak(target.factory, target.capabilities, seconds, is_async=target.is_async, seed=run_seed)
+        result = run_soak(target.factory, target.capabilities, seconds, is_async=target.is_async, seed=run_seed,
+                          checkpoint=raise_if_stopped)
         calls, lin = len(result.records), result.linearizability
     except Exception as exc:
         check, answered = _exception_outcome(exc)

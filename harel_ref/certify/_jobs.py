@@ -23,17 +23,21 @@ import os
 import queue
 import signal
 import sys
+import time
 import traceback
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from ._signals import raise_if_stopped, stop_on_signals
+from ._signals import raise_if_stopped, signals_deferred, stop_on_signals, stopped_by
 
 __all__ = ["SearchProcesses", "WorkerDied"]
 
 READY_TIMEOUT = 60.0
 """Seconds a new worker may take to import the certifier and build the factory."""
+
+CLOSE_GRACE = 5.0
+"""Seconds the workers have in all, at close, to finish cleaning up before they are ended."""
 
 
 @contextlib.contextmanager
@@ -50,14 +54,34 @@ def _main_hidden() -> Iterator[None]:
         sys.modules["__main__"] = main
 
 
+def _join_all(processes: Iterable[Any], grace: float) -> None:
+    """Wait for ``processes`` to end, ``grace`` seconds in all; then end those left, SIGTERM
+    first and SIGKILL a second later."""
+    processes = list(processes)
+    deadline = time.monotonic() + grace
+    for process in processes:
+        process.join(timeout=max(0.0, deadline - time.monotonic()))
+    for process in processes:
+        if process.is_alive():
+            process.terminate()
+    for process in processes:
+        process.join(timeout=1.0)
+        if process.is_alive():
+            process.kill()
+            process.join()
+
+
 class WorkerDied(Exception):
     """The process running a search ended without an answer."""
 
 
 def _serve(target: Any, run: Callable, clean_up: Callable, tasks, results, started) -> None:
     """A worker: build the factory, then run searches until told to stop (a None task)."""
-    with stop_on_signals():  # the parent's SIGINT at close stops a search even if Python swallows it
-        _serve_tasks(target, run, clean_up, tasks, results, started)
+    try:
+        with stop_on_signals():  # the parent's SIGINT at close stops a search even if Python swallows it
+            _serve_tasks(target, run, clean_up, tasks, results, started)
+    except KeyboardInterrupt:  # stopped (by close(), or with the parent by a signal to the group)
+        sys.exit(128 + (stopped_by() or signal.SIGINT))  # quietly: the parent is told nothing
 
 
 def _serve_tasks(target: Any, run: Callable, clean_up: Callable, tasks, results, started) -> None:
@@ -73,12 +97,15 @@ def _serve_tasks(target: Any, run: Callable, clean_up: Callable, tasks, results,
             results.put(("started", number, multiprocessing.current_process().pid))
             try:
                 found = run(target, context, task, started, lambda *event, n=number: results.put(("event", n, event)))
+            except KeyboardInterrupt:
+                raise
             except BaseException as exc:  # the certifier failed: the parent stops the run with it
                 results.put(("failed", number, "".join(traceback.format_exception(exc))))
                 raise
             results.put(("done", number, found))
     finally:
-        clean_up(target)
+        with signals_deferred():
+            clean_up(target)
 
 
 class SearchProcesses:
@@ -171,11 +198,7 @@ class SearchProcesses:
             for process in self._workers.values():
                 if process.is_alive():
                     os.kill(process.pid, signal.SIGINT)
-        for process in self._workers.values():
-            process.join(timeout=5.0)
-            if process.is_alive():
-                process.terminate()
-                process.join(timeout=5.0)
+        _join_all(self._workers.values(), grace=CLOSE_GRACE)
         for channel in (self._tasks, self._results):
             channel.close()
             channel.cancel_join_thread()

@@ -54,9 +54,10 @@ def stop_on_signals() -> Iterator[None]:
     A signal whose handler is the program's own is left to it; only Python's defaults (SIGINT
     raising KeyboardInterrupt, SIGTERM ending the process at once, leaving files and tables
     behind) are replaced.  Outside the main thread, and inside another ``stop_on_signals``,
-    this does nothing; the outermost one forgets the signals of a run before it and puts the
-    handlers back as it leaves."""
-    if threading.current_thread() is not threading.main_thread() or _installed():
+    this does nothing; the outermost one forgets the signals of a run before it, puts the
+    handlers back as it leaves, and then raises a signal that came after the last checkpoint
+    (unless the block already ends with an exception)."""
+    if not _in_main_thread() or _installed():
         yield
         return
     _received.clear()
@@ -66,31 +67,31 @@ def stop_on_signals() -> Iterator[None]:
             previous[signum] = signal.signal(signum, _record_and_raise)
     try:
         yield
-    except BaseException:
-        _restore(previous)
-        raise
-    _restore(previous)
-    raise_if_stopped()  # one that came after the last checkpoint, or while the handlers went back
+    finally:
+        with signals_deferred():  # signal.signal runs a pending handler first: recorded, not raised
+            for signum, handler in previous.items():
+                signal.signal(signum, handler)
+    _raise_recorded()
+
+
+def _in_main_thread() -> bool:
+    return threading.current_thread() is threading.main_thread()
 
 
 def _installed() -> bool:
     return any(signal.getsignal(signum) is _record_and_raise for signum in STOP_SIGNALS)
 
 
-def _restore(previous: dict[int, object]) -> None:
-    """Put the handlers back.  ``signal.signal`` first runs the handler of a signal that is
-    pending: deferred, it is recorded without being raised, so that every handler goes back."""
-    with signals_deferred():
-        for signum, handler in previous.items():
-            signal.signal(signum, handler)
-
-
 @contextlib.contextmanager
 def signals_deferred() -> Iterator[None]:
     """Finish what is inside before a stop signal is raised: a clean-up, a report being
     written.  A signal that comes meanwhile is recorded, not raised: the next checkpoint
-    (:func:`raise_if_stopped`, or the end of :func:`stop_on_signals`) raises it."""
+    (:func:`raise_if_stopped`, or the end of :func:`stop_on_signals`) raises it.  Only the
+    main thread runs signal handlers, so in another thread this does nothing."""
     global _deferring
+    if not _in_main_thread():
+        yield
+        return
     _deferring += 1
     try:
         yield
@@ -104,6 +105,13 @@ def stopped_by() -> int | None:
 
 
 def raise_if_stopped() -> None:
-    """Raise the stop again if a signal came, whether or not its exception got through."""
+    """A checkpoint: raise the stop again if a signal came, whether or not its exception got
+    through.  Only while a :func:`stop_on_signals` is in force: a signal that stopped an
+    earlier run does not stop a later one (in a thread, say)."""
+    if _installed():
+        _raise_recorded()
+
+
+def _raise_recorded() -> None:
     if _received:
         raise _exception(_received[0])
