@@ -40,7 +40,7 @@ from harel_ref.certify import (
     Report,
     certify,
 )
-from harel_ref.certify._signals import signals_deferred, stop_on_signals, stopped_by
+from harel_ref.certify._signals import Terminated, signals_deferred, stop_on_signals, stopped_by
 from harel_ref.certify._report import LEVELS
 from harel_ref.certify._target import Target, remove_directory, scratch_directory
 
@@ -164,7 +164,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         except KeyboardInterrupt as stop:  # SIGINT or SIGTERM, wherever it came
             if getattr(stop, "report", None) is None:  # else the console said where the report is
                 print(f"harel-ref certify: stopped by {type(stop).__name__}", file=sys.stderr)
-            return 128 + (stopped_by() or signal.SIGINT)
+            return 128 + (signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT)
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses first
 
 

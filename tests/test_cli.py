@@ -20,6 +20,7 @@ from harel_ref._cli import build_parser, main
 from harel_ref.certify._target import remove_directory
 from harel_ref.pytest_plugin import pytest_addoption
 from harel_ref.certify import certify
+from harel_ref.certify._signals import stopped_by
 from harel_ref.stateful import Capabilities
 from harel_ref.stateful.backends.memory import memory
 
@@ -264,6 +265,18 @@ def test_an_interrupted_run_writes_the_report_so_far_then_stops(tmp_path, monkey
     assert "stopped by KeyboardInterrupt; the report so far" in capsys.readouterr().err
 
 
+def test_an_interrupt_raised_by_the_transport_in_a_search_process_stops_the_run(tmp_path, monkeypatch):
+    """The same KeyboardInterrupt in a search process (``--jobs 2``) is no signal: the process
+    says so before it ends, and the run stops with it instead of going on as if the search had
+    merely died."""
+    monkeypatch.chdir(ROOT / "tests")  # broken:interrupted_on_nack
+    with pytest.raises(RuntimeError, match="the certifier failed in a search process"):
+        main(["certify", "broken:interrupted_on_nack", "--profile", "quick", "--only", "fifo",
+              "--only", "close", "--report-dir", str(tmp_path), "--jobs", "2"])
+    verdicts, _ = _report(tmp_path)
+    assert verdicts["fifo"] == "unknown"
+
+
 def test_a_failure_of_the_certifier_writes_the_report_so_far_then_raises(tmp_path, monkeypatch):
     from harel_ref.certify import _engine
 
@@ -385,6 +398,7 @@ def test_a_signal_that_stopped_one_run_does_not_stop_the_next_in_a_thread(tmp_pa
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         report = pool.submit(certify, backend.factory, backend.capabilities, profile="quick",
                              properties=["fifo"], jobs=1).result()
+        assert pool.submit(stopped_by).result() is None  # what closing reads to cut branches short
     assert report.verdict("fifo").verdict == "passed"
 
 

@@ -146,6 +146,22 @@ def test_upgrade_from_the_seeds_tables_keeps_every_message(driver, tmp_path):
     queue.close()
 
 
+def test_old_tables_are_upgraded_under_a_prefix_in_another_case(driver, tmp_path):
+    """SQLite's table names ignore case: the seeds' tables made under ``Foo`` are the queue of
+    prefix ``foo``, and opening it adds the columns they lack (a reviewer found the plan's look
+    for existing tables matched case, took them for new, and the open failed on every try)."""
+    path = tmp_path / "old.db"
+    conn = CONNECT[driver](path)
+    for statement in seeds_schema("Foo"):
+        conn.execute(statement)
+    conn.execute("INSERT INTO Foo_harel_transport_messages (seq, group_id, event) VALUES (1, 'g', 'a')")
+    conn.execute("INSERT INTO Foo_harel_transport_groups (group_id, priority) VALUES ('g', 0)")
+    conn.close()
+    queue = TRANSPORTS[driver](path, clock=Clock(), prefix="foo")
+    assert queue.claim("w", 10).event == "a"
+    queue.close()
+
+
 def test_upgrade_from_version_4_keeps_every_message_and_every_lease(driver, tmp_path):
     path = tmp_path / "v4.db"
     conn = CONNECT[driver](path)

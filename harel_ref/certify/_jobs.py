@@ -77,11 +77,14 @@ class WorkerDied(Exception):
 
 def _serve(target: Any, run: Callable, clean_up: Callable, tasks, results, started) -> None:
     """A worker: build the factory, then run searches until told to stop (a None task)."""
-    try:
-        with stop_on_signals():  # the parent's SIGINT at close stops a search even if Python swallows it
+    with stop_on_signals():  # the parent's SIGINT at close stops a search even if Python swallows it
+        try:
             _serve_tasks(target, run, clean_up, tasks, results, started)
-    except KeyboardInterrupt:  # stopped (by close(), or with the parent by a signal to the group)
-        sys.exit(128 + (stopped_by() or signal.SIGINT))  # quietly: the parent is told nothing
+        except KeyboardInterrupt:
+            if stopped_by() is None:  # raised by the transport: reported as a failure
+                raise
+            # a signal (close()'s, or one to the whole group): the parent is stopping, quietly
+            sys.exit(128 + stopped_by())
 
 
 def _serve_tasks(target: Any, run: Callable, clean_up: Callable, tasks, results, started) -> None:
@@ -97,10 +100,9 @@ def _serve_tasks(target: Any, run: Callable, clean_up: Callable, tasks, results,
             results.put(("started", number, multiprocessing.current_process().pid))
             try:
                 found = run(target, context, task, started, lambda *event, n=number: results.put(("event", n, event)))
-            except KeyboardInterrupt:
-                raise
             except BaseException as exc:  # the certifier failed: the parent stops the run with it
-                results.put(("failed", number, "".join(traceback.format_exception(exc))))
+                if stopped_by() is None:  # (a signal stops the parent too: it needs no word)
+                    results.put(("failed", number, "".join(traceback.format_exception(exc))))
                 raise
             results.put(("done", number, found))
     finally:

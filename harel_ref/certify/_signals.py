@@ -100,8 +100,8 @@ def signals_deferred() -> Iterator[None]:
 
 
 def stopped_by() -> int | None:
-    """The first stop signal recorded by the latest :func:`stop_on_signals`, or None."""
-    return _received[0] if _received else None
+    """The first stop signal of the run under way (inside :func:`stop_on_signals`), or None."""
+    return _received[0] if _received and _installed() else None
 
 
 def raise_if_stopped() -> None:

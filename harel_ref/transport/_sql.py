@@ -321,12 +321,15 @@ def open_plan(t: Tables) -> Plan[None]:
 
 
 def _existing_tables(t: Tables) -> Plan[set[str]]:
-    """Which of the three tables exist already."""
+    """Which of the three tables exist already.  SQLite's table names ignore case, so tables
+    made under ``Foo`` are this prefix's under ``foo`` too."""
+    names = (t.messages, t.groups, t.meta)
     rows = yield Statement(
-        "SELECT name FROM sqlite_master WHERE type = 'table' AND name IN (?, ?, ?)",
-        (t.messages, t.groups, t.meta), fetch=True,
+        "SELECT lower(name) FROM sqlite_master WHERE type = 'table' AND lower(name) IN (?, ?, ?)",
+        tuple(name.lower() for name in names), fetch=True,
     )
-    return {row[0] for row in rows}
+    found = {row[0] for row in rows}
+    return {name for name in names if name.lower() in found}
 
 
 def _stored_version(t: Tables) -> Plan[int | None]:
