@@ -40,7 +40,10 @@ Two judgements of each run, which the certifier's one concurrent search makes to
   is not blamed here for anything else.
 - ``contention``: no branch call may raise.  A run where one did is run again with the
   branches one after another; if the same error comes again, it is not contention (the
-  lockstep searches own it), and the run is judged on its history alone.
+  lockstep searches own it), and the run is judged on its history alone.  A claim that answered None
+  while messages were claimable, during other callers' calls on their groups, and without which
+  the history is linearizable, is a refusal too, seen in the history (Postgres's ``SKIP
+  LOCKED``); when the branches run one after another fail as well, that failure is reported.
 
 ``contention=True`` alone judges refusals only (``histories`` defaults to ``not contention``);
 ``contention=True, histories=True`` judges both, refusals first.
@@ -674,10 +677,12 @@ def check_program(
             if (ignore - {"contention"}) or not _left_empty(run):
                 bench.close()
                 bench = None
-            if failure is not None and failure.property == "contention" and _also_alone(
-                    factory, program, capabilities, is_async, failure):
-                # the same error without concurrency: not contention (module docstring)
-                failure = history_failure(run, number, ignore, capabilities) if histories else None
+            if failure is not None and failure.property == "contention":
+                if not _raised(failure):  # a claim passed over a group: does it without a race too?
+                    failure = _history_alone(factory, program, capabilities, is_async, ignore) or failure
+                elif _also_alone(factory, program, capabilities, is_async, failure):
+                    # the same error without concurrency: not contention (module docstring)
+                    failure = history_failure(run, number, ignore, capabilities) if histories else None
             if failure is not None:
                 raise failure
     finally:
@@ -695,6 +700,23 @@ def overlapped(records: list[Record]) -> bool:
         if start < end and worker != other:
             return True
     return False
+
+
+def _raised(failure: ConcurrencyFailure) -> bool:
+    """Whether ``failure`` is a call that raised (a refusal), not a claim that passed over a
+    claimable group (which the history shows, see :mod:`._linearize`)."""
+    return any(record.error is not None for record in failure.culprits)
+
+
+def _history_alone(factory, program, capabilities, is_async, ignore) -> ConcurrencyFailure | None:
+    """The failure a history shows when the branches of ``program`` run one after another
+    (three tries), or None: a claim that passes over a claimable group with no race at all is
+    that history's failure, not contention."""
+    for _ in range(3):
+        alone = run_program(factory, program, capabilities, is_async=is_async, concurrently=False)
+        if (failure := history_failure(alone, 1, ignore, capabilities)) is not None:
+            return failure
+    return None
 
 
 def _also_alone(factory, program, capabilities, is_async, failure: ConcurrencyFailure) -> bool:

@@ -80,6 +80,50 @@ def test_none_while_something_is_claimable_breaks_no_loss():
     assert result.property == "no-loss" and "the head of 'g'" in result.expected
 
 
+def skipped_while_acking(drained, raced=True):
+    """harel 0.9.0's PostgresTransport: g holds a then b; w1's lease on a lapsed, nobody took
+    it, and w1 acks it (as it may) while w2's claim runs; the claim passes over g, whose row
+    the ack has locked (SKIP LOCKED); the drain then finds b, or not."""
+    held = lease("g", "a", "t1")
+    w2_claim = (5, 6) if raced else (8, 9)
+    records = [publish(0, 1, "g", "a"), publish(1, 2, "g", "b"), claim(2, 3, held, worker="w1", visibility=1.0),
+               ack(4, 7, held, worker="w1", clock=10.0), claim(*w2_claim, None, worker="w2", clock=10.0)]
+    records.append(claim(10, 11, lease("g", "b", "t3", seq=2) if drained else None, worker="drain", clock=10.0))
+    return check_linearizable(records)
+
+
+def test_none_from_a_claim_that_raced_a_call_on_its_group_breaks_contention_when_nothing_was_lost():
+    result = skipped_while_acking(drained=True)
+    assert result.ok is False and result.property == "contention", result
+    assert result.step.startswith("w2: claim") and "the head of 'g'" in result.expected
+
+
+def test_none_from_a_claim_that_raced_is_no_loss_when_the_drain_does_not_find_the_message():
+    assert skipped_while_acking(drained=False).property == "no-loss"
+
+
+def test_none_from_a_claim_that_raced_nothing_is_no_loss():
+    assert skipped_while_acking(drained=True, raced=False).property == "no-loss"
+
+
+def test_none_from_a_claim_that_raced_a_call_on_another_group_is_no_loss():
+    records = [publish(0, 1, "g", "a"), claim(2, 4, None, worker="w2"), publish(3, 5, "h", "b", worker="w1"),
+               claim(6, 7, lease("g", "a", "t1"), worker="drain"), claim(8, 9, lease("h", "b", "t2", seq=2), worker="drain")]
+    assert check_linearizable(records).property == "no-loss"
+
+
+def test_a_message_handed_out_again_after_its_ack_breaks_no_loss_not_fifo():
+    """harel 0.9.0's RedisTransport ignores the ack of a lease that lapsed (its lock key
+    expired) though nobody claimed again, and hands the acked message out once more: the
+    group's order is not at fault, the message should be gone."""
+    held = lease("g", "a", "t1")
+    records = [publish(0, 1, "g", "a"), publish(1, 2, "g", "b"), claim(2, 3, held, visibility=1.0),
+               ack(4, 5, held, answer=None, clock=10.0), claim(6, 7, lease("g", "a", "t2"), worker="w2", clock=10.0)]
+    result = check_linearizable(records, acks_answer=False)
+    assert result.ok is False and result.property == "no-loss", result
+    assert "the head of 'g' (event 'b')" in result.expected
+
+
 def test_a_drain_that_finds_an_acked_message_breaks_no_loss():
     held = lease("g", "a", "t1")
     records = [publish(0, 1, "g", "a"), claim(2, 3, held), ack(4, 5, held),

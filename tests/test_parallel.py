@@ -229,6 +229,51 @@ def test_an_error_that_comes_without_concurrency_too_is_not_contention():
     assert check_program(factory, program, Capabilities(durable=True, shared=True), repeats=5, contention=True) == 5
 
 
+def test_a_claim_that_passes_over_a_group_without_a_race_too_is_not_contention():
+    """A claim answering None while a message is claimable, during an ack on its group, looks
+    like Postgres's SKIP LOCKED (contention, SPEC R19).  Here the ack leaves a mark that the
+    next claim obeys however late it comes: the program run with its branches one after
+    another fails as well, so the failure is that history's, not contention.  The ack waits for
+    the claim to begin (at most a second), so that the two overlap whenever they run at once."""
+    import threading
+
+    from harel_ref.transport import InMemoryStore, InMemoryTransport
+
+    class AckLeavesAMark(InMemoryTransport):
+        def ack(self, lease):
+            answer = super().ack(lease)
+            if lease.group_id == "g1" and answer:
+                self.store.marked.set()
+                self.store.claiming.wait(1.0)
+            return answer
+
+        def claim(self, worker_id, *args, **kwargs):
+            if worker_id != "w2":  # the prefix's and the drain's claims: as ever
+                return super().claim(worker_id, *args, **kwargs)
+            self.store.claiming.set()
+            self.store.marked.wait(1.0)
+            if self.store.marked.is_set():  # the mark: this claim answers None, once
+                self.store.marked.clear()
+                return None
+            return super().claim(worker_id, *args, **kwargs)
+
+    stores = {}
+
+    def factory(clock, namespace):
+        store = stores.get(namespace)
+        if store is None:
+            store = stores[namespace] = InMemoryStore()
+            store.marked, store.claiming = threading.Event(), threading.Event()
+        return AckLeavesAMark(clock=clock, store=store)
+
+    program = Program(prefix=(Publish("g1", "e1"), Publish("g1", "e2"), Claim(), Lapse()),
+                      branches=((Ack("p0"),), (Claim(),)))
+    with pytest.raises(ConcurrencyFailure) as failed:
+        check_program(factory, program, Capabilities(durable=True, shared=True), repeats=3, contention=True,
+                      histories=True)
+    assert failed.value.property == "no-loss", failed.value
+
+
 # --- the soak -------------------------------------------------------------------------------
 
 
