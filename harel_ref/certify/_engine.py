@@ -82,7 +82,9 @@ from harel_ref.stateful._async import (
     open_transport,
 )
 from harel_ref.stateful._machine import FOCUS_RULES, RULES, TICK, FakeClock, divergence_class
-from harel_ref.stateful._properties import CHECKS, PROPERTIES, SHARED, TIME, attribute, owner
+from harel_ref.stateful._properties import (
+    AFTER_REFUSED, AFTER_REOPEN, CHECKS, PROPERTIES, SHARED, TIME, attribute, owner,
+)
 from harel_ref.stateful._processes import BranchProcesses
 from harel_ref.stateful.parallel import ConcurrencyFailure, check_program, close_all, programs
 from harel_ref.stateful.soak import soak as run_soak
@@ -875,12 +877,12 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
 
 
 def _clean_up_process(target: Target) -> None:
-    """What a search process does as it ends: drop the tables its rqlite transports made (the
-    other servers' backends drop theirs at exit; files are the certifier's to remove)."""
-    if target.recipe is not None and target.recipe.bundled and "rqlite" in target.recipe.bundled:
-        from harel_ref.stateful.backends.rqlite import drop_opened_tables
+    """What a search process does as it ends: remove what its transports made on the user's
+    servers (files are the certifier's to remove)."""
+    if target.recipe is not None and target.recipe.bundled:
+        from harel_ref.stateful.backends import clean_up
 
-        drop_opened_tables()
+        clean_up()
 
 
 class _Certification:
@@ -1269,6 +1271,8 @@ def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profi
                        step=f"{where}{_did(check)}", expected="an answer or error the spec allows",
                        answered=answered, state="", **common)
     steps = _steps(error)
+    if isinstance(error, Divergence):
+        error, steps = _confirmed(error, steps, target, prop)
     common = dict(
         found_by=prop,
         steps=tuple(steps),
@@ -1303,6 +1307,54 @@ def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profi
         state="",
         **common,
     )
+
+
+FACT_STEPS = {AFTER_REOPEN: ("state.reopen(",), AFTER_REFUSED: ("state.bad_input(", "state.bad_release(")}
+"""The steps that make each fact a failure may be blamed on (a stale ack is an ordinary ack:
+it cannot be left out, so a blame on it is not replayed)."""
+
+
+def _confirmed(error: Divergence, steps: list[str], target: Target, prop: str) -> tuple[Divergence, list[str]]:
+    """``error`` and its steps, or, when the blame rests on a fact before the failing step (a
+    reopen, a refused bad input) and the same steps without that fact's steps fail too, at the
+    same step and check, that replay's divergence and steps: the fact was not the cause (and so on, for the fact the
+    replay's failure is blamed on).  Hypothesis shrinks each kind of
+    failure apart, so a failure blamed on a reopen keeps its reopens even when they played no
+    part (harel's Postgres transport: a park keeps the lease's token, and the stale ack that
+    follows takes the message; shrunk under durability, with three reopens)."""
+    while True:
+        _, _, note = attribute(error.check, error.after, prop)
+        fact = next((f for f in FACT_STEPS if f"(after {f};" in note), None)
+        if fact is None or not steps:
+            return error, steps
+        kept = [step for step in steps if not step.strip().startswith(FACT_STEPS[fact])]
+        replayed = _replay(kept, target, prop)
+        if replayed is None or fact in replayed.after or (replayed.check, replayed.step) != (error.check, error.step):
+            return error, steps  # confirmed: without those steps it passes, or fails otherwise
+        error, steps = replayed, kept  # then the next fact it may be blamed on, if any
+
+
+def _replay(steps: list[str], target: Target, prop: str) -> Divergence | None:
+    """The divergence that running ``steps`` (``state = Machine()`` ... ``state.teardown()``)
+    on the focus machine of ``prop`` raises, or None (they pass, or fail otherwise)."""
+    name = steps[0].removeprefix("state = ").removesuffix("()")
+    machine = focus_machine(target.factory, prop, target.capabilities, is_async=target.is_async)
+    discard = getattr(target.factory, "discard", None)
+    namespace: dict[str, Any] = {name: machine}
+    try:
+        try:  # the steps the report prints, as a reproduction runs them
+            exec("\n".join(step for step in steps if step != "state.teardown()"), namespace)
+        finally:
+            if (state := namespace.get("state")) is not None:
+                state.teardown()  # drains and compares unless a step failed; closes in any case
+    except Divergence as divergence:
+        return divergence
+    except Exception:
+        return None
+    finally:
+        if discard is not None and (state := namespace.get("state")) is not None:
+            discard(state.namespace)
+    return None
 
 
 def _exception_outcome(error: BaseException) -> tuple[str, str]:

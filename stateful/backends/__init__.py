@@ -8,12 +8,13 @@ packages or services are present.
 from __future__ import annotations
 
 import importlib
+import sys
 from collections.abc import Callable
 from pathlib import Path
 
 from .._backend import Backend
 
-__all__ = ["BUNDLED", "load"]
+__all__ = ["BUNDLED", "clean_up", "load"]
 
 # name -> "module:function", a module of this package (imported on demand: drivers are optional)
 BUNDLED: dict[str, str] = {
@@ -38,6 +39,10 @@ BUNDLED: dict[str, str] = {
     "harel-libsql-async": "harel:harel_libsql_async",
     "harel-rqlite": "harel:harel_rqlite",
     "harel-rqlite-async": "harel:harel_rqlite_async",
+    "harel-postgres": "harel:harel_postgres",
+    "harel-postgres-async": "harel:harel_postgres_async",
+    "harel-redis": "harel:harel_redis",
+    "harel-redis-async": "harel:harel_redis_async",
 }
 
 
@@ -49,3 +54,15 @@ def load(name: str) -> Callable[[Path], Backend]:
         raise ValueError(f"unknown bundled transport {name!r}; choose from {sorted(BUNDLED)}") from None
     module_name, _, function = target.partition(":")
     return getattr(importlib.import_module(f"{__name__}.{module_name}"), function)
+
+
+def clean_up(timeout: float = 10.0) -> None:
+    """Remove what this process made on the user's servers (rqlite tables, Postgres tables and
+    functions, Redis keys), for each server backend loaded here; ``timeout`` bounds each rqlite
+    request.  A certifier's search process calls it as it ends; the main process does at exit."""
+    if (rqlite := sys.modules.get(f"{__name__}.rqlite")) is not None:
+        rqlite.drop_opened_tables(timeout=timeout)
+    if (postgres := sys.modules.get(f"{__name__}.postgres")) is not None:
+        postgres.drop_opened()
+    if (redis := sys.modules.get(f"{__name__}.redis")) is not None:
+        redis.delete_opened()

@@ -4,9 +4,14 @@
 value when it is set (a server of the user's), else with the URL of a throwaway server it starts
 on first use (deleted when the process exits).  The processes this one spawns (the certifier's
 branch processes) inherit that URL through a variable of their own, so they use the same server
-instead of starting theirs.  ``records_cleanup()`` says whether this process should remove, at
-exit, what it made on the user's server: the spawned processes open the same namespaces and
-exit first, so they must not.
+instead of starting theirs.
+
+On the user's server every process remembers the namespaces it opened, each with how to remove
+it (harel-ref's transports and harel's name their tables and keys differently), and
+``remove_opened`` removes them all over one connection: the main process at exit
+(:meth:`ServerFromEnv.removes_at_exit`), a search process of the certifier as it ends
+(:func:`harel_ref.stateful.backends.clean_up`).  A branch process never does: it opens the
+namespaces of the search that runs it, which goes on after it.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ import os
 import threading
 from collections.abc import Callable
 from typing import Any
+
+Remove = Callable[[Any, str], Any]
+"""``remove(connection, prefix)``: delete everything one transport made under ``prefix``."""
 
 __all__ = ["ServerFromEnv", "prefix_for"]
 
@@ -38,7 +46,7 @@ class ServerFromEnv:
         self._start = start
         self._lock = threading.Lock()
         self.server: Any = None  # the throwaway server, once started here
-        self.opened: set[str] = set()  # prefixes made on the user's server, to remove at exit
+        self.opened: dict[tuple[str, Remove], None] = {}  # (prefix, how) made on the user's server
 
     def users(self) -> str:
         """The user's URL, or ''."""
@@ -55,13 +63,38 @@ class ServerFromEnv:
             return self.server.url
 
     def records_cleanup(self) -> bool:
-        """True in the process that should remove what it made on the user's server."""
-        return bool(self.users()) and multiprocessing.parent_process() is None
+        """True when the server is the user's: what is made there must be removed."""
+        return bool(self.users())
 
-    def open(self, namespace: str, check: Callable[[str], Any]) -> tuple[str, str]:
+    @staticmethod
+    def removes_at_exit() -> bool:
+        """True in the main process only: a spawned process runs ``atexit`` too, and a branch
+        process must not remove what its search still uses."""
+        return multiprocessing.parent_process() is None
+
+    def open(self, namespace: str, check: Callable[[str], Any], remove: Remove) -> tuple[str, str]:
         """The server's URL and the namespace's prefix (:func:`prefix_for`), remembered in
-        :attr:`opened` when :meth:`records_cleanup` says so."""
+        :attr:`opened` with ``remove`` when :meth:`records_cleanup` says so."""
         url, prefix = self.url(), prefix_for(namespace, check)
         if self.records_cleanup():
-            self.opened.add(prefix)
+            self.opened[prefix, remove] = None
         return url, prefix
+
+    def remove_opened(self, connect: Callable[[str], Any]) -> int:
+        """Remove what this process made on the user's server, over ``connect(url)`` (a context
+        manager), and return how many prefixes.  (A throwaway server goes as a whole.)"""
+        if not self.opened:
+            return 0
+        removed, failed = 0, None
+        with connect(self.users()) as connection:
+            for prefix, remove in list(self.opened):
+                try:
+                    remove(connection, prefix)
+                except Exception as exc:  # the others still go; this one stays remembered
+                    failed = failed or exc
+                    continue
+                del self.opened[prefix, remove]
+                removed += 1
+        if failed is not None:
+            raise failed
+        return removed

@@ -5,6 +5,14 @@ These are harel's own classes, unchanged: the checkers speak harel's Protocol na
 durability and sharing can be checked: a namespace is a database file (SQLite, libSQL) or a
 table prefix in the cluster of the environment (rqlite, as in :mod:`harel_ref.stateful.backends.rqlite`).
 
+harel's Postgres and Redis transports run on the server of :mod:`.postgres` and :mod:`.redis`:
+the user's (``HAREL_POSTGRES_URL``, ``HAREL_REDIS_URL``), where the tables, functions and keys
+harel made are removed when the process exits, or a throwaway one started here.  Their acks are
+fenced by the lease's token; fairness is stamped by the group's lease, which neither policy
+of SPEC R5 is, so they are declared ``"ack"``, the family they belong to, and the checkers show
+where they differ.  Redis keeps each lease as a ``SET ... PX`` on the server's clock: it is
+certified in wall-clock mode (R18).
+
 harel 0.9.0's async libSQL and rqlite transports take no clock when they are created
 (``AsyncLibsqlTransport.create``, ``AsyncRqliteTransport.from_url``); the factories below set
 the attribute the transport reads its clock from (``_clock``) right after, so the fake clock
@@ -13,6 +21,7 @@ drives them as it drives the others.  docs/harel-0.9.md lists this among the fin
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from .._backend import Backend, Capabilities
@@ -20,9 +29,10 @@ from .rqlite import rotating_opener
 from .sql import database_path, directory_for
 
 __all__ = [
-    "CAPABILITIES", "FILE_CAPABILITIES", "harel_libsql", "harel_libsql_async", "harel_memory",
-    "harel_memory_async", "harel_rqlite", "harel_rqlite_async", "harel_sqlite", "harel_sqlite_async",
-    "harel_tables",
+    "CAPABILITIES", "FILE_CAPABILITIES", "POSTGRES_CAPABILITIES", "REDIS_CAPABILITIES", "harel_libsql",
+    "harel_libsql_async", "harel_memory", "harel_memory_async", "harel_postgres", "harel_postgres_async",
+    "harel_redis", "harel_redis_async", "harel_rqlite", "harel_rqlite_async", "harel_sqlite",
+    "harel_sqlite_async", "harel_tables",
 ]
 
 CAPABILITIES = Capabilities.harel()
@@ -30,6 +40,12 @@ CAPABILITIES = Capabilities.harel()
 
 FILE_CAPABILITIES = Capabilities.harel(durable=True, shared=True)
 """harel's SQL transports: a file or a cluster outlives the transport, and is shared."""
+
+POSTGRES_CAPABILITIES = Capabilities.harel(durable=True, shared=True, acks="fenced", fairness="ack")
+"""harel's Postgres transports: the server outlives them, acks are fenced by token."""
+
+REDIS_CAPABILITIES = dataclasses.replace(POSTGRES_CAPABILITIES, clock="wall")
+"""harel's Redis transports: as Postgres, but a lease ends on the server's clock."""
 
 
 def harel_tables(prefix: str) -> list[str]:
@@ -126,3 +142,87 @@ def harel_rqlite_async(tmp_dir: Path | str | None = None) -> Backend:
 
     return Backend("harel-rqlite-async", factory, FILE_CAPABILITIES, is_async=True)
 
+
+
+def _closed_on_error(connection, build):
+    """``build(connection)``, closing the connection if that raises (harel creates its schema
+    in its constructor)."""
+    try:
+        return build(connection)
+    except BaseException:
+        connection.close()
+        raise
+
+
+def _harel_names(prefix: str) -> None:
+    """harel's rule for a prefix (an identifier of at most 30 characters)."""
+    from harel.engine.schema import Names
+
+    Names(prefix)
+
+
+def _drop_harel_postgres(conn, prefix: str) -> None:
+    from harel.engine.schema import Names
+
+    names = Names(prefix)
+    with conn.transaction():
+        conn.execute(f"DROP TABLE IF EXISTS {names.messages}, {names.groups}")
+        for function in (names.claim, names.ack):
+            conn.execute(f"DROP FUNCTION IF EXISTS {function}")
+
+
+def harel_postgres(tmp_dir: Path | str | None = None) -> Backend:
+    import psycopg
+    from harel.engine.transport import PostgresTransport
+
+    from .postgres import open_namespace
+
+    def factory(clock, namespace):
+        url, prefix = open_namespace(namespace, _harel_names, _drop_harel_postgres)
+        return _closed_on_error(psycopg.connect(url), lambda conn: PostgresTransport(conn, clock, prefix=prefix))
+
+    return Backend("harel-postgres", factory, POSTGRES_CAPABILITIES)
+
+
+def harel_postgres_async(tmp_dir: Path | str | None = None) -> Backend:
+    from harel.engine.aio_transport import AsyncPostgresTransport
+
+    from .postgres import open_namespace
+
+    async def factory(clock, namespace):
+        url, prefix = open_namespace(namespace, _harel_names, _drop_harel_postgres)
+        return await AsyncPostgresTransport.from_dsn(url, clock, pool_size=4, prefix=prefix)
+
+    return Backend("harel-postgres-async", factory, POSTGRES_CAPABILITIES, is_async=True)
+
+
+def _delete_harel_keys(client, prefix: str) -> None:
+    from .redis import delete_keys
+
+    delete_keys(client, f"{prefix}:*")
+
+
+def harel_redis(tmp_dir: Path | str | None = None) -> Backend:
+    import redis
+    from harel.engine.transport import RedisTransport
+
+    from .redis import open_namespace
+
+    def factory(clock, namespace):
+        url, prefix = open_namespace(namespace, _harel_names, _delete_harel_keys)
+        return _closed_on_error(redis.Redis.from_url(url), lambda client: RedisTransport(client, clock, prefix=prefix))
+
+    return Backend("harel-redis", factory, REDIS_CAPABILITIES)
+
+
+def harel_redis_async(tmp_dir: Path | str | None = None) -> Backend:
+    import redis.asyncio
+    from harel.engine.aio_transport import AsyncRedisTransport
+
+    from .redis import open_namespace
+
+    async def factory(clock, namespace):
+        url, prefix = open_namespace(namespace, _harel_names, _delete_harel_keys)
+        return AsyncRedisTransport(redis.asyncio.Redis.from_url(url), clock, prefix=prefix)
+
+    return Backend("harel-redis-async", factory, REDIS_CAPABILITIES, is_async=True)

@@ -16,7 +16,9 @@ The clock is injectable (``now`` is a parameter of every call) and fairness is s
 from __future__ import annotations
 
 import atexit
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from harel_ref.transport import AsyncPostgresTransport, PostgresTransport
 from harel_ref.testing.servers import PostgresServer
@@ -26,7 +28,7 @@ from .._backend import Backend, Capabilities
 from ._server import ServerFromEnv
 from ._server import prefix_for as _prefix_for
 
-__all__ = ["CAPABILITIES", "drop_opened", "postgres", "postgres_async", "prefix_for", "server_url"]
+__all__ = ["CAPABILITIES", "drop_opened", "open_namespace", "postgres", "postgres_async", "prefix_for", "server_url"]
 
 CAPABILITIES = Capabilities(durable=True, shared=True, fairness="ack", clock="injectable")
 
@@ -39,11 +41,19 @@ def server_url() -> str:
     return _SERVER.url()
 
 
-def _check(prefix: str) -> None:
-    """Postgres folds names to lower case: a prefix with capitals would name another's tables."""
-    PgNames.named(prefix)
-    if prefix != prefix.lower():
-        raise ValueError("upper case")
+def _lower_case(check: Callable[[str], Any]) -> Callable[[str], None]:
+    """``check``, and lower case: Postgres folds names, so a prefix with capitals would name
+    another's tables."""
+
+    def checked(prefix: str) -> None:
+        check(prefix)
+        if prefix != prefix.lower():
+            raise ValueError("upper case")
+
+    return checked
+
+
+_check = _lower_case(PgNames.named)
 
 
 def prefix_for(namespace: str) -> str:
@@ -52,8 +62,24 @@ def prefix_for(namespace: str) -> str:
     return _prefix_for(namespace, _check)
 
 
+def _drop(conn, prefix: str) -> None:
+    names = PgNames.named(prefix)
+    with conn.transaction():
+        conn.execute(f"DROP TABLE IF EXISTS {names.messages}, {names.groups}, {names.meta}")
+        for function in (names.publish, names.claim, names.ack):
+            conn.execute(f"DROP FUNCTION IF EXISTS {function}")
+
+
 def _opened_prefix(namespace: str) -> tuple[str, str]:
-    return _SERVER.open(namespace, _check)
+    return _SERVER.open(namespace, _check, _drop)
+
+
+def open_namespace(namespace: str, check, drop) -> tuple[str, str]:
+    """The server's URL and a prefix for ``namespace`` that ``check`` accepts in lower case;
+    ``drop(connection, prefix)`` removes its tables at exit if the server is the user's.  For
+    transports of other schemas on the same server (harel's: :mod:`.harel`)."""
+
+    return _SERVER.open(namespace, _lower_case(check), drop)
 
 
 def postgres(tmp_dir: Path | str | None = None) -> Backend:
@@ -79,24 +105,15 @@ def postgres_async(tmp_dir: Path | str | None = None) -> Backend:
 def drop_opened() -> int:
     """Drop the tables and functions of every prefix this process opened on the server of
     ``HAREL_POSTGRES_URL``; return how many prefixes.  (A throwaway server goes as a whole.)"""
-    if not _SERVER.opened:
-        return 0
     import psycopg
 
-    prefixes = sorted(_SERVER.opened)
-    with psycopg.connect(_SERVER.users(), autocommit=True) as conn:
-        for prefix in prefixes:
-            names = PgNames.named(prefix)
-            with conn.transaction():
-                conn.execute(f"DROP TABLE IF EXISTS {names.messages}, {names.groups}, {names.meta}")
-                for function in (names.publish, names.claim, names.ack):
-                    conn.execute(f"DROP FUNCTION IF EXISTS {function}")
-            _SERVER.opened.discard(prefix)
-    return len(prefixes)
+    return _SERVER.remove_opened(lambda url: psycopg.connect(url, autocommit=True))
 
 
 @atexit.register
 def _drop_at_exit() -> None:
+    if not _SERVER.removes_at_exit():
+        return
     try:
         drop_opened()
     except Exception:  # a server gone by now: nothing more can be done from here

@@ -26,7 +26,7 @@ from .._backend import Backend, Capabilities
 from ._server import ServerFromEnv
 from ._server import prefix_for as _prefix_for
 
-__all__ = ["CAPABILITIES", "delete_opened", "prefix_for", "redis", "redis_async", "server_url"]
+__all__ = ["CAPABILITIES", "delete_keys", "delete_opened", "open_namespace", "prefix_for", "redis", "redis_async", "server_url"]
 
 CAPABILITIES = Capabilities(durable=True, shared=True, fairness="ack", clock="injectable")
 
@@ -44,8 +44,26 @@ def prefix_for(namespace: str) -> str:
     return _prefix_for(namespace, key_prefix)
 
 
+def delete_keys(client, pattern: str) -> None:
+    """Delete the keys matching ``pattern``, 500 at a time."""
+    keys = list(client.scan_iter(match=pattern, count=1000))
+    for start in range(0, len(keys), 500):
+        client.delete(*keys[start:start + 500])
+
+
+def _delete(client, prefix: str) -> None:
+    delete_keys(client, f"{key_prefix(prefix)}:*")
+
+
 def _opened_prefix(namespace: str) -> tuple[str, str]:
-    return _SERVER.open(namespace, key_prefix)
+    return _SERVER.open(namespace, key_prefix, _delete)
+
+
+def open_namespace(namespace: str, check, delete) -> tuple[str, str]:
+    """The server's URL and a prefix for ``namespace`` that ``check`` accepts;
+    ``delete(client, prefix)`` removes its keys at exit if the server is the user's.  For
+    transports of other key layouts on the same server (harel's: :mod:`.harel`)."""
+    return _SERVER.open(namespace, check, delete)
 
 
 def redis(tmp_dir: Path | str | None = None) -> Backend:
@@ -71,25 +89,15 @@ def redis_async(tmp_dir: Path | str | None = None) -> Backend:
 def delete_opened() -> int:
     """Delete the keys of every prefix this process opened on the server of
     ``HAREL_REDIS_URL``; return how many prefixes.  (A throwaway server goes as a whole.)"""
-    if not _SERVER.opened:
-        return 0
     import redis as redis_py
 
-    prefixes = sorted(_SERVER.opened)
-    client = redis_py.Redis.from_url(_SERVER.users())
-    try:
-        for prefix in prefixes:
-            keys = list(client.scan_iter(match=f"{key_prefix(prefix)}:*", count=1000))
-            for start in range(0, len(keys), 500):
-                client.delete(*keys[start:start + 500])
-            _SERVER.opened.discard(prefix)
-    finally:
-        client.close()
-    return len(prefixes)
+    return _SERVER.remove_opened(redis_py.Redis.from_url)
 
 
 @atexit.register
 def _delete_at_exit() -> None:
+    if not _SERVER.removes_at_exit():
+        return
     try:
         delete_opened()
     except Exception:  # a server gone by now: nothing more can be done from here
