@@ -14,6 +14,7 @@ import collections
 import dataclasses
 import itertools
 import math
+import re
 import time
 import uuid
 from collections.abc import Callable, Iterable
@@ -39,6 +40,7 @@ from ._properties import (
     AFTER_REFUSED,
     AFTER_REOPEN,
     AFTER_STALE,
+    AFTER_STEP_BACK,
     HELD,
     LEASE_END,
     LEASE_LAPSED,
@@ -369,6 +371,7 @@ class TransportMachine(RuleBasedStateMachine):
         self.model_seqs: dict[str, int] = {}  # token -> the model's seq of the message it leased
         self.in_step = False
         self.reopened = False
+        self.stepped_back = False
         self.reached: collections.Counter[str] = collections.Counter()  # situations met (_properties)
         self.draining = False
         self.refused = False  # a bad_input step has been refused
@@ -400,6 +403,7 @@ class TransportMachine(RuleBasedStateMachine):
             step += ("  (the model acts by seq for the stale ack or nack before this step, as declared: "
                      "if the transport fences them, declare acks='fenced')")
         after = {AFTER_REOPEN: self.reopened, AFTER_REFUSED: self.refused,
+                 AFTER_STEP_BACK: self.stepped_back,
                  AFTER_STALE: self.stale and self.answerless}  # a stale call that answered said what it did
         prop = owner(check)
         return divergence_class(prop)(prop, step, expected, repr(answered), self._describe(), check,
@@ -702,6 +706,7 @@ class TransportMachine(RuleBasedStateMachine):
         """The clock steps back (R3): leases and parks end at the moments they ended before, so
         each one lasts longer, and a lapsed one nobody re-claimed is live again."""
         self.clock.now -= seconds
+        self.stepped_back = True
 
     @precondition(lambda self: not self.wall and self.model.deadlines())
     @rule(which=st.integers(0, 3), past=st.booleans())
@@ -911,7 +916,8 @@ def _says_closed(error: Exception) -> bool:
     transport is closed."""
     from harel_ref.transport import TransportClosedError
 
-    return isinstance(error, TransportClosedError) or "closed" in f"{type(error).__name__} {error}".lower()
+    said = f"{type(error).__name__} {error}".lower()
+    return isinstance(error, TransportClosedError) or re.search(r"\bclosed\b|\bafter close\b", said) is not None
 
 
 def describe_queue(model: QueueModel, clock: str) -> str:
@@ -984,7 +990,7 @@ def claim_check(allowed, lease, model: QueueModel, now: When, min_priority, rout
         return "fifo"  # the right group, not its head
     if group_id in holds and now.lo <= holds[group_id][1].hi:  # still held when claimed
         token, until = holds[group_id]
-        if token is None:
-            return "parking"
-        return "lease-expiry" if now.hi >= until.lo else "single-in-flight"  # at the boundary?
+        if now.hi >= until.lo:
+            return "lease-expiry"  # at the exact end of a lease or park (R3, R9)
+        return "parking" if token is None else "single-in-flight"
     return "fairness"

@@ -43,6 +43,7 @@ TIME = frozenset({"advance"})
 
 AFTER_REOPEN = "a reopen"
 AFTER_REFUSED = "bad input was refused"
+AFTER_STEP_BACK = "the clock stepped back"
 AFTER_STALE = "a stale ack or nack"
 """The facts a machine records before a failing step (``Divergence.after``), as the step's note
 says them: ``(after a reopen; the check that failed: fifo)``.  ``AFTER_STALE`` is recorded only
@@ -141,7 +142,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         ("R3", "R9"), "contract",
         rules=CORE | {"nack_later", "advance_to_deadline", "claim_at_deadline", "step_back"},
         needs=_injectable, judges=frozenset({"exact time"}), checks=frozenset({"lease-expiry"}),
-        evidence=(LEASE_END, LEASE_LAPSED),
+        blames_after=frozenset({AFTER_STEP_BACK}), evidence=(LEASE_END, LEASE_LAPSED),
     ),
     Property(
         "parking",
@@ -321,7 +322,7 @@ def attribute(check: str, after: frozenset[str] | tuple[str, ...], search: str |
     for row in rows:
         if prop == "fairness" and "ties" in row.judges:
             return row.name, row.name, ""
-    for fact in (AFTER_REOPEN, AFTER_REFUSED, AFTER_STALE):  # the earliest kind of cause first
+    for fact in (AFTER_REOPEN, AFTER_REFUSED, AFTER_STEP_BACK, AFTER_STALE):  # the earliest kind of cause first
         for row in rows:
             if fact in after and fact in row.blames_after and prop != row.name:
                 return row.name, check, f"  (after {fact}; the check that failed: {prop})"

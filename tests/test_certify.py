@@ -464,3 +464,17 @@ def test_a_failure_counted_against_another_property_keeps_a_kind_of_its_own():
     own, borrowed = divergence_class("bad-input"), divergence_class("bad-input", "fifo")
     assert own is divergence_class("bad-input", "bad-input") and borrowed is not own
     assert issubclass(borrowed, Divergence) and borrowed.__name__ == own.__name__ == "Divergence"
+
+
+def test_an_error_that_says_the_transport_or_its_client_is_closed_is_what_close_asks_for():
+    """R14 asks for TransportClosedError or an error saying it is closed: PyMongo's
+    InvalidOperation('Cannot use MongoClient after close') says so (harel's Mongo transport)."""
+    from harel_ref.stateful._machine import _says_closed
+
+    class InvalidOperation(Exception):
+        pass
+
+    assert _says_closed(InvalidOperation("Cannot use MongoClient after close"))
+    assert _says_closed(RuntimeError("the connection is closed"))
+    assert not _says_closed(RuntimeError("connection refused"))
+    assert not _says_closed(ValueError("the closest group was chosen"))

@@ -83,7 +83,7 @@ from harel_ref.stateful._async import (
 )
 from harel_ref.stateful._machine import FOCUS_RULES, RULES, TICK, FakeClock, divergence_class
 from harel_ref.stateful._properties import (
-    AFTER_REFUSED, AFTER_REOPEN, CHECKS, PROPERTIES, SHARED, TIME, attribute, owner,
+    AFTER_REFUSED, AFTER_REOPEN, AFTER_STEP_BACK, CHECKS, PROPERTIES, SHARED, TIME, attribute, owner,
 )
 from harel_ref.stateful._processes import BranchProcesses
 from harel_ref.stateful.parallel import ConcurrencyFailure, check_program, close_all, programs
@@ -1309,14 +1309,15 @@ def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profi
     )
 
 
-FACT_STEPS = {AFTER_REOPEN: ("state.reopen(",), AFTER_REFUSED: ("state.bad_input(", "state.bad_release(")}
+FACT_STEPS = {AFTER_REOPEN: ("state.reopen(",), AFTER_REFUSED: ("state.bad_input(", "state.bad_release("),
+              AFTER_STEP_BACK: ("state.step_back(",)}
 """The steps that make each fact a failure may be blamed on (a stale ack is an ordinary ack:
 it cannot be left out, so a blame on it is not replayed)."""
 
 
 def _confirmed(error: Divergence, steps: list[str], target: Target, prop: str) -> tuple[Divergence, list[str]]:
     """``error`` and its steps, or, when the blame rests on a fact before the failing step (a
-    reopen, a refused bad input) and the same steps without that fact's steps fail too, at the
+    reopen, a refused bad input, a clock that stepped back) and the same steps without that fact's steps fail too, at the
     same step and check, that replay's divergence and steps: the fact was not the cause (and so on, for the fact the
     replay's failure is blamed on).  Hypothesis shrinks each kind of
     failure apart, so a failure blamed on a reopen keeps its reopens even when they played no
