@@ -1,8 +1,8 @@
-"""harel 0.9.0's Postgres and Redis transports, unchanged, certified by ``--bundled harel-*``
+"""harel 0.9.0's Postgres, Redis and Mongo transports, unchanged, certified by ``--bundled harel-*``
 on real servers the kit starts itself (SPEC.md R20), or on the user's, where what harel made
 is removed at exit.
 
-- every one of the four classes opens and round-trips a message; the Postgres ones pass the
+- each of the six classes opens and round-trips a message; the Postgres ones pass the
   fifo and parking searches;
 - harel's Redis transports ignore the ack of a lease that lapsed though nobody claimed again;
 - a bug of harel's, as the fencing search shrank it, replayed on the real server: a park keeps
@@ -34,11 +34,15 @@ pytest.importorskip("harel", reason="the harel extra is not installed: pip insta
 pytest.importorskip("psycopg", reason="the postgres extra is not installed: pip install 'harel-ref[postgres]'")
 pytest.importorskip("redis", reason="the redis extra is not installed: pip install 'harel-ref[redis]'")
 require_server("HAREL_POSTGRES_URL", "initdb", "postgresql")
+pytest.importorskip("pymongo", reason="the mongo extra is not installed: pip install 'harel-ref[mongo]'")
 require_server("HAREL_REDIS_URL", "redis-server", "redis-server")
+require_server("HAREL_MONGO_URL", "java", "openjdk-17-jre-headless")
+require_server("HAREL_MONGO_URL", "mvn", "maven")
 
 ROOT = Path(__file__).resolve().parent.parent
 SMALL = Profile("small", max_examples=15, step_count=12, programs=3, repeats=3)
-SERVERS = ["harel-postgres", "harel-postgres-async", "harel-redis", "harel-redis-async"]
+SERVERS = ["harel-postgres", "harel-postgres-async", "harel-redis", "harel-redis-async", "harel-mongo",
+           "harel-mongo-async"]
 
 
 @pytest.mark.parametrize("name", SERVERS)
@@ -63,6 +67,41 @@ def test_harels_postgres_transports_pass_fifo_and_parking(name, tmp_path):
     report = certify(target.factory, profile=SMALL, properties=["fifo", "parking"], _target=target)
     assert {v.property: v.verdict for v in report.verdicts} == {"fifo": "passed", "parking": "passed"}, [
         (v.property, v.reason) for v in report.verdicts]
+
+
+@pytest.mark.parametrize("hold", ["lease", "park"])
+@pytest.mark.parametrize("name", ["harel-mongo", "harel-mongo-async"])
+def test_harels_mongo_hands_out_a_lease_or_park_at_its_exact_end(name, hold, tmp_path):
+    """R3, R9: a lease or park is live while now <= its end; harel's Mongo claim takes a group
+    whose ``available_at <= now``, so at the exact end.  Either is lease-expiry's failure."""
+    target = Target.from_bundled(name, tmp_path)
+    machine = focus_machine(target.factory, "lease-expiry", target.capabilities, is_async=target.is_async)()
+    try:
+        machine.prefill(messages=[("g1", "a", 0, None)])
+        lease = machine.claim_any(via=0, visibility=0.25, worker="w1")
+        if hold == "park":
+            machine.nack_later(delay=0.125, lease=lease, via=0)
+        with pytest.raises(Divergence) as failed:
+            machine.claim_at_deadline(past=False, via=0, visibility=0.25, which=0, worker="w2")
+    finally:
+        machine.teardown()
+    assert failed.value.check == "lease-expiry" and failed.value.expected == "None (nothing claimable)"
+
+
+@pytest.mark.parametrize("name", ["harel-mongo", "harel-mongo-async"])
+def test_harels_mongo_answers_none_after_the_clock_steps_back_and_that_is_lease_expirys(name, tmp_path):
+    """The ack stamps the group claimable from its moment: a step back of a millisecond and
+    the freed group is not claimable.  The failure comes after a step back, which
+    lease-expiry owns; without the step back the same steps pass, so the blame stands."""
+    target = Target.from_bundled(name, tmp_path)
+    steps = ["state = LeaseExpiryMachine()", "state.prefill(messages=[('g1', '', 0, None), ('g1', '', 0, None)])",
+             "leases_0 = state.claim_any(via=0, visibility=0.25, worker='w1')", "state.ack(lease=leases_0, via=0)",
+             "state.step_back(seconds=0.0009765625)", "state.claim_any(via=0, visibility=0.25, worker='w1')",
+             "state.teardown()"]
+    error = _replay(steps, target, "lease-expiry")
+    assert error is not None and error.check == "no-loss" and error.answered == "None"
+    assert attribute(error.check, error.after, "lease-expiry")[0] == "lease-expiry"
+    assert _confirmed(error, steps, target, "lease-expiry") == (error, steps)  # the step back is the cause
 
 
 @pytest.mark.parametrize("name", ["harel-redis", "harel-redis-async"])
@@ -149,18 +188,35 @@ def _left_on_redis(url: str) -> list[bytes]:
         return sorted(client.scan_iter(match="*"))
 
 
-@pytest.mark.parametrize("kind", ["postgres", "redis"])
-def test_a_certification_on_the_users_server_leaves_nothing_there(kind, tmp_path):
-    """``HAREL_POSTGRES_URL`` / ``HAREL_REDIS_URL`` name a server of the user's: harel's and
-    harel-ref's transports certified there, sync and async, with searches in two processes
-    (``--jobs 2``), leave no table, function or key."""
-    from harel_ref.testing.servers import PostgresServer, RedisServer
+def _left_on_mongo(url: str) -> list[str]:
+    import pymongo
 
-    with (PostgresServer() if kind == "postgres" else RedisServer()) as server:
-        left = _left_on_postgres if kind == "postgres" else _left_on_redis
+    with pymongo.MongoClient(url) as client:
+        return sorted(f"{database}.{name}" for database in client.list_database_names()
+                      if database not in ("admin", "config", "local")
+                      for name in client[database].list_collection_names())
+
+
+CERTIFIED_ON = {
+    "postgres": ("postgres", "harel-postgres", "harel-postgres-async"),
+    "redis": ("redis", "harel-redis", "harel-redis-async"),
+    "mongo": ("harel-mongo", "harel-mongo-async"),
+}
+
+
+@pytest.mark.parametrize("kind", sorted(CERTIFIED_ON))
+def test_a_certification_on_the_users_server_leaves_nothing_there(kind, tmp_path):
+    """``HAREL_POSTGRES_URL``, ``HAREL_REDIS_URL`` or ``HAREL_MONGO_URL`` name a server of the
+    user's: harel's and harel-ref's transports certified there, sync and async, with searches
+    in two processes (``--jobs 2``), leave no table, function, key or collection."""
+    from harel_ref.testing.servers import MongoServer, PostgresServer, RedisServer
+
+    server_class = {"postgres": PostgresServer, "redis": RedisServer, "mongo": MongoServer}[kind]
+    left = {"postgres": _left_on_postgres, "redis": _left_on_redis, "mongo": _left_on_mongo}[kind]
+    with server_class() as server:
         assert left(server.url) == []
         env = {**os.environ, f"HAREL_{kind.upper()}_URL": server.url}
-        for name in (kind, f"harel-{kind}", f"harel-{kind}-async"):
+        for name in CERTIFIED_ON[kind]:
             run = subprocess.run(
                 [sys.executable, "-m", "harel_ref._cli", "certify", "--bundled", name, "--profile", "quick",
                  "--only", "durability", "--only", "priority-floor", "--jobs", "2",
@@ -217,12 +273,13 @@ state.teardown()""".splitlines()
 
 def test_a_failure_blamed_on_reopens_that_played_no_part_is_given_to_its_cause(tmp_path):
     """Shrunk under durability, the stale ack after a park kept three reopens; replayed without
-    them it fails the same way, then is blamed on a refused bad input, and fails without that
-    too: the certifier counts it against fencing, with the steps that show it."""
+    them it fails the same way, then is blamed on a refused bad input, then on a step back of
+    the clock, and fails without each: the certifier counts it against fencing, with the steps
+    that show it."""
     target = Target.from_bundled("harel-postgres", tmp_path)
     error = _replay(DURABILITY_AS_SHRUNK, target, SHARED)
     assert error is not None and attribute(error.check, error.after, SHARED)[0] == "durability"
     confirmed, steps = _confirmed(error, DURABILITY_AS_SHRUNK, target, SHARED)
     assert attribute(confirmed.check, confirmed.after, SHARED)[0] == "fencing"
-    assert not [step for step in steps if step.startswith(("state.reopen(", "state.bad_input("))]
-    assert len(steps) == len(DURABILITY_AS_SHRUNK) - 4
+    assert not [step for step in steps if step.startswith(("state.reopen(", "state.bad_input(", "state.step_back("))]
+    assert len(steps) == len(DURABILITY_AS_SHRUNK) - 5

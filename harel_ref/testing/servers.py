@@ -1,5 +1,5 @@
-"""Throwaway PostgreSQL and Redis servers, started from the Debian binaries, for tests and
-certification runs.
+"""Throwaway PostgreSQL, Redis and MongoDB-protocol servers for tests and certification runs:
+Postgres and Redis from the Debian binaries, Mongo as mongo-java-server from Maven Central.
 
     from harel_ref.testing.servers import PostgresServer, RedisServer
 
@@ -10,6 +10,8 @@ certification runs.
     with RedisServer(appendonly=True) as redis:
         url = redis.url                 # redis://127.0.0.1:<port>/0
         redis.restart()                 # a restart: what AOF keeps comes back
+    with MongoServer() as mongo:        # mongo-java-server 1.47.0, in memory
+        url = mongo.url                 # mongodb://127.0.0.1:<port>
 
 Each server lives in its own temporary directory (data, socket, log), listens on 127.0.0.1 only,
 on a port the kernel picked free, and is stopped and deleted on ``close()`` (or at the end of the
@@ -20,12 +22,20 @@ Debian's package creates, through ``runuser``, and its directory is handed to th
 
 The binaries are found on ``PATH``, then in ``/usr/lib/postgresql/<version>/bin`` (Debian keeps
 ``initdb`` and ``pg_ctl`` there, off ``PATH``).  A missing binary raises :class:`ServerUnavailable`
-naming the Debian package to install (``postgresql``, ``redis-server``).
+naming the Debian package to install (``postgresql``, ``redis-server``, ``maven``,
+``openjdk-17-jre-headless``).
+
+The Mongo server runs a small Java main (:data:`MONGO_MAIN`, compiled by Java's source launcher)
+on the classpath Maven resolves for mongo-java-server (:func:`maven_classpath`, cached under
+``~/.cache/harel-ref/maven``; the first resolution downloads about 5 MB from Maven Central).
+The main reports MongoDB 4.4, wire version 9, which PyMongo 4 requires (mongo-java-server
+1.47.0 reports 8), and binds 127.0.0.1 only.
 """
 
 from __future__ import annotations
 
 import atexit
+import fcntl
 import glob
 import os
 import shutil
@@ -35,7 +45,7 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["PostgresServer", "RedisServer", "ServerUnavailable"]
+__all__ = ["MongoServer", "PostgresServer", "RedisServer", "ServerUnavailable", "maven_classpath"]
 
 
 class ServerUnavailable(RuntimeError):
@@ -197,3 +207,114 @@ class RedisServer(_Server):
     def restart(self, *, kill: bool = False) -> None:
         self.stop(kill=kill)
         self.start()
+
+
+# --- servers that run on the JVM, from Maven Central ------------------------------------------
+
+MONGO_ARTIFACTS = ("de.bwaldvogel:mongo-java-server:1.47.0", "de.bwaldvogel:mongo-java-server-memory-backend:1.47.0",
+                   "org.slf4j:slf4j-nop:2.0.17")
+"""mongo-java-server and its in-memory backend (slf4j-nop: no logging to the console)."""
+
+MONGO_MAIN = """\
+import de.bwaldvogel.mongo.MongoServer;
+import de.bwaldvogel.mongo.MongoVersion;
+import de.bwaldvogel.mongo.backend.memory.MemoryBackend;
+import java.util.List;
+
+public class HarelRefMongo {
+    public static void main(String[] args) throws Exception {
+        MemoryBackend backend = new MemoryBackend();
+        backend.version(new MongoVersion() {  // PyMongo 4 needs wire version 9 (MongoDB 4.4)
+            public List<Integer> getVersionArray() { return List.of(4, 4, 0); }
+            public int getWireVersion() { return 9; }
+        });
+        MongoServer server = new MongoServer(backend);
+        server.bind(args[0], Integer.parseInt(args[1]));
+        Runtime.getRuntime().addShutdownHook(new Thread(server::shutdownNow));
+        Thread.currentThread().join();
+    }
+}
+"""
+"""The Java main of :class:`MongoServer`: an in-memory mongo-java-server on ``host port``."""
+
+
+def _cache_directory() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "harel-ref" / "maven"
+
+
+def maven_classpath(name: str, artifacts: tuple[str, ...]) -> str:
+    """The classpath of ``artifacts`` (``group:artifact:version``) and what they depend on,
+    resolved by Maven from Maven Central once and cached under ``name`` (several processes
+    resolving at once wait for one another)."""
+    directory = _cache_directory() / name
+    directory.mkdir(parents=True, exist_ok=True)
+    classpath_file = directory / "classpath.txt"
+    with open(directory / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if classpath_file.exists():
+            classpath = classpath_file.read_text().strip()
+            if classpath and all(os.path.exists(jar) for jar in classpath.split(os.pathsep)):
+                return classpath
+        maven = shutil.which("mvn")
+        if maven is None:
+            raise ServerUnavailable("mvn not found: install Debian's maven package (apt-get install maven)")
+        dependencies = "".join(
+            f"<dependency><groupId>{group}</groupId><artifactId>{artifact}</artifactId>"
+            f"<version>{version}</version></dependency>"
+            for group, artifact, version in (coordinates.split(":") for coordinates in artifacts))
+        (directory / "pom.xml").write_text(
+            '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
+            f"<groupId>harel-ref</groupId><artifactId>{name}</artifactId><version>1</version>"
+            f"<dependencies>{dependencies}</dependencies></project>\n")
+        result = subprocess.run(
+            [maven, "-q", "-B", "dependency:build-classpath", f"-Dmdep.outputFile={classpath_file}"],
+            cwd=directory, capture_output=True, text=True, timeout=600,
+        )
+        if result.returncode != 0 or not classpath_file.exists():
+            classpath_file.unlink(missing_ok=True)
+            raise ServerUnavailable(f"Maven could not resolve {', '.join(artifacts)} ({result.returncode}): "
+                                    f"{(result.stdout + result.stderr).strip()[-2000:]}")
+        return classpath_file.read_text().strip()
+
+
+class MongoServer(_Server):
+    """mongo-java-server (an in-memory server of MongoDB's wire protocol, atomic per document,
+    without multi-document transactions) on 127.0.0.1.  It keeps nothing across a restart."""
+
+    def __init__(self, *, start: bool = True) -> None:
+        self._java = shutil.which("java")
+        if self._java is None:
+            raise ServerUnavailable("java not found: install Debian's openjdk-17-jre-headless package")
+        self._classpath = maven_classpath("mongo-java-server", MONGO_ARTIFACTS)
+        super().__init__("harel-ref-mongo-")
+        self.log = self.directory / "server.log"
+        self._main = self.directory / "HarelRefMongo.java"
+        self._main.write_text(MONGO_MAIN)
+        self._process: subprocess.Popen[bytes] | None = None
+        if start:
+            self.start()
+
+    @property
+    def url(self) -> str:
+        return f"mongodb://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self._process = subprocess.Popen(
+                [self._java, "-Xss512k", "-XX:+UseSerialGC", "-cp", self._classpath, str(self._main),
+                 "127.0.0.1", str(self.port)],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        self._running = True
+        _wait_for_port(self.port, 60, "mongo-java-server", self.log)
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None
+        self._running = False

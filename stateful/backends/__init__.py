@@ -43,6 +43,8 @@ BUNDLED: dict[str, str] = {
     "harel-postgres-async": "harel:harel_postgres_async",
     "harel-redis": "harel:harel_redis",
     "harel-redis-async": "harel:harel_redis_async",
+    "harel-mongo": "harel:harel_mongo",
+    "harel-mongo-async": "harel:harel_mongo_async",
 }
 
 
@@ -58,7 +60,7 @@ def load(name: str) -> Callable[[Path], Backend]:
 
 def clean_up(timeout: float = 10.0) -> None:
     """Remove what this process made on the user's servers (rqlite tables, Postgres tables and
-    functions, Redis keys), for each server backend loaded here; ``timeout`` bounds each rqlite
+    functions, Redis keys, Mongo collections), for each server backend loaded here; ``timeout`` bounds each rqlite
     request.  A certifier's search process calls it as it ends; the main process does at exit."""
     if (rqlite := sys.modules.get(f"{__name__}.rqlite")) is not None:
         rqlite.drop_opened_tables(timeout=timeout)
@@ -66,3 +68,5 @@ def clean_up(timeout: float = 10.0) -> None:
         postgres.drop_opened()
     if (redis := sys.modules.get(f"{__name__}.redis")) is not None:
         redis.delete_opened()
+    if (mongo := sys.modules.get(f"{__name__}.mongo")) is not None:
+        mongo.drop_opened()

@@ -16,6 +16,7 @@ namespaces of the search that runs it, which goes on after it.
 
 from __future__ import annotations
 
+import atexit
 import hashlib
 import multiprocessing
 import os
@@ -26,7 +27,7 @@ from typing import Any
 Remove = Callable[[Any, str], Any]
 """``remove(connection, prefix)``: delete everything one transport made under ``prefix``."""
 
-__all__ = ["ServerFromEnv", "prefix_for"]
+__all__ = ["ServerFromEnv", "prefix_for", "removed_at_exit"]
 
 
 def prefix_for(namespace: str, check: Callable[[str], Any]) -> str:
@@ -98,3 +99,19 @@ class ServerFromEnv:
         if failed is not None:
             raise failed
         return removed
+
+
+def removed_at_exit(remove: Callable[[], int]) -> Callable[[], int]:
+    """``remove`` (a module's ``drop_opened``), also run when the main process exits (see
+    :meth:`ServerFromEnv.removes_at_exit`); a server gone by then is let be."""
+
+    def at_exit() -> None:
+        if not ServerFromEnv.removes_at_exit():
+            return
+        try:
+            remove()
+        except Exception:  # nothing more can be done from here
+            pass
+
+    atexit.register(at_exit)
+    return remove

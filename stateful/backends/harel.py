@@ -5,9 +5,10 @@ These are harel's own classes, unchanged: the checkers speak harel's Protocol na
 durability and sharing can be checked: a namespace is a database file (SQLite, libSQL) or a
 table prefix in the cluster of the environment (rqlite, as in :mod:`harel_ref.stateful.backends.rqlite`).
 
-harel's Postgres and Redis transports run on the server of :mod:`.postgres` and :mod:`.redis`:
-the user's (``HAREL_POSTGRES_URL``, ``HAREL_REDIS_URL``), where the tables, functions and keys
-harel made are removed when the process exits, or a throwaway one started here.  Their acks are
+harel's Postgres, Redis and Mongo transports run on the server of :mod:`.postgres`, :mod:`.redis`
+and :mod:`.mongo`: the user's (``HAREL_POSTGRES_URL``, ``HAREL_REDIS_URL``, ``HAREL_MONGO_URL``),
+where the tables, functions, keys and collections harel made are removed when the process
+ends, or a throwaway one started here.  Their acks are
 fenced by the lease's token; fairness is stamped by the group's lease, which neither policy
 of SPEC R5 is, so they are declared ``"ack"``, the family they belong to, and the checkers show
 where they differ.  Redis keeps each lease as a ``SET ... PX`` on the server's clock: it is
@@ -30,7 +31,8 @@ from .sql import database_path, directory_for
 
 __all__ = [
     "CAPABILITIES", "FILE_CAPABILITIES", "POSTGRES_CAPABILITIES", "REDIS_CAPABILITIES", "harel_libsql",
-    "harel_libsql_async", "harel_memory", "harel_memory_async", "harel_postgres", "harel_postgres_async",
+    "harel_libsql_async", "harel_memory", "harel_memory_async", "harel_mongo", "harel_mongo_async",
+    "harel_postgres", "harel_postgres_async",
     "harel_redis", "harel_redis_async", "harel_rqlite", "harel_rqlite_async", "harel_sqlite",
     "harel_sqlite_async", "harel_tables",
 ]
@@ -46,6 +48,10 @@ POSTGRES_CAPABILITIES = Capabilities.harel(durable=True, shared=True, acks="fenc
 
 REDIS_CAPABILITIES = dataclasses.replace(POSTGRES_CAPABILITIES, clock="wall")
 """harel's Redis transports: as Postgres, but a lease ends on the server's clock."""
+
+MONGO_CAPABILITIES = POSTGRES_CAPABILITIES
+"""harel's Mongo transports: a lock document per group carries the token and the lease's end
+(read from the injected clock)."""
 
 
 def harel_tables(prefix: str) -> list[str]:
@@ -226,3 +232,56 @@ def harel_redis_async(tmp_dir: Path | str | None = None) -> Backend:
         return AsyncRedisTransport(redis.asyncio.Redis.from_url(url), clock, prefix=prefix)
 
     return Backend("harel-redis-async", factory, REDIS_CAPABILITIES, is_async=True)
+
+
+MONGO_DATABASE = "harel"
+"""The database harel's Mongo transports use by default (their collections are prefixed)."""
+
+
+def _harel_mongo_collections(prefix: str) -> list[str]:
+    from harel.engine.schema import Names
+
+    names = Names(prefix)
+    return [names.messages, names.transport_locks, names.transport_counters]
+
+
+def _drop_harel_mongo(client, prefix: str) -> None:
+    from .mongo import drop_collections
+
+    drop_collections(client, MONGO_DATABASE, _harel_mongo_collections(prefix))
+
+
+def harel_mongo(tmp_dir: Path | str | None = None) -> Backend:
+    import pymongo
+    from harel.engine.transport import MongoTransport
+
+    from .mongo import open_namespace
+
+    def factory(clock, namespace):
+        url, prefix = open_namespace(namespace, _harel_names, _drop_harel_mongo)
+        return _closed_on_error(pymongo.MongoClient(url),
+                                lambda client: MongoTransport(client, MONGO_DATABASE, clock, prefix=prefix))
+
+    return Backend("harel-mongo", factory, MONGO_CAPABILITIES)
+
+
+def harel_mongo_async(tmp_dir: Path | str | None = None) -> Backend:
+    """AsyncMongoTransport on a Motor client, as harel's ``from_url`` builds it (its ``close``
+    calls the client's ``close()`` without awaiting it, which is right for Motor and would leak
+    PyMongo's own AsyncMongoClient)."""
+    import motor.motor_asyncio
+    from harel.engine.aio_transport import AsyncMongoTransport
+
+    from .mongo import open_namespace
+
+    async def factory(clock, namespace):
+        url, prefix = open_namespace(namespace, _harel_names, _drop_harel_mongo)
+        client = motor.motor_asyncio.AsyncIOMotorClient(url)
+        try:  # the claim index, as harel's from_url makes it
+            await client[MONGO_DATABASE][_harel_mongo_collections(prefix)[1]].create_index("available_at")
+            return AsyncMongoTransport(client, MONGO_DATABASE, clock, prefix=prefix)
+        except BaseException:
+            client.close()
+            raise
+
+    return Backend("harel-mongo-async", factory, MONGO_CAPABILITIES, is_async=True)

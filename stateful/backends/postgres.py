@@ -15,7 +15,6 @@ The clock is injectable (``now`` is a parameter of every call) and fairness is s
 
 from __future__ import annotations
 
-import atexit
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -25,7 +24,7 @@ from harel_ref.testing.servers import PostgresServer
 from harel_ref.transport.postgres import PgNames
 
 from .._backend import Backend, Capabilities
-from ._server import ServerFromEnv
+from ._server import ServerFromEnv, removed_at_exit
 from ._server import prefix_for as _prefix_for
 
 __all__ = ["CAPABILITIES", "drop_opened", "open_namespace", "postgres", "postgres_async", "prefix_for", "server_url"]
@@ -102,19 +101,10 @@ def postgres_async(tmp_dir: Path | str | None = None) -> Backend:
     return Backend("postgres-async", factory, CAPABILITIES, is_async=True)
 
 
+@removed_at_exit
 def drop_opened() -> int:
     """Drop the tables and functions of every prefix this process opened on the server of
     ``HAREL_POSTGRES_URL``; return how many prefixes.  (A throwaway server goes as a whole.)"""
     import psycopg
 
     return _SERVER.remove_opened(lambda url: psycopg.connect(url, autocommit=True))
-
-
-@atexit.register
-def _drop_at_exit() -> None:
-    if not _SERVER.removes_at_exit():
-        return
-    try:
-        drop_opened()
-    except Exception:  # a server gone by now: nothing more can be done from here
-        pass

@@ -15,7 +15,6 @@ ack (SPEC R5), as upstream.
 
 from __future__ import annotations
 
-import atexit
 from pathlib import Path
 
 from harel_ref.testing.servers import RedisServer
@@ -23,7 +22,7 @@ from harel_ref.transport import AsyncRedisTransport, RedisTransport
 from harel_ref.transport.redis import key_prefix
 
 from .._backend import Backend, Capabilities
-from ._server import ServerFromEnv
+from ._server import ServerFromEnv, removed_at_exit
 from ._server import prefix_for as _prefix_for
 
 __all__ = ["CAPABILITIES", "delete_keys", "delete_opened", "open_namespace", "prefix_for", "redis", "redis_async", "server_url"]
@@ -86,19 +85,10 @@ def redis_async(tmp_dir: Path | str | None = None) -> Backend:
     return Backend("redis-async", factory, CAPABILITIES, is_async=True)
 
 
+@removed_at_exit
 def delete_opened() -> int:
     """Delete the keys of every prefix this process opened on the server of
     ``HAREL_REDIS_URL``; return how many prefixes.  (A throwaway server goes as a whole.)"""
     import redis as redis_py
 
     return _SERVER.remove_opened(redis_py.Redis.from_url)
-
-
-@atexit.register
-def _delete_at_exit() -> None:
-    if not _SERVER.removes_at_exit():
-        return
-    try:
-        delete_opened()
-    except Exception:  # a server gone by now: nothing more can be done from here
-        pass
