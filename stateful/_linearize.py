@@ -64,7 +64,8 @@ of the sizes the certifier records; the benchmark shows how far a correct histor
 
 DRAIN_WORKER = "drain"
 """Records of this worker are the final drain: a divergence there means a message was lost or
-duplicated (no-loss), whatever the claim's answer looks like."""
+duplicated (no-loss), whatever the claim's answer looks like, unless the drain handed out a
+message its group still holds, ahead of its head (fifo)."""
 
 
 @dataclass(frozen=True)
@@ -587,7 +588,7 @@ def _explain(calls: list[_Call], call: _Call, model: QueueModel) -> Linearizabil
         group = _field(lease, "group_id")
         if group in model.holds():
             holder = model.holds()[group][0]
-    if call.record.worker == DRAIN_WORKER:
+    if call.record.worker == DRAIN_WORKER and prop != "fifo":
         prop = "no-loss"  # the final drain gave something else than what was left
     elif call.op == "claim" and answer is None and prop == "no-loss" and _raced(call, calls, allowed):
         prop = "contention"  # if the rest is linearizable without it (check_linearizable)
