@@ -65,7 +65,7 @@ of the sizes the certifier records; the benchmark shows how far a correct histor
 DRAIN_WORKER = "drain"
 """Records of this worker are the final drain: a divergence there means a message was lost or
 duplicated (no-loss), whatever the claim's answer looks like, unless the drain handed out a
-message its group still holds, ahead of its head (fifo)."""
+message its group still holds ahead of the head, and the head came out later (fifo)."""
 
 
 @dataclass(frozen=True)
@@ -588,7 +588,7 @@ def _explain(calls: list[_Call], call: _Call, model: QueueModel) -> Linearizabil
         group = _field(lease, "group_id")
         if group in model.holds():
             holder = model.holds()[group][0]
-    if call.record.worker == DRAIN_WORKER and prop != "fifo":
+    if call.record.worker == DRAIN_WORKER and not (prop == "fifo" and _drained_later(call, calls, allowed)):
         prop = "no-loss"  # the final drain gave something else than what was left
     elif call.op == "claim" and answer is None and prop == "no-loss" and _raced(call, calls, allowed):
         prop = "contention"  # if the rest is linearizable without it (check_linearizable)
@@ -601,6 +601,17 @@ def _explain(calls: list[_Call], call: _Call, model: QueueModel) -> Linearizabil
         False, len(calls), 0, property=prop, step=step, expected=expected, answered=answered,
         state=describe_queue(model, clock), culprits=tuple(culprits),
     )
+
+
+def _drained_later(call: _Call, calls: list[_Call], allowed: Any) -> bool:
+    """Whether the heads the model allowed, of the group the drain's ``call`` took a later
+    message of, came out of the drain afterwards: then the order broke, and nothing was lost."""
+    group = _field(call.record.result, "group_id")
+    heads = {head.event for head in allowed if head is not None and head.group_id == group}
+    later = {_field(c.record.result, "event") for c in calls
+             if c.record.worker == DRAIN_WORKER and c.op == "claim" and c.known and c.invoke > call.invoke
+             and c.record.result is not None and _field(c.record.result, "group_id") == group}
+    return bool(heads) and heads <= later
 
 
 def _raced(call: _Call, calls: list[_Call], allowed: Any) -> bool:

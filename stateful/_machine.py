@@ -917,7 +917,7 @@ def _says_closed(error: Exception) -> bool:
     from harel_ref.transport import TransportClosedError
 
     said = f"{type(error).__name__} {error}".lower()
-    return isinstance(error, TransportClosedError) or re.search(r"\bclosed\b|\bafter close\b", said) is not None
+    return isinstance(error, TransportClosedError) or "closed" in said or re.search(r"\bafter close\b", said) is not None
 
 
 def describe_queue(model: QueueModel, clock: str) -> str:
@@ -990,7 +990,7 @@ def claim_check(allowed, lease, model: QueueModel, now: When, min_priority, rout
         return "fifo"  # the right group, not its head
     if group_id in holds and now.lo <= holds[group_id][1].hi:  # still held when claimed
         token, until = holds[group_id]
-        if now.hi >= until.lo:
-            return "lease-expiry"  # at the exact end of a lease or park (R3, R9)
-        return "parking" if token is None else "single-in-flight"
+        if token is None:
+            return "parking"  # at its end too: a park cut short shows only there
+        return "lease-expiry" if now.hi >= until.lo else "single-in-flight"  # at the boundary?
     return "fairness"

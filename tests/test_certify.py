@@ -476,5 +476,6 @@ def test_an_error_that_says_the_transport_or_its_client_is_closed_is_what_close_
 
     assert _says_closed(InvalidOperation("Cannot use MongoClient after close"))
     assert _says_closed(RuntimeError("the connection is closed"))
+    assert _says_closed(type("ClosedResourceError", (Exception,), {})())  # the type says it (anyio)
     assert not _says_closed(RuntimeError("connection refused"))
     assert not _says_closed(ValueError("the closest group was chosen"))

@@ -23,7 +23,7 @@ Debian's package creates, through ``runuser``, and its directory is handed to th
 The binaries are found on ``PATH``, then in ``/usr/lib/postgresql/<version>/bin`` (Debian keeps
 ``initdb`` and ``pg_ctl`` there, off ``PATH``).  A missing binary raises :class:`ServerUnavailable`
 naming the Debian package to install (``postgresql``, ``redis-server``, ``maven``,
-``openjdk-17-jre-headless``).
+``default-jre-headless``).
 
 The Mongo server runs a small Java main (:data:`MONGO_MAIN`, compiled by Java's source launcher)
 on the classpath Maven resolves for mongo-java-server (:func:`maven_classpath`, cached under
@@ -37,6 +37,7 @@ from __future__ import annotations
 import atexit
 import fcntl
 import glob
+import hashlib
 import os
 import shutil
 import socket
@@ -229,8 +230,15 @@ public class HarelRefMongo {
             public int getWireVersion() { return 9; }
         });
         MongoServer server = new MongoServer(backend);
-        server.bind(args[0], Integer.parseInt(args[1]));
+        try {
+            server.bind(args[0], Integer.parseInt(args[1]));
+        } catch (RuntimeException e) {  // the port is taken: say so and end (netty's threads would keep the JVM up)
+            e.printStackTrace();
+            System.exit(1);
+        }
         Runtime.getRuntime().addShutdownHook(new Thread(server::shutdownNow));
+        System.out.println("harel-ref: listening");
+        System.out.flush();
         Thread.currentThread().join();
     }
 }
@@ -245,9 +253,10 @@ def _cache_directory() -> Path:
 
 def maven_classpath(name: str, artifacts: tuple[str, ...]) -> str:
     """The classpath of ``artifacts`` (``group:artifact:version``) and what they depend on,
-    resolved by Maven from Maven Central once and cached under ``name`` (several processes
-    resolving at once wait for one another)."""
-    directory = _cache_directory() / name
+    resolved by Maven from Maven Central once and cached under ``name`` and a digest of the
+    artifacts (several processes resolving at once wait for one another)."""
+    digest = hashlib.sha256("\n".join(artifacts).encode()).hexdigest()[:12]  # other versions, another entry
+    directory = _cache_directory() / f"{name}-{digest}"
     directory.mkdir(parents=True, exist_ok=True)
     classpath_file = directory / "classpath.txt"
     with open(directory / ".lock", "w") as lock:
@@ -267,10 +276,14 @@ def maven_classpath(name: str, artifacts: tuple[str, ...]) -> str:
             '<project xmlns="http://maven.apache.org/POM/4.0.0"><modelVersion>4.0.0</modelVersion>'
             f"<groupId>harel-ref</groupId><artifactId>{name}</artifactId><version>1</version>"
             f"<dependencies>{dependencies}</dependencies></project>\n")
-        result = subprocess.run(
-            [maven, "-q", "-B", "dependency:build-classpath", f"-Dmdep.outputFile={classpath_file}"],
-            cwd=directory, capture_output=True, text=True, timeout=600,
-        )
+        try:
+            result = subprocess.run(
+                [maven, "-q", "-B", "dependency:build-classpath", f"-Dmdep.outputFile={classpath_file}"],
+                cwd=directory, capture_output=True, text=True, timeout=600,
+            )
+        except subprocess.TimeoutExpired as exc:
+            classpath_file.unlink(missing_ok=True)
+            raise ServerUnavailable(f"Maven did not resolve {', '.join(artifacts)} within 600 s") from exc
         if result.returncode != 0 or not classpath_file.exists():
             classpath_file.unlink(missing_ok=True)
             raise ServerUnavailable(f"Maven could not resolve {', '.join(artifacts)} ({result.returncode}): "
@@ -285,7 +298,7 @@ class MongoServer(_Server):
     def __init__(self, *, start: bool = True) -> None:
         self._java = shutil.which("java")
         if self._java is None:
-            raise ServerUnavailable("java not found: install Debian's openjdk-17-jre-headless package")
+            raise ServerUnavailable("java not found: install Debian's default-jre-headless package (Java 17 or later)")
         self._classpath = maven_classpath("mongo-java-server", MONGO_ARTIFACTS)
         super().__init__("harel-ref-mongo-")
         self.log = self.directory / "server.log"
@@ -306,7 +319,13 @@ class MongoServer(_Server):
                  "127.0.0.1", str(self.port)],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         self._running = True
-        _wait_for_port(self.port, 60, "mongo-java-server", self.log)
+        deadline = time.monotonic() + 60
+        while b"harel-ref: listening" not in self.log.read_bytes():  # bound by this process, not another
+            if self._process.poll() is not None or time.monotonic() > deadline:
+                tail = self.log.read_text(errors="replace")[-2000:]
+                self.stop()
+                raise ServerUnavailable(f"mongo-java-server did not listen on 127.0.0.1:{self.port}; its log ends:\n{tail}")
+            time.sleep(0.05)
 
     def stop(self) -> None:
         if self._process is not None:
