@@ -60,8 +60,9 @@ def load(name: str) -> Callable[[Path], Backend]:
 
 def clean_up(timeout: float = 10.0) -> None:
     """Remove what this process made on the user's servers (rqlite tables, Postgres tables and
-    functions, Redis keys, Mongo collections), for each server backend loaded here; ``timeout`` bounds each rqlite
-    request.  A certifier's search process calls it as it ends; the main process does at exit."""
+    functions, Redis keys, Mongo collections), for each server backend loaded here; ``timeout``
+    bounds each rqlite request.  A certifier's search process calls it as it ends; the main
+    process does at exit."""
     if (rqlite := sys.modules.get(f"{__name__}.rqlite")) is not None:
         rqlite.drop_opened_tables(timeout=timeout)
     if (postgres := sys.modules.get(f"{__name__}.postgres")) is not None:
