@@ -3,6 +3,8 @@
 - The Hypothesis profile comes from $HYPOTHESIS_PROFILE (dev by default).
 - Tests import their helpers (broken.py, rqlite_support.py) from this folder.
 - Certifications run their searches one at a time (HAREL_REF_JOBS=1) unless a test asks.
+- In CI (``CI`` set) nothing may be skipped: a skipped test or module (a missing extra, server
+  or binary) is reported as a failure, with the skip's reason.
 - Every module of the project is imported here, up front.  Hypothesis draws some values from
   the literals of the local modules loaded so far, so without this a derandomized search could
   find a different example depending on which tests ran earlier in the same xdist worker.
@@ -10,6 +12,8 @@
 
 import importlib
 import os
+
+import pytest
 import pkgutil
 import sys
 import tempfile
@@ -72,3 +76,22 @@ def pytest_terminal_summary(terminalreporter):
         for nodeid, line in sorted(_counts):
             for part in str(line).splitlines():
                 terminalreporter.write_line(f"{nodeid}: {part}")
+
+
+def _fail_skips_in_ci(report) -> None:
+    if os.environ.get("CI") and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped in CI, where nothing may be: {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    _fail_skips_in_ci(outcome.get_result())
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector):
+    outcome = yield
+    _fail_skips_in_ci(outcome.get_result())
