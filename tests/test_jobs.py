@@ -131,6 +131,24 @@ def test_a_search_process_that_dies_costs_only_the_search_it_ran(project, monkey
     assert report.verdict("fifo").verdict == report.verdict("close").verdict == "passed"
 
 
+def test_a_search_process_stopped_during_its_clean_up_ends_quietly(capfd, tmp_path):
+    """Seen on a slow server (FerretDB): close() ended a search process still cleaning up, by
+    SIGTERM; the clean-up deferred the signal, and stop_on_signals raised it as the process
+    ended, with a traceback.  Now the process ends with 128 + 15 and says nothing."""
+    from harel_ref.certify._jobs import SearchProcesses
+    from jobs_support import run_nothing, terminated_while_cleaning_up
+
+    target = Target.from_bundled("memory", tmp_path)
+    pool = SearchProcesses(target, 1, run_nothing, terminated_while_cleaning_up)
+    assert pool.ready() is None
+    pool.submit(1, None, {})
+    assert [kind for kind, _, _ in pool.outcomes()] == ["done"]
+    workers = list(pool._workers.values())
+    pool.close()
+    assert [worker.exitcode for worker in workers] == [128 + 15]
+    assert "Traceback" not in capfd.readouterr().err
+
+
 def test_the_default_number_of_jobs(monkeypatch):
     monkeypatch.setenv("HAREL_REF_JOBS", "3")
     assert default_jobs() == 3

@@ -85,6 +85,8 @@ def _serve(target: Any, run: Callable, clean_up: Callable, tasks, results, start
                 raise
             # a signal (close()'s, or one to the whole group): the parent is stopping, quietly
             sys.exit(128 + stopped_by())
+        if stopped_by() is not None:  # a signal during the clean-up, deferred: as quietly, not
+            sys.exit(128 + stopped_by())  # raised by stop_on_signals as it ends (a traceback)
 
 
 def _serve_tasks(target: Any, run: Callable, clean_up: Callable, tasks, results, started) -> None:
