@@ -213,18 +213,22 @@ class RedisServer(_Server):
 # --- servers that run on the JVM, from Maven Central ------------------------------------------
 
 MONGO_ARTIFACTS = ("de.bwaldvogel:mongo-java-server:1.47.0", "de.bwaldvogel:mongo-java-server-memory-backend:1.47.0",
-                   "org.slf4j:slf4j-nop:2.0.17")
-"""mongo-java-server and its in-memory backend (slf4j-nop: no logging to the console)."""
+                   "de.bwaldvogel:mongo-java-server-h2-backend:1.47.0", "org.slf4j:slf4j-nop:2.0.17")
+"""mongo-java-server, its in-memory backend and its H2 backend (a file, for a server that keeps
+its data across a restart); slf4j-nop: no logging to the console."""
 
 MONGO_MAIN = """\
 import de.bwaldvogel.mongo.MongoServer;
 import de.bwaldvogel.mongo.MongoVersion;
+import de.bwaldvogel.mongo.backend.AbstractMongoBackend;
+import de.bwaldvogel.mongo.backend.h2.H2Backend;
 import de.bwaldvogel.mongo.backend.memory.MemoryBackend;
 import java.util.List;
 
 public class HarelRefMongo {
     public static void main(String[] args) throws Exception {
-        MemoryBackend backend = new MemoryBackend();
+        // host port [file]: in memory, or in an H2 file that a clean stop writes out
+        AbstractMongoBackend backend = args.length > 2 ? new H2Backend(args[2]) : new MemoryBackend();
         backend.version(new MongoVersion() {  // PyMongo 4 needs wire version 9 (MongoDB 4.4)
             public List<Integer> getVersionArray() { return List.of(4, 4, 0); }
             public int getWireVersion() { return 9; }
@@ -243,7 +247,8 @@ public class HarelRefMongo {
     }
 }
 """
-"""The Java main of :class:`MongoServer`: an in-memory mongo-java-server on ``host port``."""
+"""The Java main of :class:`MongoServer`: a mongo-java-server on ``host port``, in memory or in
+the H2 file given third."""
 
 
 def _cache_directory() -> Path:
@@ -293,9 +298,14 @@ def maven_classpath(name: str, artifacts: tuple[str, ...]) -> str:
 
 class MongoServer(_Server):
     """mongo-java-server (an in-memory server of MongoDB's wire protocol, atomic per document,
-    without multi-document transactions) on 127.0.0.1.  It keeps nothing across a restart."""
+    without multi-document transactions) on 127.0.0.1.
 
-    def __init__(self, *, start: bool = True) -> None:
+    In memory it keeps nothing across a restart.  ``persistent=True`` keeps the data in an H2
+    file in its directory instead: a clean stop (SIGTERM) writes it out, and a restart finds
+    every acknowledged write again."""
+
+    def __init__(self, *, start: bool = True, persistent: bool = False) -> None:
+        self.persistent = persistent
         self._java = shutil.which("java")
         if self._java is None:
             raise ServerUnavailable("java not found: install Debian's default-jre-headless package (Java 17 or later)")
@@ -313,14 +323,15 @@ class MongoServer(_Server):
         return f"mongodb://127.0.0.1:{self.port}"
 
     def start(self) -> None:
+        started_at = self.log.stat().st_size if self.log.exists() else 0  # a restart's log goes on
         with open(self.log, "ab") as log:
             self._process = subprocess.Popen(
                 [self._java, "-Xss512k", "-XX:+UseSerialGC", "-cp", self._classpath, str(self._main),
-                 "127.0.0.1", str(self.port)],
+                 "127.0.0.1", str(self.port), *([str(self.directory / "data.mv.db")] if self.persistent else [])],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         self._running = True
         deadline = time.monotonic() + 60
-        while b"harel-ref: listening" not in self.log.read_bytes():  # bound by this process, not another
+        while b"harel-ref: listening" not in self.log.read_bytes()[started_at:]:  # bound by this process, not another
             if self._process.poll() is not None or time.monotonic() > deadline:
                 tail = self.log.read_text(errors="replace")[-2000:]
                 self.stop()
@@ -337,3 +348,9 @@ class MongoServer(_Server):
                 self._process.wait()
             self._process = None
         self._running = False
+
+    def restart(self) -> None:
+        """Stop the server and start it again on the same port: empty in memory, as it was
+        when persistent."""
+        self.stop()
+        self.start()
