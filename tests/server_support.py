@@ -1,4 +1,4 @@
-"""Shared by the Postgres and Redis test modules: is a server there, and the concurrent
+"""Shared by the Postgres, Redis and Mongo test modules: is a server there, and the concurrent
 properties with branches in processes."""
 
 from __future__ import annotations
@@ -29,6 +29,15 @@ def require_server(variable: str, binary: str, package: str) -> None:
         if os.environ.get("CI"):
             raise RuntimeError(f"these tests cannot run in CI: {why}") from exc
         pytest.skip(why, allow_module_level=True)
+
+
+def require_mongo(*, motor: bool = True) -> None:
+    """Skip the calling test (saying why) when the Mongo server cannot start here, or PyMongo
+    (and Motor, for harel's async transport) is missing; in CI, fail."""
+    for module in ("pymongo", "motor") if motor else ("pymongo",):
+        pytest.importorskip(module, reason="the mongo extra is not installed: pip install 'harel-ref[mongo]'")
+    require_server("HAREL_MONGO_URL", "java", "default-jre-headless")
+    require_server("HAREL_MONGO_URL", "mvn", "maven")
 
 
 def assert_concurrent_properties_pass_in_processes(names: list[str], directory) -> None:

@@ -22,6 +22,7 @@ from .memory import InMemoryStore, InMemoryTransport
 
 __all__ = [
     "AsyncLibsqlTransport",
+    "AsyncMongoTransport",
     "AsyncPostgresTransport",
     "AsyncRedisTransport",
     "AsyncRqliteTransport",
@@ -32,6 +33,7 @@ __all__ = [
     "InMemoryTransport",
     "Lease",
     "LibsqlTransport",
+    "MongoTransport",
     "OutcomeUnknownError",
     "PostgresTransport",
     "RedisTransport",
@@ -54,6 +56,8 @@ _LAZY = {
     "PostgresTransport": ("postgres", "postgres"),
     "AsyncPostgresTransport": ("postgres", "postgres"),
     "RedisTransport": ("redis", "redis"),
+    "MongoTransport": ("mongo", "mongo"),
+    "AsyncMongoTransport": ("mongo", "mongo"),
     "AsyncRedisTransport": ("redis", "redis"),
 }
 

@@ -30,6 +30,8 @@ BUNDLED: dict[str, str] = {
     "postgres-async": "postgres:postgres_async",
     "redis": "redis:redis",
     "redis-async": "redis:redis_async",
+    "mongo": "mongo:mongo",
+    "mongo-async": "mongo:mongo_async",
     # the transports of the installed harel package (harel-ref[harel]), speaking its Protocol
     "harel-memory": "harel:harel_memory",
     "harel-memory-async": "harel:harel_memory_async",
