@@ -1,9 +1,10 @@
-"""harel-ref's Postgres and Redis transports beside the queues a user would run on the same servers.
+"""harel-ref's Postgres, Redis and Mongo transports beside the queues a user would run on the same servers.
 
-    pip install -e '.[all]'                              # psycopg, redis-py, harel 0.9.0
+    pip install -e '.[all]'                              # psycopg, redis-py, PyMongo, harel 0.9.0
     python benchmarks/servers.py                         # durable throwaway servers, 3 rounds
     python benchmarks/servers.py --seconds 1 --rounds 1 --scale 0.05   # to try it out
-    HAREL_POSTGRES_URL=... HAREL_REDIS_URL=... python benchmarks/servers.py   # servers of yours
+    python benchmarks/servers.py --servers mongo         # one family (postgres, redis, mongo)
+    HAREL_POSTGRES_URL=... HAREL_REDIS_URL=... HAREL_MONGO_URL=... python benchmarks/servers.py   # servers of yours
 
 **Throughput**: claim+ack per second for ``--seconds``, with 1, 4 and 16 workers (threads, each
 with its own transport and connection), the queue holding ``--messages`` messages in
@@ -13,10 +14,15 @@ with its own transport and connection), the queue holding ``--messages`` message
   nack, no arrival order); a plain ``SKIP LOCKED`` job table without groups (one row per job,
   claim = lease the first free row, ack = delete it): the known limit of that design;
 - Redis: harel-ref ``RedisTransport``; harel 0.9.0's ``RedisTransport``; a plain reliable queue
-  (``LMOVE jobs processing``, ack = ``LREM processing``), without groups.
+  (``LMOVE jobs processing``, ack = ``LREM processing``), without groups;
+- Mongo (mongo-java-server 1.47.0 in memory, or a server of yours): harel-ref
+  ``MongoTransport`` (compare-and-set, no transactions, docs/mongo.md); harel 0.9.0's
+  ``MongoTransport`` (one ``find_one_and_update`` per claim, unfenced park); a plain job
+  collection without groups (claim = ``find_one_and_update`` of the first due job, ack =
+  ``delete_one``).
 
 **Claim latency** (the median of ``--samples`` claims, each followed by an untimed ack) for
-harel-ref and harel 0.9.0 on both servers: (a) 1,000 groups; (c) 100,000 groups of which 20,000
+harel-ref and harel 0.9.0 on each server: (a) 1,000 groups; (c) 100,000 groups of which 20,000
 are blocked (half leased, half parked, until far in the future).
 
 Every figure is measured ``--rounds`` times with the peers in a rotating order, and the median
@@ -69,37 +75,61 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--scale", type=float, default=1.0, help="latency: scenario sizes times this")
     parser.add_argument("--only", choices=["throughput", "latency"])
+    parser.add_argument("--servers", default="postgres,redis,mongo",
+                        help="the families to run, comma-separated (default: postgres,redis,mongo)")
     args = parser.parse_args()
+    kinds = [kind.strip() for kind in args.servers.split(",") if kind.strip()]
+    if not kinds or set(kinds) - set(SERVERS):
+        parser.error(f"--servers takes some of {', '.join(SERVERS)}, got {args.servers!r}")
 
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}, python {sys.version.split()[0]}, {os.cpu_count()} cores, {load()}",
           flush=True)
     with ExitStack() as stack:
-        pg_url, redis_url = servers(stack)
+        urls = {kind: start(stack) for kind, start in SERVERS.items() if kind in kinds}
         if args.only in (None, "throughput"):
-            throughput_table(pg_url, redis_url, args)
+            throughput_table(urls, args)
         if args.only in (None, "latency"):
-            latency_table(pg_url, redis_url, args)
+            latency_table(urls, args)
     print(f"\n# done, {load()}")
 
 
-def servers(stack: ExitStack) -> tuple[str, str]:
-    from harel_ref.testing.servers import PostgresServer, RedisServer
+def _postgres_server(stack: ExitStack) -> str:
+    from harel_ref.testing.servers import PostgresServer
 
-    pg_url = os.environ.get("HAREL_POSTGRES_URL") or stack.enter_context(PostgresServer(durable=True)).url
-    redis_url = os.environ.get("HAREL_REDIS_URL") or stack.enter_context(RedisServer()).url
+    url = os.environ.get("HAREL_POSTGRES_URL") or stack.enter_context(PostgresServer(durable=True)).url
     import psycopg
 
-    with psycopg.connect(pg_url) as conn:
+    with psycopg.connect(url) as conn:
         version = conn.execute("SHOW server_version").fetchone()[0]
         fsync = conn.execute("SHOW fsync").fetchone()[0]
-    import redis
+    print(f"# postgres {version} (fsync {fsync})", flush=True)
+    return url
 
-    client = redis.Redis.from_url(redis_url)
-    redis_version = client.info("server")["redis_version"]
+
+def _redis_server(stack: ExitStack) -> str:
+    from harel_ref.testing.servers import RedisServer
+
+    url = os.environ.get("HAREL_REDIS_URL") or stack.enter_context(RedisServer()).url
+    client = _redis(url)
+    version = client.info("server")["redis_version"]
     aof = client.config_get("appendonly")["appendonly"]
     client.close()
-    print(f"# postgres {version} (fsync {fsync}), redis {redis_version} (appendonly {aof})", flush=True)
-    return pg_url, redis_url
+    print(f"# redis {version} (appendonly {aof})", flush=True)
+    return url
+
+
+def _mongo_server(stack: ExitStack) -> str:
+    from harel_ref.testing.servers import MongoServer
+
+    url = os.environ.get("HAREL_MONGO_URL") or stack.enter_context(MongoServer()).url
+    with _mongo(url) as client:
+        version = client.server_info().get("version")
+    print(f"# mongo {version} at {url}" + ("" if os.environ.get("HAREL_MONGO_URL") else " (mongo-java-server 1.47.0, memory backend)"),
+          flush=True)
+    return url
+
+
+SERVERS = {"postgres": _postgres_server, "redis": _redis_server, "mongo": _mongo_server}
 
 
 # --- Postgres peers ----------------------------------------------------------------------------
@@ -331,6 +361,134 @@ def _delete(client: Any, pattern: str) -> None:
         client.delete(*keys[start:start + 1000])
 
 
+# --- Mongo peers -------------------------------------------------------------------------------
+
+MONGO_DATABASE = "harel_bench"
+
+
+def _mongo(url: str):
+    import pymongo
+
+    return pymongo.MongoClient(url)
+
+
+def harel_ref_mongo(url: str, prefix: str = "bench_ref") -> Peer:
+    from harel_ref.transport import MongoTransport
+    from harel_ref.transport._base import PARKED
+    from harel_ref.transport.mongo import FREE, SCHEMA_VERSION, MongoNames
+
+    n = MongoNames.named(prefix)
+
+    def fill(messages: int, groups: int, blocked: int = 0) -> None:
+        with _mongo(url) as client:
+            db = client[MONGO_DATABASE]
+            for name in n:
+                db.drop_collection(name)
+            group_docs, message_docs, seq = [], [], 0
+            for i in range(1, blocked + 1):  # first in claim order (stamp 0), half leased, half parked
+                seq += 1
+                message_docs.append({"_id": seq, "g": f"b{i}", "e": EVENT})
+                group_docs.append({"_id": f"b{i}", "priority": 0, "key": None, "stamp": 0, "arrival": seq,
+                                   "life": f"b{i}", "queue": [seq], "tail": seq,
+                                   "holder": f"bench:token{i}" if i % 2 else PARKED, "ends": FAR,
+                                   "leased": seq if i % 2 else None})
+            queues: dict[int, list[int]] = {}
+            for i in range(messages):
+                seq += 1
+                message_docs.append({"_id": seq, "g": f"g{i % groups + 1}", "e": EVENT})
+                queues.setdefault(i % groups + 1, []).append(seq)
+            for i, queue in queues.items():
+                group_docs.append({"_id": f"g{i}", "priority": 0, "key": None, "stamp": 1, "arrival": queue[0],
+                                   "life": f"g{i}", "queue": queue, "tail": queue[-1], "holder": None, "ends": FREE,
+                                   "leased": None})
+            for collection, docs in ((n.messages, message_docs), (n.groups, group_docs)):
+                for start in range(0, len(docs), 10_000):
+                    db[collection].insert_many(docs[start:start + 10_000])
+            db[n.counters].insert_many([{"_id": "seq", "value": seq}, {"_id": "schema", "version": SCHEMA_VERSION}])
+
+    def worker():
+        transport = MongoTransport(url, prefix=prefix, database=MONGO_DATABASE)
+        return (lambda: transport.claim("bench", 60.0)), transport.ack, transport.close
+
+    def close() -> None:
+        with _mongo(url) as client:
+            for name in n:
+                client[MONGO_DATABASE].drop_collection(name)
+
+    return Peer(fill, worker, close)
+
+
+def harel_mongo(url: str, prefix: str = "bench_harel") -> Peer:
+    from harel.engine.schema import Names
+    from harel.engine.transport import MongoTransport as HarelMongo
+
+    from harel_ref.stateful._harel import to_event
+
+    names = Names(prefix)
+    collections = (names.messages, names.transport_locks, names.transport_counters)
+    event = to_event("bench").model_dump_json()
+
+    def fill(messages: int, groups: int, blocked: int = 0) -> None:
+        with _mongo(url) as client:
+            db = client[MONGO_DATABASE]
+            for name in collections:
+                db.drop_collection(name)
+            HarelMongo(client, MONGO_DATABASE, prefix=prefix)  # creates its claim index
+            locks, docs, seq = [], [], 0
+            for i in range(1, blocked + 1):
+                seq += 1
+                docs.append({"_id": seq, "group_id": f"b{i}", "event": event})
+                locks.append({"_id": f"b{i}", "available_at": FAR, "token": f"bench:token{i}", "priority": 0})
+            for i in range(messages):
+                seq += 1
+                docs.append({"_id": seq, "group_id": f"g{i % groups + 1}", "event": event})
+            locks += [{"_id": f"g{i}", "available_at": 1.0, "token": None, "priority": 0} for i in range(1, groups + 1)]
+            for collection, batch in ((names.messages, docs), (names.transport_locks, locks)):
+                for start in range(0, len(batch), 10_000):
+                    db[collection].insert_many(batch[start:start + 10_000])
+            db[names.transport_counters].insert_one({"_id": "seq", "n": seq})
+
+    def worker():
+        client = _mongo(url)
+        transport = HarelMongo(client, MONGO_DATABASE, prefix=prefix, create_schema=False)
+        return (lambda: transport.claim("bench", 60.0)), transport.ack, client.close
+
+    def close() -> None:
+        with _mongo(url) as client:
+            for name in collections:
+                client[MONGO_DATABASE].drop_collection(name)
+
+    return Peer(fill, worker, close)
+
+
+def find_and_modify_jobs(url: str, collection: str = "bench_jobs") -> Peer:
+    def fill(messages: int, groups: int, blocked: int = 0) -> None:
+        with _mongo(url) as client:
+            db = client[MONGO_DATABASE]
+            db.drop_collection(collection)
+            for start in range(0, messages, 10_000):
+                db[collection].insert_many([{"_id": i, "payload": EVENT, "available_at": 0.0}
+                                            for i in range(start, min(messages, start + 10_000))])
+
+    def worker():
+        client = _mongo(url)
+        jobs = client[MONGO_DATABASE][collection]
+
+        def claim():
+            now = time.time()
+            job = jobs.find_one_and_update({"available_at": {"$lte": now}}, {"$set": {"available_at": now + 60.0}},
+                                           sort=[("_id", 1)])
+            return job and job["_id"]
+
+        return claim, lambda job: jobs.delete_one({"_id": job}), client.close
+
+    def close() -> None:
+        with _mongo(url) as client:
+            client[MONGO_DATABASE].drop_collection(collection)
+
+    return Peer(fill, worker, close)
+
+
 # --- Throughput --------------------------------------------------------------------------------
 
 
@@ -373,15 +531,27 @@ def run_workers(peer: Peer, workers: int, seconds: float, backlog: int) -> float
     return None if ran_out.is_set() else sum(done) / elapsed
 
 
-def throughput_table(pg_url: str, redis_url: str, args: argparse.Namespace) -> None:
-    families = {
-        "Postgres": {"harel-ref PostgresTransport": harel_ref_postgres(pg_url),
-                     "harel 0.9.0 PostgresTransport": harel_postgres(pg_url),
-                     "plain SKIP LOCKED job table (no groups)": skip_locked_jobs(pg_url)},
-        "Redis": {"harel-ref RedisTransport": harel_ref_redis(redis_url),
-                  "harel 0.9.0 RedisTransport": harel_redis(redis_url),
-                  "plain LMOVE reliable queue (no groups)": lmove_queue(redis_url)},
-    }
+THROUGHPUT_PEERS = {
+    "postgres": ("Postgres", {"harel-ref PostgresTransport": harel_ref_postgres,
+                              "harel 0.9.0 PostgresTransport": harel_postgres,
+                              "plain SKIP LOCKED job table (no groups)": skip_locked_jobs}),
+    "redis": ("Redis", {"harel-ref RedisTransport": harel_ref_redis,
+                        "harel 0.9.0 RedisTransport": harel_redis,
+                        "plain LMOVE reliable queue (no groups)": lmove_queue}),
+    "mongo": ("Mongo", {"harel-ref MongoTransport": harel_ref_mongo,
+                        "harel 0.9.0 MongoTransport": harel_mongo,
+                        "plain find_one_and_update job collection (no groups)": find_and_modify_jobs}),
+}
+LATENCY_PEERS = {
+    "postgres": {"harel-ref postgres": harel_ref_postgres, "harel 0.9.0 postgres": harel_postgres},
+    "redis": {"harel-ref redis": harel_ref_redis, "harel 0.9.0 redis": harel_redis},
+    "mongo": {"harel-ref mongo": harel_ref_mongo, "harel 0.9.0 mongo": harel_mongo},
+}
+
+
+def throughput_table(urls: dict[str, str], args: argparse.Namespace) -> None:
+    families = {THROUGHPUT_PEERS[kind][0]: {name: make(url) for name, make in THROUGHPUT_PEERS[kind][1].items()}
+                for kind, url in urls.items()}
     try:
         for family, peers in families.items():
             print(f"\n# {family} throughput: claim+ack per second over {args.seconds:g} s (or until nine tenths of"
@@ -433,12 +603,11 @@ def claim_latency(peer: Peer, samples: int) -> float:
         close()
 
 
-def latency_table(pg_url: str, redis_url: str, args: argparse.Namespace) -> None:
+def latency_table(urls: dict[str, str], args: argparse.Namespace) -> None:
     small = max(10, int(1_000 * args.scale))
     big, blocked = max(20, int(80_000 * args.scale)), max(10, int(20_000 * args.scale))
     scenarios = {"(a)": (small, small, 0), "(c)": (big, big, blocked)}  # messages, groups, blocked
-    peers = {"harel-ref postgres": harel_ref_postgres(pg_url), "harel 0.9.0 postgres": harel_postgres(pg_url),
-             "harel-ref redis": harel_ref_redis(redis_url), "harel 0.9.0 redis": harel_redis(redis_url)}
+    peers = {name: make(url) for kind, url in urls.items() for name, make in LATENCY_PEERS[kind].items()}
     print(f"\n# claim latency: median of {args.samples} claims (each followed by an untimed ack), {args.rounds} rounds;"
           f" (a) {small:,} groups; (c) {big + blocked:,} groups of which {blocked:,} blocked", flush=True)
     try:
