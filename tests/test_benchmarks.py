@@ -32,6 +32,9 @@ def test_peers_prints_every_peer_and_every_scenario():
 
 
 def test_servers_prints_every_peer_at_every_worker_count_and_both_scenarios():
+    from server_support import require_mongo
+
+    require_mongo(motor=False)
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "servers.py"), "--rounds", "1", "--seconds", "0.3",
          "--messages", "3000", "--groups", "200", "--samples", "5", "--scale", "0.002"],
@@ -40,11 +43,12 @@ def test_servers_prints_every_peer_at_every_worker_count_and_both_scenarios():
     assert result.returncode == 0, result.stderr[-3000:]
     out = result.stdout
     for row in ["harel-ref PostgresTransport", "harel 0.9.0 PostgresTransport", "plain SKIP LOCKED job table",
-                "harel-ref RedisTransport", "harel 0.9.0 RedisTransport", "plain LMOVE reliable queue"]:
+                "harel-ref RedisTransport", "harel 0.9.0 RedisTransport", "plain LMOVE reliable queue",
+                "harel-ref MongoTransport", "harel 0.9.0 MongoTransport", "plain find_one_and_update job collection"]:
         assert re.search(rf"^\| {re.escape(row)}[^|]*(\| [\d,]+ \([^|]*){{3}}\|$", out, re.MULTILINE), (row, out)
     for scenario in "ac":
-        assert re.search(rf"^\| \({scenario}\) (\| [\d,]+ \([^|]*){{4}}\|$", out, re.MULTILINE), (scenario, out)
-    assert "load average" in out and "fsync on" in out
+        assert re.search(rf"^\| \({scenario}\) (\| [\d,]+ \([^|]*){{6}}\|$", out, re.MULTILINE), (scenario, out)
+    assert "load average" in out and "fsync on" in out and "mongo-java-server 1.47.0" in out
 
 
 def _worktrees() -> set[str]:
