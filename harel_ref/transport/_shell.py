@@ -20,6 +20,9 @@ So a backend is its own three pieces, and nothing else:
   driver library's errors into R17's classes; :meth:`Shell._release` closes the connection;
 - **an async driver**: the same two, awaited, in :class:`AsyncShell`.
 
+:func:`run_steps` and :func:`run_steps_async` are the loop of a driver that performs one step
+at a time (Redis's scripts, Mongo's requests).
+
 ``_serial`` is what a call holds from step 2 to step 5: a lock when the connection serves one
 call at a time (an SQLite connection, whose transaction belongs to the connection, not the
 caller), nothing when the driver's client may be shared (a pool, a Redis client, httpx).
@@ -28,7 +31,7 @@ caller), nothing when the driver's client may be shared (a pool, a Redis client,
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Generator, Iterable
+from collections.abc import Awaitable, Callable, Generator, Iterable
 from typing import Any, Protocol, TypeVar
 
 from ._base import (
@@ -45,12 +48,33 @@ from ._base import (
     read_clock,
 )
 
-__all__ = ["AsyncShell", "Core", "Shell", "Steps"]
+__all__ = ["AsyncShell", "Core", "Shell", "Steps", "run_steps", "run_steps_async"]
 
 T = TypeVar("T")
 
 Steps = Generator[Any, Any, T]
 """An operation as a backend runs it: yields what to send, is sent each answer, returns the result."""
+
+
+def run_steps(steps: Steps[T], perform: Callable[[Any], Any]) -> T:
+    """Carry ``steps`` out: each step it yields goes to ``perform``, whose answer is sent back;
+    the operation's result is what the steps return.  A driver's loop, for ``_drive``."""
+    answer = None
+    try:
+        while True:
+            answer = perform(steps.send(answer))
+    except StopIteration as done:
+        return done.value
+
+
+async def run_steps_async(steps: Steps[T], perform: Callable[[Any], Awaitable[Any]]) -> T:
+    """:func:`run_steps` with ``perform`` awaited."""
+    answer = None
+    try:
+        while True:
+            answer = await perform(steps.send(answer))
+    except StopIteration as done:
+        return done.value
 
 
 class Core(Protocol):

@@ -76,7 +76,7 @@ from ._base import (
     default_clock,
     without_password,
 )
-from ._shell import AsyncShell, Shell, Steps, T
+from ._shell import AsyncShell, Shell, Steps, T, run_steps, run_steps_async
 
 __all__ = ["AsyncMongoTransport", "DATABASE", "MongoNames", "MongoTransport", "SCHEMA_VERSION"]
 
@@ -383,17 +383,14 @@ class MongoTransport(Shell):
             raise
 
     def _drive(self, operation: str, steps: Steps[T]) -> T:
-        answer = None
-        try:
-            while True:
-                step = steps.send(answer)
-                with _errors(self.url, operation, step):
-                    try:
-                        answer = _answer(step, _request(self._db, step))
-                    except Exception as exc:
-                        answer = _refused(step, exc)
-        except StopIteration as done:
-            return done.value
+        return run_steps(steps, lambda step: self._perform(operation, step))
+
+    def _perform(self, operation: str, step: Any) -> Any:
+        with _errors(self.url, operation, step):
+            try:
+                return _answer(step, _request(self._db, step))
+            except Exception as exc:
+                return _refused(step, exc)
 
     def _release(self) -> None:
         self._client.close()
@@ -433,17 +430,14 @@ class AsyncMongoTransport(AsyncShell):
         return transport
 
     async def _drive(self, operation: str, steps: Steps[T]) -> T:
-        answer = None
-        try:
-            while True:
-                step = steps.send(answer)
-                with _errors(self.url, operation, step):
-                    try:
-                        answer = _answer(step, await _request(self._db, step))
-                    except Exception as exc:
-                        answer = _refused(step, exc)
-        except StopIteration as done:
-            return done.value
+        return await run_steps_async(steps, lambda step: self._perform(operation, step))
+
+    async def _perform(self, operation: str, step: Any) -> Any:
+        with _errors(self.url, operation, step):
+            try:
+                return _answer(step, await _request(self._db, step))
+            except Exception as exc:
+                return _refused(step, exc)
 
     async def _release(self) -> None:
         await self._client.close()

@@ -63,7 +63,7 @@ from ._base import (
     default_clock,
     without_password,
 )
-from ._shell import AsyncShell, Shell, Steps, T
+from ._shell import AsyncShell, Shell, Steps, T, run_steps, run_steps_async
 
 __all__ = ["AsyncRedisTransport", "RedisTransport", "key_prefix"]
 
@@ -344,14 +344,8 @@ class RedisTransport(Shell):
             raise
 
     def _drive(self, operation: str, steps: Steps[T]) -> T:
-        answer = None
         with _errors(self.url, operation):
-            try:
-                while True:
-                    script = steps.send(answer)
-                    answer = self._scripts[script.name](args=script.args)
-            except StopIteration as done:
-                return done.value
+            return run_steps(steps, lambda script: self._scripts[script.name](args=script.args))
 
     def _release(self) -> None:
         self._client.close()
@@ -391,14 +385,8 @@ class AsyncRedisTransport(AsyncShell):
         return cls(client, url, k, clock)
 
     async def _drive(self, operation: str, steps: Steps[T]) -> T:
-        answer = None
         with _errors(self.url, operation):
-            try:
-                while True:
-                    script = steps.send(answer)
-                    answer = await self._scripts[script.name](args=script.args)
-            except StopIteration as done:
-                return done.value
+            return await run_steps_async(steps, lambda script: self._scripts[script.name](args=script.args))
 
     async def _release(self) -> None:
         await self._client.aclose()
