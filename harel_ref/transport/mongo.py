@@ -216,7 +216,7 @@ class MongoCore:
             if appended:
                 return None
             # Another publish appended a later seq first: this one would break FIFO.  Draw again.
-            yield Delete(self.n.messages, {"_id": seq}, takes_effect=False)
+            yield Delete(self.n.messages, {"_id": seq, "g": group_id}, takes_effect=False)
 
     def claim(self, token: str, now: float, visibility: float, min_priority: int,
               routing_keys: tuple[str, ...] | None) -> Steps[Lease | None]:
