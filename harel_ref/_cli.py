@@ -121,7 +121,24 @@ def build_parser() -> argparse.ArgumentParser:
     caps.add_argument("--acks", choices=["fenced", "by-seq"],
                       help="how ack and nack find their message: by the lease's token (fenced) or by its "
                       "seq alone (by-seq, the default for harel's Protocol)")
+    caps.add_argument("--resolution", metavar="SECONDS", type=_resolution,
+                      help="the shortest time it keeps (SQS: 1): every lease and delay it is given is a "
+                      "whole multiple of it (default 0: any)")
+    caps.add_argument("--group-ids", metavar="REGEX",
+                      help="a regular expression every group id it accepts matches in full (SQS: "
+                      "'[!-~]{1,128}'); only such ids are used (default: any Unicode text)")
     return parser
+
+
+def _resolution(text: str) -> float:
+    """``--resolution SECONDS``: a finite number >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (value >= 0 and value != float("inf")):
+        raise argparse.ArgumentTypeError(f"expected a number of seconds >= 0, got {text!r}")
+    return value
 
 
 def profile_type(text: str) -> str:
@@ -173,7 +190,7 @@ def _certify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         "priority": args.priority, "routing": args.routing, "parking": args.parking,
         "durable": args.durable, "shared": args.shared, "fairness": args.fairness,
         "clock": None if args.wall_clock is None else ("wall" if args.wall_clock else "injectable"),
-        "protocol": args.protocol, "acks": args.acks,
+        "protocol": args.protocol, "acks": args.acks, "resolution": args.resolution, "group_ids": args.group_ids,
     }
     if args.target and args.bundled:
         return _usage(parser, "give either MODULE:FACTORY or --bundled NAME, not both")

@@ -9,6 +9,8 @@ a coroutine function (or returns an awaitable) giving an :class:`~harel_ref.Asyn
 
 from __future__ import annotations
 
+import math
+import re
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
@@ -45,6 +47,12 @@ class Capabilities:
       if they act on the lease's message whoever holds it (harel's SQL and in-memory
       transports).  The model then follows what a stale ack or nack does, and the checkers
       report what that breaks (R20).
+    - ``resolution``: the shortest time the transport keeps, in seconds (SQS: 1, whole seconds
+      of visibility); every lease and delay the checkers give it is a whole multiple of it, and
+      on a wall clock they last that many multiples.  0 (the default) is any duration.
+    - ``group_ids``: a regular expression every group id it accepts matches in full (SQS:
+      ``[!-~]{1,128}``, printable ASCII); the checkers then use only such ids.  Empty (the
+      default) is any non-empty string of Unicode text.
     """
 
     priority: bool = True
@@ -56,6 +64,12 @@ class Capabilities:
     clock: Literal["injectable", "wall"] = "injectable"
     protocol: Literal["harel-ref", "harel"] = "harel-ref"
     acks: Literal["fenced", "by-seq"] = "fenced"
+    resolution: float = 0.0
+    group_ids: str = ""
+
+    def accepts_group_id(self, group_id: str) -> bool:
+        """Whether ``group_id`` is one the transport declares it accepts (``group_ids``)."""
+        return not self.group_ids or re.fullmatch(self.group_ids, group_id) is not None
 
     @classmethod
     def harel(cls, **fields: object) -> Capabilities:
@@ -76,6 +90,15 @@ class Capabilities:
             raise ValueError(f"Capabilities.protocol must be one of {PROTOCOLS}, got {self.protocol!r}")
         if self.acks not in ACKS:
             raise ValueError(f"Capabilities.acks must be one of {ACKS}, got {self.acks!r}")
+        if isinstance(self.resolution, bool) or not isinstance(self.resolution, (int, float)) \
+                or not math.isfinite(self.resolution) or self.resolution < 0:
+            raise ValueError(f"Capabilities.resolution must be a number of seconds >= 0, got {self.resolution!r}")
+        if not isinstance(self.group_ids, str):
+            raise TypeError(f"Capabilities.group_ids must be a regular expression (a str), got {self.group_ids!r}")
+        try:
+            re.compile(self.group_ids)
+        except re.error as exc:
+            raise ValueError(f"Capabilities.group_ids is not a regular expression: {exc} in {self.group_ids!r}") from None
         if self.protocol == "harel" and self.routing:
             raise ValueError("harel's Protocol has no routing keys: Capabilities(protocol='harel') needs routing=False")
 

@@ -35,7 +35,7 @@ from harel_ref.transport._base import PARKED
 from harel_ref.model import Claimed, QueueModel, When
 
 from ._async import open_transport
-from ._backend import Backend
+from ._backend import Backend, Capabilities
 from ._properties import (
     AFTER_REFUSED,
     AFTER_REOPEN,
@@ -52,7 +52,7 @@ from ._properties import (
 )
 
 __all__ = [
-    "FOCUS_RULES", "RULES", "Divergence", "FakeClock", "TransportMachine", "claim_check",
+    "FOCUS_RULES", "RULES", "Choices", "Divergence", "FakeClock", "TransportMachine", "claim_check",
     "describe_queue", "make_machine", "release_check", "show_outcomes",
 ]
 
@@ -79,12 +79,89 @@ leases whose message another worker now holds, the calls whose effect fencing is
 a clock that steps back (R3), which the lease-expiry search adds."""
 
 GROUPS = ("g1", "g2", "g3", "grüppe-✓")
+STAND_INS = ("g-4.~", "g4", "G4", "4", "1", "2", "3", "a", "b", "c")
+"""Group ids used instead of those of ``GROUPS`` that a transport does not accept
+(``Capabilities.group_ids``), the first it accepts of them."""
 WORKERS = ("w1", "w2")
 ROUTING_KEYS = (None, "blue", "green")
 ROUTING_FILTERS = (None, ("blue",), ("green",), ("blue", "green"))
 VISIBILITIES = (0.25, 0.5, 1.0, 2.0, 5.0)
 DELAYS = (0.125, 0.5, 1.0, 3.0)
 STEPS = (TICK, 0.125, 0.5, 1.0, 4.0)
+IN_RESOLUTIONS = ((1.0, 2.0, 3.0), (1.0, 2.0), (0.5, 1.0, 2.0))
+"""The visibilities, delays and wall-clock steps, in multiples of a declared resolution."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Choices:
+    """What a machine draws group ids and durations from: its backend's.  Durations are in
+    *spec seconds*, the numbers the steps show; the transport is given ``scale`` real seconds
+    for each (on a wall clock, so that leases lapse within an example)."""
+
+    scale: float
+    groups: tuple[str, ...]
+    visibilities: tuple[float, ...]
+    delays: tuple[float, ...]
+    steps: tuple[float, ...]
+
+    @classmethod
+    def of(cls, caps: Capabilities) -> Choices:
+        """The choices for a transport with these capabilities.  A declared ``resolution``
+        makes every lease and delay a whole multiple of it: on a wall clock one spec second
+        *is* one resolution (1 s of SQS), on an injectable clock the spec seconds are
+        multiples of it."""
+        groups = _accepted_groups(caps)
+        wall = caps.clock == "wall"
+        if not caps.resolution:
+            return cls(WALL_SCALE if wall else 1.0, groups, VISIBILITIES, DELAYS, STEPS)
+        visibilities, delays, wall_steps = IN_RESOLUTIONS
+        if wall:
+            return cls(caps.resolution, groups, visibilities, delays, wall_steps)
+        unit = caps.resolution
+        return cls(1.0, groups, tuple(v * unit for v in visibilities), tuple(d * unit for d in delays), STEPS)
+
+    def draws_like(self, other: Choices) -> bool:
+        """Whether a machine draws the same values with these choices as with ``other``."""
+        return (self.groups, self.visibilities, self.delays, self.steps) == (
+            other.groups, other.visibilities, other.delays, other.steps)
+
+
+Choices.DEFAULT = Choices(1.0, GROUPS, VISIBILITIES, DELAYS, STEPS)
+
+
+def _accepted_groups(caps: Capabilities) -> tuple[str, ...]:
+    """``GROUPS``, each one the transport does not accept replaced by a stand-in it does."""
+    groups: list[str] = []
+    for group in GROUPS:
+        if not caps.accepts_group_id(group):
+            group = next((s for s in STAND_INS if caps.accepts_group_id(s) and s not in groups), None)
+        if group is not None:
+            groups.append(group)
+    if len(groups) < 2:
+        raise ValueError(f"group_ids={caps.group_ids!r} accepts fewer than two of the group ids the "
+                         f"checkers use ({', '.join(GROUPS + STAND_INS)}): widen it")
+    return tuple(groups)
+
+
+def backend_rule(kind: Callable = rule, **arguments: Any) -> Callable:
+    """``@rule`` (or ``@initialize`` as ``kind``) whose arguments may depend on the transport:
+    an argument given as ``lambda choices: strategy`` is drawn from the backend's
+    :class:`Choices` (its group ids, durations).  The class is decorated for the default
+    choices; :func:`make_machine` decorates the rule again for a backend whose choices differ
+    (so that a default backend draws exactly as before).  A ``@precondition`` goes *below* it,
+    on the function, so that it stays when the rule is decorated again."""
+
+    def decorate(function: Callable) -> Callable:
+        decorated = kind(**_strategies(arguments, Choices.DEFAULT))(function)
+        decorated.backend_rule = (kind, function, arguments)
+        return decorated
+
+    return decorate
+
+
+def _strategies(arguments: dict[str, Any], choices: Choices) -> dict[str, Any]:
+    return {name: value if isinstance(value, st.SearchStrategy) else value(choices) for name, value in arguments.items()}
+
 
 # Every code point UTF-8 can encode: all but the surrogates (category Cs).  The same characters
 # as Hypothesis's default ``characters(codec="utf-8")``, so the same examples, but without the
@@ -354,6 +431,7 @@ class TransportMachine(RuleBasedStateMachine):
         super().__init__()
         caps = self.backend.capabilities
         self.wall = caps.clock == "wall"
+        self.choices = Choices.of(caps)
         self.clock = FakeClock()
         self.namespace = f"ns_{uuid.uuid4().hex[:12]}"
         self.loop = asyncio.new_event_loop() if self.backend.is_async else None
@@ -387,7 +465,7 @@ class TransportMachine(RuleBasedStateMachine):
         return self.instances[via % len(self.instances)]
 
     def _seconds(self, spec_seconds: float) -> float:
-        return spec_seconds * WALL_SCALE if self.wall else spec_seconds
+        return spec_seconds * self.choices.scale
 
     def _call(self, method, *args) -> tuple[Any, When]:
         """Call the transport; return its answer and when it happened."""
@@ -448,8 +526,8 @@ class TransportMachine(RuleBasedStateMachine):
 
     # --- publish (R1, R11, R12) ----------------------------------------------------------------
 
-    @rule(
-        group=st.sampled_from(GROUPS),
+    @backend_rule(
+        group=lambda choices: st.sampled_from(choices.groups),
         event=events,
         priority=st.integers(0, 4),
         routing_key=st.sampled_from(ROUTING_KEYS),
@@ -458,15 +536,16 @@ class TransportMachine(RuleBasedStateMachine):
     def publish(self, group, event, priority, routing_key, via):
         self._publish(group, event, priority, routing_key, via)
 
-    @initialize(
-        messages=st.lists(
+    @backend_rule(
+        initialize,
+        messages=lambda choices: st.lists(
             st.tuples(
-                st.sampled_from(GROUPS[:2]), st.text(UTF8, max_size=3), st.integers(0, 4),
+                st.sampled_from(choices.groups[:2]), st.text(UTF8, max_size=3), st.integers(0, 4),
                 st.sampled_from(ROUTING_KEYS),
             ),
             min_size=1,
             max_size=4,
-        )
+        ),
     )
     def prefill(self, messages):
         """A focus rule: start with a few messages in one or two groups, so that every
@@ -487,10 +566,10 @@ class TransportMachine(RuleBasedStateMachine):
 
     # --- claim (R2-R6, R16) --------------------------------------------------------------------
 
-    @rule(
+    @backend_rule(
         target=leases,
         worker=st.sampled_from(WORKERS),
-        visibility=st.sampled_from(VISIBILITIES),
+        visibility=lambda choices: st.sampled_from(choices.visibilities),
         min_priority=st.one_of(st.just(0), st.integers(0, 4)),
         routing_keys=st.sampled_from(ROUTING_FILTERS),
         via=st.integers(0, 1),
@@ -504,10 +583,10 @@ class TransportMachine(RuleBasedStateMachine):
         self.in_step = False
         return multiple() if lease is None else lease
 
-    @rule(
+    @backend_rule(
         target=leases,
         worker=st.sampled_from(WORKERS),
-        visibility=st.sampled_from(VISIBILITIES),
+        visibility=lambda choices: st.sampled_from(choices.visibilities),
         via=st.integers(0, 1),
     )
     def claim_any(self, worker, visibility, via):
@@ -619,7 +698,8 @@ class TransportMachine(RuleBasedStateMachine):
         if release == "ack":
             self._ack(lease, via)
         else:
-            self._nack(lease, 0 if release == "nack now" else DELAYS[which % len(DELAYS)], via)
+            delays = self.choices.delays
+            self._nack(lease, 0 if release == "nack now" else delays[which % len(delays)], via)
 
     def _superseded(self) -> list:
         """The leases handed out whose message another lease holds now (live or lapsed)."""
@@ -639,7 +719,7 @@ class TransportMachine(RuleBasedStateMachine):
         self.in_step = True
         self.stale = self.stale or not self._current(lease)
         self._count_release(lease)
-        answer, when = self._call(self._instance(via).ack, lease)
+        answer, when = self._release("ack", lease, via)
         others = self._other_holdings(lease, when)
         expected = self.model.ack(lease.token, when)
         if not self._answered(answer, expected):
@@ -654,6 +734,20 @@ class TransportMachine(RuleBasedStateMachine):
                 f"{answer!r}, and the ack by seq deleted the message", consequence=True,
             )
         self.in_step = False
+
+    def _release(self, op: str, lease, via: int, *args) -> tuple[Any, When]:
+        """Call ``ack`` or ``nack`` (``op``).  For a lease that is no longer current a fenced transport
+        answers False (or nothing, under harel's Protocol), never raises (R10): an error there
+        is a failure of fencing, whichever search made the call (SQS's stale receipt handle)."""
+        current = self._current(lease)
+        try:
+            return self._call(getattr(self._instance(via), op), lease, *args)
+        except Exception as exc:
+            if current or self.model.acks != "fenced":
+                raise
+            step = f"{op}({_lease_ref(lease)}{', delay=' + repr(args[0]) if args else ''})"
+            self._fail("fencing", step, f"{'None' if self.answerless else 'False'}: the lease is not current (R10), "
+                       "so the call does nothing and says so, without an error", exc)
 
     def _answered(self, answer, expected: bool) -> bool:
         """Whether an ack's or nack's answer is the one the model expects; under harel's
@@ -673,8 +767,8 @@ class TransportMachine(RuleBasedStateMachine):
     def nack_now(self, lease, via):
         self._nack(lease, 0, via)
 
+    @backend_rule(lease=leases, delay=lambda choices: st.sampled_from(choices.delays), via=st.integers(0, 1))
     @precondition(lambda self: self.backend.capabilities.parking)
-    @rule(lease=leases, delay=st.sampled_from(DELAYS), via=st.integers(0, 1))
     def nack_later(self, lease, delay, via):
         self._nack(lease, delay, via)
 
@@ -684,7 +778,7 @@ class TransportMachine(RuleBasedStateMachine):
         self.in_step = True
         self.stale = self.stale or not self._current(lease)
         self._count_release(lease)
-        answer, when = self._call(self._instance(via).nack, lease, self._seconds(delay))
+        answer, when = self._release("nack", lease, via, self._seconds(delay))
         expected = self.model.nack(lease.token, self._seconds(delay), when)
         if not self._answered(answer, expected):
             prop = release_check("nack", expected, delay)
@@ -693,7 +787,7 @@ class TransportMachine(RuleBasedStateMachine):
 
     # --- time (R3, R9) -------------------------------------------------------------------------
 
-    @rule(seconds=st.sampled_from(STEPS))
+    @backend_rule(seconds=lambda choices: st.sampled_from(choices.steps))
     def advance(self, seconds):
         if self.wall:
             time.sleep(self._seconds(seconds))
@@ -714,15 +808,15 @@ class TransportMachine(RuleBasedStateMachine):
         """Step to the exact end of a lease or park (still live), or one tick past it."""
         self._step_to_deadline(which, past)
 
-    @precondition(lambda self: not self.wall and self.model.deadlines())
-    @rule(
+    @backend_rule(
         target=leases,
         which=st.integers(0, 3),
         past=st.booleans(),
         worker=st.sampled_from(WORKERS),
-        visibility=st.sampled_from(VISIBILITIES),
+        visibility=lambda choices: st.sampled_from(choices.visibilities),
         via=st.integers(0, 1),
     )
+    @precondition(lambda self: not self.wall and self.model.deadlines())
     def claim_at_deadline(self, which, past, worker, visibility, via):
         """Step to the end of a lease or park, or one tick past it, and make a plain claim
         there, in one step: the boundary of R3 and R9, and a lease superseded (R10)."""
@@ -897,6 +991,12 @@ def make_machine(
     # A rule is an attribute carrying Hypothesis's rule marker: shadowing it with a plain
     # function removes it from this subclass.
     attributes.update({off: _disabled_rule(off) for off in set(RULES + FOCUS_RULES) - rules})
+    choices = Choices.of(backend.capabilities)
+    if not choices.draws_like(Choices.DEFAULT):
+        for name in rules:
+            if drawn := getattr(getattr(TransportMachine, name), "backend_rule", None):
+                kind, function, arguments = drawn
+                attributes[name] = kind(**_strategies(arguments, choices))(function)
     return type(name, (TransportMachine,), attributes)
 
 

@@ -34,8 +34,8 @@ from dataclasses import dataclass
 from ._backend import Capabilities
 
 __all__ = [
-    "CHECKS", "CONTRACT", "DIAGNOSES", "problems", "PROPERTIES", "Property", "SHARED", "attribute", "owner",
-    "owner_of_breach",
+    "CHECKS", "CONTRACT", "DIAGNOSES", "problems", "PROPERTIES", "Property", "SHARED", "attribute", "evidence",
+    "owner", "owner_of_breach",
 ]
 
 CORE = frozenset({"prefill", "publish", "claim_any", "ack"})
@@ -79,6 +79,8 @@ STALE_AFTER_RECLAIM = "an ack or nack of a lease whose message was claimed again
 TIE = "a claim between groups of equal fairness stamps"
 REOPEN_HELD = "a reopen with a lease held"
 OVERLAP = "a run of a program whose branches overlapped"
+EXACT_TIME_ONLY = frozenset({LEASE_END})
+"""The situations only an injectable clock reaches: a wall clock never stops at an instant."""
 """Situations a search can reach: what a property's rules are about (R2, R3, R9, R10, R4, R15, R19).  The checkers count them
 (``TransportMachine.reached``, the parallel search's runs) and each verdict reports, for the
 situations of its row's ``evidence``, how often its searches reached them."""
@@ -112,9 +114,6 @@ def _ordered(caps: Capabilities) -> str | None:
     return "fairness is declared unspecified" if caps.fairness == "unspecified" else None
 
 
-def _injectable(caps: Capabilities) -> str | None:
-    # The boundary rules step the clock to a lease's exact end: a wall clock cannot.
-    return "exact lease boundaries need an injectable clock (this one is the wall clock)" if caps.clock == "wall" else None
 
 
 PROPERTIES: dict[str, Property] = {p.name: p for p in (
@@ -141,7 +140,9 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         "steps back (R3, R9)",
         ("R3", "R9"), "contract",
         rules=CORE | {"nack_later", "advance_to_deadline", "claim_at_deadline", "step_back"},
-        needs=_injectable, judges=frozenset({"exact time"}), checks=frozenset({"lease-expiry"}),
+        # On a wall clock the boundary rules cannot run: leases lapse by sleeping, and each call
+        # is judged at every moment between its invocation and its answer (R18).
+        judges=frozenset({"exact time"}), checks=frozenset({"lease-expiry"}),
         blames_after=frozenset({AFTER_STEP_BACK}), evidence=(LEASE_END, LEASE_LAPSED),
     ),
     Property(
@@ -293,6 +294,14 @@ CHECKS = frozenset(_OWNERS)
 (``exception``, ``panicked``, ``crashed``, ``hung``), which counts against the search's own
 property."""
 _BREACHES = {kind: name for name, row in PROPERTIES.items() for kind in row.breaches}
+
+
+def evidence(prop: str, caps: Capabilities) -> tuple[str, ...]:
+    """The situations whose count ``prop``'s verdict gives for a transport with ``caps``: its
+    row's, less those a wall clock cannot reach (a passed verdict that never reached one of
+    them says so)."""
+    situations = PROPERTIES[prop].evidence
+    return tuple(s for s in situations if s not in EXACT_TIME_ONLY) if caps.clock == "wall" else situations
 
 
 def owner(check: str) -> str:

@@ -64,6 +64,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
+import dataclasses
 from dataclasses import dataclass
 from typing import Any
 
@@ -97,9 +98,17 @@ LAPSE = 100.0
 """Seconds ``Lapse`` (and the drain) move the clock: past every lease and park of a program."""
 
 WALL_VISIBILITY = 0.02
-"""With a wall clock (the transport keeps time) every lease and park lasts this long, and
-``Lapse`` and the drain sleep a little longer: leases may then lapse mid-run, which the
-checker allows for (R18)."""
+"""With a wall clock (the transport keeps time) every lease and park lasts this long (rounded
+up to a whole multiple of a declared resolution: :func:`wall_visibility`), and ``Lapse`` and
+the drain sleep a little longer: leases may then lapse mid-run, which the checker allows for
+(R18)."""
+
+
+def wall_visibility(capabilities: Capabilities) -> float:
+    """Every lease and park of a run on a wall clock: :data:`WALL_VISIBILITY`, rounded up to a
+    whole multiple of the transport's resolution (1 s for SQS)."""
+    resolution = capabilities.resolution
+    return math.ceil(WALL_VISIBILITY / resolution) * resolution if resolution else WALL_VISIBILITY
 
 
 # --- programs -------------------------------------------------------------------------------
@@ -392,14 +401,15 @@ def run_program(
     if own:
         bench = Bench(factory, capabilities, is_async)
     wall, clock, loop, now = bench.wall, bench.clock, bench.loop, bench.now
-    visibility, delay = (WALL_VISIBILITY, WALL_VISIBILITY) if wall else (VISIBILITY, None)
+    lasting = wall_visibility(capabilities)
+    visibility, delay = (lasting, lasting) if wall else (VISIBILITY, None)
     try:
         first = bench.instance(0)
         leases: dict[str, Any] = {}
         prefix = _Calls(_Recorder("prefix", wall), leases, "p", visibility, delay)
         for op in program.prefix:
             if isinstance(op, Lapse):
-                _pass_time(clock, wall)
+                _pass_time(clock, wall, visibility)
             else:
                 prefix.run([op], first, now(), errors_raise=True)
         frozen = now()
@@ -432,7 +442,7 @@ def run_program(
                 how = "threads"
                 _run_threads(branches, program.branches, instances, frozen)
             records = [record for calls in branches for record in calls.recorder.records]
-        _pass_time(clock, wall)
+        _pass_time(clock, wall, visibility)
         drain = _drain(first, visibility, now(), wall, limit=sum(isinstance(op, Publish) for op in _all_ops(program)))
         return Run(program, (*prefix.recorder.records, *records, *drain), how)
     finally:
@@ -477,9 +487,9 @@ def _all_ops(program: Program) -> list[Op]:
     return [*program.prefix, *(op for branch in program.branches for op in branch)]
 
 
-def _pass_time(clock: Any, wall: bool) -> None:
+def _pass_time(clock: Any, wall: bool, visibility: float) -> None:
     if wall:
-        time.sleep(WALL_VISIBILITY * 1.5)
+        time.sleep(visibility * 1.5)
     else:
         clock.now += LAPSE
 
@@ -594,16 +604,24 @@ def judge(run: Run, *, contention: bool, histories: bool | None = None, runs: in
     stands for where there is one (R2 for single-in-flight, R10 for fencing), so that the run
     is still judged for everything else; a failure of another ignored property counts as none
     (``contention`` ignored: refusals are not judged)."""
-    if contention and "contention" not in ignore and (refused := refusal(run, runs)) is not None:
+    if contention and "contention" not in ignore and (refused := refusal(run, runs, ignore, capabilities)) is not None:
         return refused
     if histories is None:
         histories = not contention
     return history_failure(run, runs, ignore, capabilities) if histories else None
 
 
-def refusal(run: Run, runs: int = 1) -> ConcurrencyFailure | None:
-    """A contention failure if a branch call raised in ``run``."""
+def refusal(run: Run, runs: int = 1, ignore: frozenset[str] = frozenset(),
+            capabilities: Capabilities = Capabilities()) -> ConcurrencyFailure | None:
+    """A contention failure if a branch call raised in ``run``; a fencing failure if it was an
+    ack or nack whose lease was stale (:func:`surely_stale`, :func:`must_be_stale`), which R10
+    answers with False (or nothing), not an error, whatever else runs at the time (none, when
+    fencing is in ``ignore``)."""
     raised = [r for r in run.records if r.error is not None and r.worker not in ("prefix", DRAIN_WORKER)]
+    if stale := [r for r in raised if surely_stale(r, run.records) or must_be_stale(r, run.records, capabilities)]:
+        if "fencing" not in ignore:
+            return _stale_release(run, stale, runs)
+        raised = [r for r in raised if r not in stale]
     if not raised:
         return None
     first = raised[0]
@@ -611,6 +629,62 @@ def refusal(run: Run, runs: int = 1) -> ConcurrencyFailure | None:
         "contention", f"{first.worker}: {first.op}({_args(first)}) while other branches ran",
         "an answer (the spec allows no error here)", first.error, "", run=run, culprits=raised, runs=runs,
     )
+
+
+def _stale_release(run: Run, stale: list[Record], runs: int) -> ConcurrencyFailure:
+    return failure_class("fencing")(
+        "fencing", f"{stale[0].worker}: {stale[0].op}({_args(stale[0])}), its lease no longer current",
+        "False (nothing, under harel's Protocol): the call does nothing and says so, without an error (R10)",
+        stale[0].error, "", run=run, culprits=stale, runs=runs,
+    )
+
+
+def surely_stale(release: Record, records: Sequence[Record]) -> bool:
+    """Whether the ack or nack ``release`` began after its lease was surely no longer current:
+    another ack or nack of the same token had answered True (or, under harel's Protocol,
+    answered at all) before it began, or a claim begun after the lease's own claim answered
+    had handed out the same message again before it began."""
+    if release.op not in ("ack", "nack"):
+        return False
+    token, message = _token(release.args["lease"]), _message_of(release.args["lease"])
+    own = next((r for r in records if r.op == "claim" and r.ok and r.result and _token(r.result) == token), None)
+    for other in records:
+        if other is release or other.complete is None or other.complete >= release.invoke:
+            continue
+        if other.op in ("ack", "nack") and other.ok and other.result is not False and _token(other.args["lease"]) == token:
+            return True
+        if (own is not None and other.op == "claim" and other.ok and other.result
+                and other.invoke > own.complete and _message_of(other.result) == message):
+            return True
+    return False
+
+
+def must_be_stale(release: Record, records: Sequence[Record], capabilities: Capabilities) -> bool:
+    """Whether the ack or nack ``release``, which raised, can only have come after its lease
+    stopped being current: the history is linearizable if it answered that it did nothing
+    (False), and not if it acted (True).  (Calls that overlap it may decide; a claim of the
+    same message that answered after it began, for one.)"""
+    if release.op not in ("ack", "nack") or release.error is None:
+        return False
+    end = max(r.complete if r.complete is not None else r.invoke for r in records)
+
+    def linearizable(answer: bool) -> bool | None:
+        answered = dataclasses.replace(release, error=None, result=answer, complete=end)
+        history = [answered if r is release else r for r in records]
+        return check_linearizable(history, fairness="unspecified", acks=capabilities.acks,
+                                  acks_answer=capabilities.protocol != "harel").ok
+
+    return linearizable(False) is True and linearizable(True) is False
+
+
+def _token(lease: Any) -> Any:
+    return lease["token"] if isinstance(lease, dict) else getattr(lease, "token", None)
+
+
+def _message_of(lease: Any) -> tuple[Any, Any]:
+    if isinstance(lease, dict):
+        return lease.get("group_id"), lease.get("event")
+    return getattr(lease, "group_id", None), getattr(lease, "event", None)
 
 
 def history_failure(run: Run, runs: int = 1, ignore: frozenset[str] = frozenset(),
@@ -680,9 +754,14 @@ def check_program(
             if failure is not None and failure.property == "contention":
                 if not _raised(failure):  # a claim passed over a group: does it without a race too?
                     failure = _history_alone(factory, program, capabilities, is_async, ignore) or failure
-                elif _also_alone(factory, program, capabilities, is_async, failure):
-                    # the same error without concurrency: not contention (module docstring)
-                    failure = history_failure(run, number, ignore, capabilities) if histories else None
+                elif (again := _also_alone(factory, program, capabilities, is_async, failure)) is not None:
+                    # the same error without concurrency: not contention (module docstring);
+                    # from an ack or nack of a stale lease, fencing's
+                    alone, record = again
+                    if surely_stale(record, alone.records) and "fencing" not in ignore:
+                        failure = _stale_release(alone, [record], number)
+                    else:
+                        failure = history_failure(run, number, ignore, capabilities) if histories else None
             if failure is not None:
                 raise failure
     finally:
@@ -719,15 +798,40 @@ def _history_alone(factory, program, capabilities, is_async, ignore) -> Concurre
     return None
 
 
-def _also_alone(factory, program, capabilities, is_async, failure: ConcurrencyFailure) -> bool:
-    """Whether the error of ``failure`` also comes when the branches run one after another:
-    the same call (branch and op) raising the same error (paths and numbers aside)."""
+def _also_alone(factory, program, capabilities, is_async, failure: ConcurrencyFailure) -> tuple[Run, Record] | None:
+    """The run, and its call, showing that the error of ``failure`` also comes when the
+    branches run one after another: the same call (branch and op) raising the same error
+    (paths and numbers aside), or an ack or nack of a surely stale lease raising it, the
+    branches in any order (a branch that claims the message again, or releases a shared
+    lease, going first).  None if it does not come."""
     seen = {(r.worker, r.op, _error_kind(r.error)) for r in failure.culprits}
-    for _ in range(3):
-        alone = run_program(factory, program, capabilities, is_async=is_async, concurrently=False)
-        if any(r.error is not None and (r.worker, r.op, _error_kind(r.error)) in seen for r in alone.records):
-            return True
-    return False
+    releases = {_error_kind(r.error) for r in failure.culprits if r.op in ("ack", "nack")}
+    orders = list(itertools.permutations(range(len(program.branches))))
+    # The branches in their order three times, then (for a release's error) in every other order once.
+    for order in [orders[0]] * 3 + (orders[1:] if releases else []):
+        alone = run_program(factory, _in_order(program, order), capabilities, is_async=is_async, concurrently=False)
+        for record in alone.records:
+            if record.error is None:
+                continue
+            kind = _error_kind(record.error)
+            if (order == orders[0] and (record.worker, record.op, kind) in seen) or (
+                    kind in releases and surely_stale(record, alone.records)):
+                return alone, record
+    return None
+
+
+def _in_order(program: Program, order: Sequence[int]) -> Program:
+    """``program`` with its branches in ``order`` (the leases of each renamed for its place)."""
+    if list(order) == list(range(len(program.branches))):
+        return program
+    place = {old: new for new, old in enumerate(order)}
+
+    def renamed(op: Op) -> Op:
+        if isinstance(op, (Ack, Nack)) and (found := re.fullmatch(r"b(\d+)\.(.*)", op.lease)):
+            return dataclasses.replace(op, lease=f"b{place[int(found[1])]}.{found[2]}")
+        return op
+
+    return Program(program.prefix, tuple(tuple(renamed(op) for op in program.branches[old]) for old in order))
 
 
 def _error_kind(error: str) -> str:

@@ -50,6 +50,31 @@ class LeaseOneTickTooShort(InMemoryTransport):
             return message.holder is not None and now < message.until
 
 
+class LeaseASecondTooLong(InMemoryTransport):
+    """A lease lasts a second longer than the visibility asked for (R3), as a server that
+    rounds leases up to whole seconds might: on a wall clock only the checker's windows can
+    show it (the second is far wider than any scheduling delay)."""
+
+    def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
+        longer = visibility + 1.0 if isinstance(visibility, (int, float)) and not isinstance(visibility, bool) else visibility
+        return super().claim(worker_id, longer, min_priority, routing_keys)
+
+
+class StaleReleaseRaises(InMemoryTransport):
+    """ack and nack of a lease that is no longer current raise instead of answering False
+    (R10), as harel 0.9.0's SqsTransport does with a stale receipt handle."""
+
+    def ack(self, lease):
+        if not super().ack(lease):
+            raise RuntimeError(f"the receipt handle {lease.token!r} is not valid")
+        return True
+
+    def nack(self, lease, delay=0.0):
+        if not super().nack(lease, delay):
+            raise RuntimeError(f"the receipt handle {lease.token!r} is not valid")
+        return True
+
+
 class NackToBack(InMemoryTransport):
     """``nack(0)`` sends the message to the back of its group instead of keeping it at the
     head (R8)."""
@@ -204,6 +229,7 @@ class ClockUnchecked(InMemoryTransport):
 
 BROKEN = {
     "unfenced ack": (UnfencedAck, "fencing"),
+    "a stale ack or nack raises": (StaleReleaseRaises, "fencing"),
     "lease live one tick too long": (LeaseOneTickTooLong, "lease-expiry"),
     "lease live one tick too short": (LeaseOneTickTooShort, "lease-expiry"),
     "nack(0) to the back of its group": (NackToBack, "fifo"),

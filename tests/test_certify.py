@@ -12,6 +12,7 @@ from broken import BROKEN, FAULTS, broken_backend, fault_backend
 from harel_ref.certify import PROFILES, PROPERTIES, Profile, certify
 from harel_ref.transport import InMemoryStore, InMemoryTransport
 from harel_ref.stateful import Capabilities, Divergence
+from harel_ref.stateful._properties import LEASE_LAPSED
 from harel_ref.stateful.backends import load
 
 SMALL = Profile("small", max_examples=25, step_count=15)
@@ -57,6 +58,16 @@ def test_one_broken_property_leaves_the_others_passed():
     backend = broken_backend("unfenced ack")
     report = certify(backend.factory, backend.capabilities, profile="quick")
     assert _verdicts(report) == {**dict.fromkeys(PROPERTIES, "passed"), "fencing": "failed"}
+
+
+def test_a_stale_release_that_raises_fails_fencing_alone():
+    """An error from the ack or nack of a lease that is not current is fencing's (R10), whichever
+    search made the call: before, the shared search gave it to the first property whose rules
+    nack (fifo), as it found harel's SQS stale receipt handle."""
+    backend = broken_backend("a stale ack or nack raises")
+    report = certify(backend.factory, backend.capabilities, profile="quick")
+    assert _verdicts(report) == {**dict.fromkeys(PROPERTIES, "passed"), "fencing": "failed"}, report.to_markdown()
+    assert report.verdict("fencing").failure.check == "fencing"
 
 
 # --- the shared lockstep search (SPEC.md C5) ---------------------------------------------------
@@ -176,34 +187,44 @@ def test_absent_capabilities_are_not_applicable_and_not_exercised():
     assert report.exit_code == 0
 
 
-def test_wall_clock_transport_is_certified_with_time_windows():
-    """A transport that ignores the clock it is given (its server keeps time)."""
+WALL = Capabilities(durable=True, shared=True, clock="wall")
+
+
+def _on_the_wall_clock(cls):
+    """A factory of ``cls`` that ignores the clock it is given (its server keeps time)."""
     stores = {}
 
     def factory(clock, namespace):
-        return InMemoryTransport(clock=time.time, store=stores.setdefault(namespace, InMemoryStore()))
+        return cls(clock=time.time, store=stores.setdefault(namespace, InMemoryStore()))
 
-    caps = Capabilities(durable=True, shared=True, clock="wall")
-    report = certify(factory, caps, profile=Profile("tiny", 8, 10),
+    return factory
+
+
+def test_wall_clock_transport_is_certified_with_time_windows():
+    report = certify(_on_the_wall_clock(InMemoryTransport), WALL, profile=Profile("tiny", 8, 10),
                      properties=["single-in-flight", "lease-expiry", "parking", "fencing"])
     assert _verdicts(report) == {
         "single-in-flight": "passed",
-        "lease-expiry": "not applicable",  # exact boundaries need a clock the checker moves
+        "lease-expiry": "passed",  # judged in windows: no exact boundary, no step back
         "parking": "passed",
         "fencing": "passed",
     }, report.to_markdown()
+    assert list(report.verdict("lease-expiry").evidence) == [LEASE_LAPSED]  # a lease's exact end: never on a wall clock
+
+
+def test_wall_clock_certification_catches_a_lease_that_lasts_too_long():
+    from broken import LeaseASecondTooLong
+
+    report = certify(_on_the_wall_clock(LeaseASecondTooLong), WALL, profile=Profile("tiny", 40, 12),
+                     properties=["lease-expiry"], time_budget=60)
+    assert report.verdict("lease-expiry").verdict == "failed", report.to_markdown()
 
 
 def test_wall_clock_certification_still_catches_a_parking_bug():
     from broken import ParkedClaimableEarly
 
-    stores = {}
-
-    def factory(clock, namespace):
-        return ParkedClaimableEarly(clock=time.time, store=stores.setdefault(namespace, InMemoryStore()))
-
-    caps = Capabilities(durable=True, shared=True, clock="wall")
-    report = certify(factory, caps, profile=Profile("tiny", 15, 12), properties=["parking"], time_budget=5)
+    report = certify(_on_the_wall_clock(ParkedClaimableEarly), WALL, profile=Profile("tiny", 15, 12),
+                     properties=["parking"], time_budget=5)
     assert report.verdict("parking").verdict == "failed"
 
 

@@ -81,10 +81,11 @@ from harel_ref.stateful._async import (
     limit_calls,
     open_transport,
 )
-from harel_ref.stateful._machine import FOCUS_RULES, RULES, TICK, FakeClock, divergence_class
+from harel_ref.stateful._machine import FOCUS_RULES, RULES, TICK, Choices, FakeClock, divergence_class
 from harel_ref.stateful._properties import (
     AFTER_REFUSED, AFTER_REOPEN, AFTER_STEP_BACK, CHECKS, PROPERTIES, SHARED, TIME, attribute, owner,
 )
+from harel_ref.stateful._properties import evidence as evidence_for
 from harel_ref.stateful._processes import BranchProcesses
 from harel_ref.stateful.parallel import ConcurrencyFailure, check_program, close_all, programs
 from harel_ref.stateful.soak import soak as run_soak
@@ -504,7 +505,8 @@ def estimate_seconds(profile: Profile, caps: Capabilities, speed: Speed, *, lock
     stateful.parallel.Bench), or per run in each branch process.  The per-step and per-run
     overheads are the checker's own (Hypothesis, the model, threads), measured with the
     in-memory transport."""
-    wall = 0.05 if caps.clock == "wall" else 0.0  # lapses and leases pass by sleeping
+    # On a wall clock lapses and leases pass by sleeping, about one scaled second a step.
+    wall = Choices.of(caps).scale if caps.clock == "wall" else 0.0
     example = (1.5 * speed.open + (profile.step_count + 4) * speed.call
                + profile.step_count * (0.0007 + wall) + 0.003)
     opens = (1 + 2.5 * caps.shared) / profile.repeats + (1.0 if processes else 0.0)  # branch processes: at once
@@ -1069,7 +1071,7 @@ class _Certification:
             searched[prop] = _combine(parts)
             if shared_time and self.tasks[self.shared].prop == prop:
                 searched[prop] = (*searched[prop][:2], searched[prop][2] + shared_time, searched[prop][3])
-            evidence[prop] = {situation: reached[situation] for situation in PROPERTIES[prop].evidence}
+            evidence[prop] = {situation: reached[situation] for situation in evidence_for(prop, self.caps)}
             never = [situation for situation, times in evidence[prop].items() if not times]
             if searched[prop][0] == "passed" and never:
                 verdict, reason, *rest = searched[prop]

@@ -280,12 +280,19 @@ def resolve(declared: Capabilities, overrides: Mapping[str, Any] | None) -> Capa
 
 def parse_capabilities(text: str) -> dict[str, Any]:
     """Overrides from a comma list: ``durable,shared,no-routing,fairness=ack,wall-clock``
-    (a field name sets it True, ``no-`` sets it False, ``field=value`` sets a value)."""
+    (a field name sets it True, ``no-`` sets it False, ``field=value`` sets a value,
+    ``resolution=1`` a number).  ``group_ids`` holds commas, so it has no place here: declare it
+    on the factory, or give ``--group-ids``."""
     overrides: dict[str, Any] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
         key, sep, value = item.partition("=")
         if item in ("wall-clock", "no-wall-clock"):
             overrides["clock"] = "injectable" if item.startswith("no-") else "wall"
+        elif sep and key.strip() == "resolution":
+            try:
+                overrides["resolution"] = float(value)
+            except ValueError:
+                raise CertificationError(f"resolution={value.strip()!r}: expected a number of seconds") from None
         elif sep:
             overrides[key.strip().replace("-", "_")] = value.strip()
         elif item.startswith("no-"):
@@ -307,7 +314,7 @@ def detect_protocol(target: Target) -> Target:
         kept = {name: getattr(caps, name) for name in ("routing", "acks") if name in target.explicit}
         caps = resolve(caps, {"protocol": "harel", **kept})
         target = dataclasses.replace(target, capabilities=caps)
-    if caps.protocol == "harel" and caps.clock == "injectable":
+    if caps.protocol == "harel":
         target = _with_observed_acks(target)
     if not takes_namespace(target.factory) and (caps.durable or caps.shared):
         raise CertificationError(
@@ -324,7 +331,8 @@ def _with_observed_acks(target: Target) -> Target:
     the declaration, so it is checked first (SPEC.md R20).  Two short probes, each on a fresh
     namespace: a lease lapses and the message is claimed again; then the stale lease acks (or
     nacks) and a third claim looks.  Acting by seq frees the group (the ack deleted the head, the
-    nack freed it); fenced, the group is still held by the second claim."""
+    nack freed it); fenced, the group is still held by the second claim.  On a wall clock the
+    first lease is a short one (a whole multiple of the resolution) and lapses by sleeping."""
     seen = {release: _stale_release_acts(target, release) for release in ("ack", "nack")}
     if None in seen.values():
         return target  # a probe could not tell (the lease never lapsed, or a call failed)
@@ -352,18 +360,25 @@ def _stale_release_acts(target: Target, release: str) -> bool | None:
     import uuid
 
     from harel_ref.stateful._async import open_transport
-    from harel_ref.stateful._machine import FakeClock
-    from harel_ref.stateful.parallel import close_all
+    import time
 
-    clock = FakeClock()
+    from harel_ref.stateful._machine import FakeClock
+    from harel_ref.stateful.parallel import close_all, wall_visibility
+
+    wall = target.capabilities.clock == "wall"
+    clock = time.time if wall else FakeClock()
+    first = wall_visibility(target.capabilities) if wall else 1.0
     loop = asyncio.new_event_loop() if target.is_async else None
     transport = None
     try:
         transport = open_transport(target.factory, clock, f"harel_ref_probe_{uuid.uuid4().hex[:8]}", loop, "harel")
         transport.publish("probe", "first")
         transport.publish("probe", "second")
-        stale = transport.claim("probe-1", 1.0)
-        clock.now += 2.0
+        stale = transport.claim("probe-1", first)
+        if wall:
+            time.sleep(first * 1.5 + 0.01)
+        else:
+            clock.now += 2.0
         current = transport.claim("probe-2", 60.0)
         if stale is None or current is None or (stale.event, current.event) != ("first", "first"):
             return None
@@ -423,7 +438,7 @@ def capability_flags(caps: Capabilities, declared: Capabilities) -> list[str]:
         elif isinstance(value, bool):
             flags.append(f"--{field.name}" if value else f"--no-{field.name}")
         else:
-            flags += [f"--{field.name}", str(value)]
+            flags += [f"--{field.name.replace('_', '-')}", str(value)]
     if "--protocol" in flags:  # it implies routing and acks when parsed: say them, as they are
         if f"--{'no-' if not caps.routing else ''}routing" not in flags:
             flags.append("--routing" if caps.routing else "--no-routing")
