@@ -1,5 +1,6 @@
-"""Throwaway PostgreSQL, Redis and MongoDB-protocol servers for tests and certification runs:
-Postgres and Redis from the Debian binaries, Mongo as mongo-java-server from Maven Central.
+"""Throwaway PostgreSQL, Redis, MongoDB-protocol and SQS servers for tests and certification
+runs: Postgres and Redis from the Debian binaries, Mongo as mongo-java-server and SQS as
+ElasticMQ, both from Maven Central.
 
     from harel_ref.testing.servers import PostgresServer, RedisServer
 
@@ -12,6 +13,8 @@ Postgres and Redis from the Debian binaries, Mongo as mongo-java-server from Mav
         redis.restart()                 # a restart: what AOF keeps comes back
     with MongoServer() as mongo:        # mongo-java-server 1.47.0, in memory
         url = mongo.url                 # mongodb://127.0.0.1:<port>
+    with SqsServer() as sqs:            # ElasticMQ 1.7.1, in memory
+        url = sqs.url                   # http://127.0.0.1:<port>
 
 Each server lives in its own temporary directory (data, socket, log), listens on 127.0.0.1 only,
 on a port the kernel picked free, and is stopped and deleted on ``close()`` (or at the end of the
@@ -29,7 +32,9 @@ The Mongo server runs a small Java main (:data:`MONGO_MAIN`, compiled by Java's 
 on the classpath Maven resolves for mongo-java-server (:func:`maven_classpath`, cached under
 ``~/.cache/harel-ref/maven``; the first resolution downloads about 5 MB from Maven Central).
 The main reports MongoDB 4.4, wire version 9, which PyMongo 4 requires (mongo-java-server
-1.47.0 reports 8), and binds 127.0.0.1 only.
+1.47.0 reports 8), and binds 127.0.0.1 only.  The SQS server is ElasticMQ's own main on its
+resolved classpath (about 30 MB), with a configuration file that binds 127.0.0.1 and keeps
+AWS's limits (``sqs-limits = strict``).
 """
 
 from __future__ import annotations
@@ -46,7 +51,7 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["MongoServer", "PostgresServer", "RedisServer", "ServerUnavailable", "maven_classpath"]
+__all__ = ["MongoServer", "PostgresServer", "RedisServer", "ServerUnavailable", "SqsServer", "maven_classpath"]
 
 
 class ServerUnavailable(RuntimeError):
@@ -296,7 +301,30 @@ def maven_classpath(name: str, artifacts: tuple[str, ...]) -> str:
         return classpath_file.read_text().strip()
 
 
-class MongoServer(_Server):
+class _JavaServer(_Server):
+    """A server that is one Java process, stopped by SIGTERM (killed after 30 s)."""
+
+    _process: subprocess.Popen[bytes] | None = None
+
+    def __init__(self, prefix: str) -> None:
+        self._java = shutil.which("java")
+        if self._java is None:
+            raise ServerUnavailable("java not found: install Debian's default-jre-headless package (Java 17 or later)")
+        super().__init__(prefix)
+
+    def stop(self) -> None:
+        if self._process is not None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait()
+            self._process = None
+        self._running = False
+
+
+class MongoServer(_JavaServer):
     """mongo-java-server (an in-memory server of MongoDB's wire protocol, atomic per document,
     without multi-document transactions) on 127.0.0.1.
 
@@ -306,15 +334,11 @@ class MongoServer(_Server):
 
     def __init__(self, *, start: bool = True, persistent: bool = False) -> None:
         self.persistent = persistent
-        self._java = shutil.which("java")
-        if self._java is None:
-            raise ServerUnavailable("java not found: install Debian's default-jre-headless package (Java 17 or later)")
         self._classpath = maven_classpath("mongo-java-server", MONGO_ARTIFACTS)
         super().__init__("harel-ref-mongo-")
         self.log = self.directory / "server.log"
         self._main = self.directory / "HarelRefMongo.java"
         self._main.write_text(MONGO_MAIN)
-        self._process: subprocess.Popen[bytes] | None = None
         if start:
             self.start()
 
@@ -338,19 +362,52 @@ class MongoServer(_Server):
                 raise ServerUnavailable(f"mongo-java-server did not listen on 127.0.0.1:{self.port}; its log ends:\n{tail}")
             time.sleep(0.05)
 
-    def stop(self) -> None:
-        if self._process is not None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait()
-            self._process = None
-        self._running = False
 
     def restart(self) -> None:
         """Stop the server and start it again on the same port: empty in memory, as it was
         when persistent."""
         self.stop()
         self.start()
+
+
+ELASTICMQ_ARTIFACTS = ("org.elasticmq:elasticmq-server_2.13:1.7.1",)
+"""ElasticMQ, an in-memory server of SQS's API (FIFO queues, message groups, visibility)."""
+
+ELASTICMQ_CONFIG = """\
+include classpath("application.conf")
+node-address {{ protocol = http, host = 127.0.0.1, port = {port}, context-path = "" }}
+rest-sqs {{ enabled = true, bind-port = {port}, bind-hostname = "127.0.0.1", sqs-limits = strict }}
+rest-stats {{ enabled = false }}
+"""
+
+
+class SqsServer(_JavaServer):
+    """ElasticMQ on 127.0.0.1: SQS's HTTP API, any credentials accepted, region ``us-east-1``.
+    It keeps its queues in memory: a restart starts empty."""
+
+    def __init__(self, *, start: bool = True) -> None:
+        self._classpath = maven_classpath("elasticmq", ELASTICMQ_ARTIFACTS)
+        super().__init__("harel-ref-sqs-")
+        self.log = self.directory / "server.log"
+        self._config = self.directory / "elasticmq.conf"
+        self._config.write_text(ELASTICMQ_CONFIG.format(port=self.port))
+        if start:
+            self.start()
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def start(self) -> None:
+        with open(self.log, "ab") as log:
+            self._process = subprocess.Popen(
+                [self._java, "-XX:+UseSerialGC", f"-Dconfig.file={self._config}", "-cp", self._classpath,
+                 "org.elasticmq.server.Main"],
+                stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+        self._running = True
+        try:
+            _wait_for_port(self.port, 60, "ElasticMQ", self.log)
+        except ServerUnavailable:
+            self.stop()
+            raise
+

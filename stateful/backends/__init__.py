@@ -47,6 +47,8 @@ BUNDLED: dict[str, str] = {
     "harel-redis-async": "harel:harel_redis_async",
     "harel-mongo": "harel:harel_mongo",
     "harel-mongo-async": "harel:harel_mongo_async",
+    "harel-sqs": "harel:harel_sqs",
+    "harel-sqs-async": "harel:harel_sqs_async",
 }
 
 
@@ -62,7 +64,7 @@ def load(name: str) -> Callable[[Path], Backend]:
 
 def clean_up(timeout: float = 10.0) -> None:
     """Remove what this process made on the user's servers (rqlite tables, Postgres tables and
-    functions, Redis keys, Mongo collections), for each server backend loaded here; ``timeout``
+    functions, Redis keys, Mongo collections, SQS queues), for each server backend loaded here; ``timeout``
     bounds each rqlite request.  A certifier's search process calls it as it ends; the main
     process does at exit."""
     if (rqlite := sys.modules.get(f"{__name__}.rqlite")) is not None:
@@ -73,3 +75,5 @@ def clean_up(timeout: float = 10.0) -> None:
         redis.delete_opened()
     if (mongo := sys.modules.get(f"{__name__}.mongo")) is not None:
         mongo.drop_opened()
+    if (sqs := sys.modules.get(f"{__name__}.sqs")) is not None:
+        sqs.delete_opened()

@@ -5,10 +5,11 @@ These are harel's own classes, unchanged: the checkers speak harel's Protocol na
 durability and sharing can be checked: a namespace is a database file (SQLite, libSQL) or a
 table prefix in the cluster of the environment (rqlite, as in :mod:`harel_ref.stateful.backends.rqlite`).
 
-harel's Postgres, Redis and Mongo transports run on the server of :mod:`.postgres`, :mod:`.redis`
-and :mod:`.mongo`: the user's (``HAREL_POSTGRES_URL``, ``HAREL_REDIS_URL``, ``HAREL_MONGO_URL``),
-where the tables, functions, keys and collections harel made are removed when the process
-ends, or a throwaway one started here.  Their acks are
+harel's Postgres, Redis, Mongo and SQS transports run on the server of :mod:`.postgres`,
+:mod:`.redis`, :mod:`.mongo` and :mod:`.sqs`: the user's (``HAREL_POSTGRES_URL``,
+``HAREL_REDIS_URL``, ``HAREL_MONGO_URL``, ``HAREL_SQS_URL``), where the tables, functions,
+keys, collections and queues harel made are removed when the process ends, or a throwaway one
+started here.  Their acks are
 fenced by the lease's token; fairness is stamped by the group's lease, which neither policy
 of SPEC R5 is, so they are declared ``"ack"``, the family they belong to, and the checkers show
 where they differ.  Redis keeps each lease as a ``SET ... PX`` on the server's clock: it is
@@ -33,7 +34,7 @@ __all__ = [
     "CAPABILITIES", "FILE_CAPABILITIES", "POSTGRES_CAPABILITIES", "REDIS_CAPABILITIES", "harel_libsql",
     "harel_libsql_async", "harel_memory", "harel_memory_async", "harel_mongo", "harel_mongo_async",
     "harel_postgres", "harel_postgres_async",
-    "harel_redis", "harel_redis_async", "harel_rqlite", "harel_rqlite_async", "harel_sqlite",
+    "harel_redis", "harel_redis_async", "harel_sqs", "harel_sqs_async", "SQS_CAPABILITIES", "harel_rqlite", "harel_rqlite_async", "harel_sqlite",
     "harel_sqlite_async", "harel_tables",
 ]
 
@@ -52,6 +53,13 @@ REDIS_CAPABILITIES = dataclasses.replace(POSTGRES_CAPABILITIES, clock="wall")
 MONGO_CAPABILITIES = POSTGRES_CAPABILITIES
 """harel's Mongo transports: a lock document per group carries the token and the lease's end
 (read from the injected clock)."""
+
+SQS_CAPABILITIES = Capabilities.harel(
+    priority=False, durable=True, shared=True, acks="fenced", fairness="unspecified", clock="wall",
+    resolution=1.0, group_ids=r"[!-~]{1,128}")
+"""harel's SQS transports: what SQS FIFO is (:mod:`.sqs`): no priorities (they refuse them),
+leases as visibility timeouts in whole seconds on the server's clock, ids of printable ASCII,
+no order between groups; receipt handles fence the acks."""
 
 
 def harel_tables(prefix: str) -> list[str]:
@@ -285,3 +293,44 @@ def harel_mongo_async(tmp_dir: Path | str | None = None) -> Backend:
             raise
 
     return Backend("harel-mongo-async", factory, MONGO_CAPABILITIES, is_async=True)
+
+
+def harel_sqs(tmp_dir: Path | str | None = None) -> Backend:
+    """SqsTransport on a FIFO queue per namespace, with ``wait_seconds=0`` (harel's own knob):
+    a claim that finds nothing answers at once instead of polling for a second."""
+    from harel.engine.transport import SqsTransport
+
+    from . import sqs
+
+    def factory(clock, namespace):
+        url, prefix = sqs.open_namespace(namespace, _harel_names)
+        client = sqs.client(url)
+        return _closed_on_error(client, lambda c: SqsTransport(c, sqs.create_queue(c, prefix), wait_seconds=0))
+
+    return Backend("harel-sqs", factory, SQS_CAPABILITIES)
+
+
+def harel_sqs_async(tmp_dir: Path | str | None = None) -> Backend:
+    """AsyncSqsTransport on an aiobotocore client, built as its ``create()`` builds one (which
+    needs aioboto3): the client is entered on an exit stack that the transport's ``close()``
+    closes (its ``_stack``).  ``wait_seconds=0`` as for :func:`harel_sqs`."""
+    from contextlib import AsyncExitStack
+
+    from harel.engine.aio_transport import AsyncSqsTransport
+
+    from . import sqs
+
+    async def factory(clock, namespace):
+        url, prefix = sqs.open_namespace(namespace, _harel_names)
+        stack = AsyncExitStack()
+        try:
+            client = await stack.enter_async_context(sqs.async_client(url))
+            created = await client.create_queue(QueueName=sqs.queue_name(prefix), Attributes=sqs.QUEUE_ATTRIBUTES)
+            transport = AsyncSqsTransport(client, created["QueueUrl"], wait_seconds=0)
+        except BaseException:
+            await stack.aclose()
+            raise
+        transport._stack = stack  # what create() sets: close() releases the client
+        return transport
+
+    return Backend("harel-sqs-async", factory, SQS_CAPABILITIES, is_async=True)
