@@ -49,7 +49,8 @@ class Capabilities:
       report what that breaks (R20).
     - ``resolution``: the shortest time the transport keeps, in seconds (SQS: 1, whole seconds
       of visibility); every lease and delay the checkers give it is a whole multiple of it, and
-      on a wall clock they last that many multiples.  0 (the default) is any duration.
+      on a wall clock they last that many multiples (float products: round them to the
+      nearest multiple, do not truncate).  0 (the default) is any duration.
     - ``group_ids``: a regular expression every group id it accepts matches in full (SQS:
       ``[!-~]{1,128}``, printable ASCII); the checkers then use only such ids.  Empty (the
       default) is any non-empty string of Unicode text.
@@ -99,6 +100,10 @@ class Capabilities:
             re.compile(self.group_ids)
         except re.error as exc:
             raise ValueError(f"Capabilities.group_ids is not a regular expression: {exc} in {self.group_ids!r}") from None
+        if self.group_ids:
+            from ._machine import Choices  # the ids the checkers use: two at least must match
+
+            Choices.of(self)
         if self.protocol == "harel" and self.routing:
             raise ValueError("harel's Protocol has no routing keys: Capabilities(protocol='harel') needs routing=False")
 

@@ -34,7 +34,7 @@ from harel_ref.transport import Lease
 from harel_ref.transport._base import PARKED
 from harel_ref.model import Claimed, QueueModel, When
 
-from ._async import open_transport
+from ._async import TransportFault, open_transport
 from ._backend import Backend, Capabilities
 from ._properties import (
     AFTER_REFUSED,
@@ -742,12 +742,17 @@ class TransportMachine(RuleBasedStateMachine):
         current = self._current(lease)
         try:
             return self._call(getattr(self._instance(via), op), lease, *args)
+        except TransportFault:
+            raise  # hung, crashed or panicked: the transport's fault, whatever the lease
         except Exception as exc:
             if current or self.model.acks != "fenced":
                 raise
-            step = f"{op}({_lease_ref(lease)}{', delay=' + repr(args[0]) if args else ''})"
-            self._fail("fencing", step, f"{'None' if self.answerless else 'False'}: the lease is not current (R10), "
-                       "so the call does nothing and says so, without an error", exc)
+            raised = exc
+        # Raised outside the handler, so that the divergence's context is not the transport's
+        # error (see divergence_class).
+        step = f"{op}({_lease_ref(lease)}{', delay=' + repr(args[0]) if args else ''})"
+        self._fail("fencing", step, f"{'None' if self.answerless else 'False'}: the lease is not current (R10), "
+                   "so the call does nothing and says so, without an error", raised)
 
     def _answered(self, answer, expected: bool) -> bool:
         """Whether an ack's or nack's answer is the one the model expects; under harel's
@@ -931,9 +936,10 @@ class TransportMachine(RuleBasedStateMachine):
 
     def _check_close(self) -> None:
         """R14: close twice is harmless; then every call fails with an error saying so."""
+        group, visibility = self.choices.groups[0], self._seconds(self.choices.visibilities[0])  # valid for it
         calls = {
-            "publish('g1', 'e')": ("publish", ("g1", "e")),
-            "claim('w1', 1.0)": ("claim", ("w1", 1.0)),
+            f"publish({group!r}, 'e')": ("publish", (group, "e")),
+            f"claim('w1', {visibility!r})": ("claim", ("w1", visibility)),
             "ack(lease)": ("ack", (_SOME_LEASE,)),
             "nack(lease, 0)": ("nack", (_SOME_LEASE, 0)),
         }
@@ -993,10 +999,10 @@ def make_machine(
     attributes.update({off: _disabled_rule(off) for off in set(RULES + FOCUS_RULES) - rules})
     choices = Choices.of(backend.capabilities)
     if not choices.draws_like(Choices.DEFAULT):
-        for name in rules:
-            if drawn := getattr(getattr(TransportMachine, name), "backend_rule", None):
+        for rule_name in rules:
+            if drawn := getattr(getattr(TransportMachine, rule_name), "backend_rule", None):
                 kind, function, arguments = drawn
-                attributes[name] = kind(**_strategies(arguments, choices))(function)
+                attributes[rule_name] = kind(**_strategies(arguments, choices))(function)
     return type(name, (TransportMachine,), attributes)
 
 

@@ -79,11 +79,11 @@ STALE_AFTER_RECLAIM = "an ack or nack of a lease whose message was claimed again
 TIE = "a claim between groups of equal fairness stamps"
 REOPEN_HELD = "a reopen with a lease held"
 OVERLAP = "a run of a program whose branches overlapped"
-EXACT_TIME_ONLY = frozenset({LEASE_END})
-"""The situations only an injectable clock reaches: a wall clock never stops at an instant."""
 """Situations a search can reach: what a property's rules are about (R2, R3, R9, R10, R4, R15, R19).  The checkers count them
 (``TransportMachine.reached``, the parallel search's runs) and each verdict reports, for the
 situations of its row's ``evidence``, how often its searches reached them."""
+EXACT_TIME_ONLY = frozenset({LEASE_END})
+"""The situations only an injectable clock reaches: a wall clock never stops at an instant."""
 
 
 @dataclass(frozen=True)

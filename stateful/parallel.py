@@ -191,9 +191,10 @@ def _check_names(prefix: str, ops: Sequence[Op], known: list[str]) -> list[str]:
 
 
 @st.composite
-def programs(draw, *, parking: bool = True, max_branches: int = 3) -> Program:
+def programs(draw, *, parking: bool = True, max_branches: int = 3, groups: tuple[str, ...] = GROUPS) -> Program:
     """Programs of a short prefix (one to three publishes, then a few calls) and two to
-    ``max_branches`` branches of one to four calls each, over two groups.
+    ``max_branches`` branches of one to four calls each, over two groups (``groups``: those a
+    transport accepts, ``Choices.of(capabilities).groups[:2]``).
 
     Acks and nacks name a lease of the prefix or of an earlier claim of their own branch.  The
     draws lean towards what races: claims in the prefix, then branches that claim, or give
@@ -202,7 +203,7 @@ def programs(draw, *, parking: bool = True, max_branches: int = 3) -> Program:
     releases = [Ack, Ack, Nack] + ([lambda name: Nack(name, DELAY)] if parking else [])
 
     def publish() -> Publish:
-        return Publish(draw(st.sampled_from(GROUPS)), next(events))
+        return Publish(draw(st.sampled_from(groups)), next(events))
 
     def release(names: list[str]) -> Op:
         return draw(st.sampled_from(releases))(draw(st.sampled_from(names)))
@@ -616,9 +617,11 @@ def refusal(run: Run, runs: int = 1, ignore: frozenset[str] = frozenset(),
     """A contention failure if a branch call raised in ``run``; a fencing failure if it was an
     ack or nack whose lease was stale (:func:`surely_stale`, :func:`must_be_stale`), which R10
     answers with False (or nothing), not an error, whatever else runs at the time (none, when
-    fencing is in ``ignore``)."""
+    fencing is in ``ignore``; for a transport that acks by seq, a contention failure as any)."""
     raised = [r for r in run.records if r.error is not None and r.worker not in ("prefix", DRAIN_WORKER)]
-    if stale := [r for r in raised if surely_stale(r, run.records) or must_be_stale(r, run.records, capabilities)]:
+    fenced = capabilities.acks == "fenced"  # by seq, a stale release acts: its error is no fencing matter
+    if stale := [r for r in raised if fenced and (surely_stale(r, run.records)
+                                                  or must_be_stale(r, run.records, capabilities))]:
         if "fencing" not in ignore:
             return _stale_release(run, stale, runs)
         raised = [r for r in raised if r not in stale]
@@ -663,10 +666,12 @@ def must_be_stale(release: Record, records: Sequence[Record], capabilities: Capa
     """Whether the ack or nack ``release``, which raised, can only have come after its lease
     stopped being current: the history is linearizable if it answered that it did nothing
     (False), and not if it acted (True).  (Calls that overlap it may decide; a claim of the
-    same message that answered after it began, for one.)"""
+    same message that answered after it began, for one.)  Its answer is placed no later than
+    the last moment of the branches, never at the drain, where every lease is stale."""
     if release.op not in ("ack", "nack") or release.error is None:
         return False
-    end = max(r.complete if r.complete is not None else r.invoke for r in records)
+    branches = [r for r in records if r.worker not in ("prefix", DRAIN_WORKER)]
+    end = max(r.complete if r.complete is not None else r.invoke for r in branches)
 
     def linearizable(answer: bool) -> bool | None:
         answered = dataclasses.replace(release, error=None, result=answer, complete=end)
@@ -758,7 +763,8 @@ def check_program(
                     # the same error without concurrency: not contention (module docstring);
                     # from an ack or nack of a stale lease, fencing's
                     alone, record = again
-                    if surely_stale(record, alone.records) and "fencing" not in ignore:
+                    if (surely_stale(record, alone.records) and "fencing" not in ignore
+                            and capabilities.acks == "fenced"):
                         failure = _stale_release(alone, [record], number)
                     else:
                         failure = history_failure(run, number, ignore, capabilities) if histories else None

@@ -24,6 +24,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import math
 import random
 import threading
 import time
@@ -33,6 +34,7 @@ from typing import Any
 
 from ._async import open_transport
 from ._backend import Capabilities
+from ._machine import Choices
 from ._linearize import DRAIN_WORKER, Linearizability
 from ._properties import owner_of_breach
 from .history import HistoryReport, Record, _jsonable, check
@@ -47,6 +49,28 @@ DELAYS = (0.01, 0.05)
 SETTLE = 0.3
 """Seconds waited after the workers stop, so that every lease and park has lapsed before the
 drain (longer than any visibility or delay above)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Choices:
+    """The groups and durations of a soak, for the transport's capabilities: the ids it accepts
+    (the machine's when none of ``GROUPS`` is), and durations rounded up to whole multiples of
+    its resolution, waited out in full before the drain."""
+
+    groups: tuple[str, ...]
+    visibilities: tuple[float, ...]
+    delays: tuple[float, ...]
+    settle: float
+
+    @classmethod
+    def of(cls, caps: Capabilities) -> _Choices:
+        groups = tuple(g for g in GROUPS if caps.accepts_group_id(g)) or Choices.of(caps).groups
+        r = caps.resolution
+        if not r:
+            return cls(groups, VISIBILITIES, DELAYS, SETTLE)
+        visibilities = tuple(sorted({math.ceil(v / r) * r for v in VISIBILITIES}))
+        delays = tuple(sorted({math.ceil(d / r) * r for d in DELAYS}))
+        return cls(groups, visibilities, delays, max(visibilities + delays) * 1.5 + SETTLE)
 
 class SoakResult:
     """What a soak recorded (``run``, and ``drained``: the ``(group_id, event)`` pairs the
@@ -87,10 +111,15 @@ class SoakResult:
                 found[prop] = failure_class(prop)(prop, step, expected, answered, state, run=self.run,
                                                    culprits=culprits, runs=1)
 
-        if self.errors:
-            first = self.errors[0]
+        stale = [r for r in self.errors if r.error is not None and self.capabilities.acks == "fenced"
+                 and parallel.surely_stale(r, self.records)]
+        if stale:  # an error for a lease that was no longer current: R10 asks for False
+            add("fencing", f"{stale[0].worker}: {stale[0].op} of a stale lease during the soak",
+                "False (nothing, under harel's Protocol), without an error (R10)", stale[0].error, "", stale[:3])
+        if errors := [r for r in self.errors if r not in stale]:
+            first = errors[0]
             answered = first.error if first.error is not None else f"no answer within {parallel.HUNG:g} s"
-            add("contention", f"{first.worker}: {first.op} during the soak", "an answer", answered, "", self.errors[:3])
+            add("contention", f"{first.worker}: {first.op} during the soak", "an answer", answered, "", errors[:3])
         result = self.linearizability
         if result.ok is False:
             add(result.property, result.step, result.expected, result.answered, result.state, result.culprits)
@@ -154,7 +183,8 @@ def soak(
         deadline = time.time() + seconds
         budget = _Budget(calls)
         stuck: dict[int, list[Record]] = {}  # the records of workers still in a call at the end
-        workloads = [_Workload(f"s{n}", random.Random(seed * 1000 + n), capabilities.parking, budget)
+        choices = _Choices.of(capabilities)
+        workloads = [_Workload(f"s{n}", random.Random(seed * 1000 + n), capabilities.parking, budget, choices)
                      for n in range(workers)]
         if is_async:
             loop.run_until_complete(_watched(_together(
@@ -175,7 +205,7 @@ def soak(
                 if thread.is_alive():  # what it recorded so far, unanswered call included
                     stuck[id(workload)] = [dataclasses.replace(record) for record in workload.records]
             how = f"{workers} threads for {seconds:g} s"
-        time.sleep(SETTLE)
+        time.sleep(choices.settle)
         drain = _Workload(DRAIN_WORKER, random.Random(seed), capabilities.parking)
         drained = drain.drain(first, limit=sum(w.published for w in workloads))
         records = [r for w in workloads for r in stuck.get(id(w), w.records)] + drain.records
@@ -205,8 +235,10 @@ class _Workload:
     """One worker's random calls: publish, claim, then ack, nack, park, or hold past the
     lease and ack late (a stale ack, which fencing refuses if someone took over)."""
 
-    def __init__(self, name: str, rng: random.Random, parking: bool, budget: _Budget | None = None) -> None:
+    def __init__(self, name: str, rng: random.Random, parking: bool, budget: _Budget | None = None,
+                 choices: _Choices = _Choices(GROUPS, VISIBILITIES, DELAYS, SETTLE)) -> None:
         self.name = name
+        self.choices = choices
         self.budget = budget if budget is not None else _Budget(None)
         self.rng = rng
         self.parking = parking
@@ -239,11 +271,11 @@ class _Workload:
                 return "ack", (lease,), pause
             if roll < 0.85 or not self.parking:
                 return "nack", (lease, 0.0), pause
-            return "nack", (lease, rng.choice(DELAYS)), pause
+            return "nack", (lease, rng.choice(self.choices.delays)), pause
         if rng.random() < 0.2:
             self.published += 1
-            return "publish", (rng.choice(GROUPS), f"{self.name}-{self.published}"), 0.0
-        return "claim", (self.name, rng.choice(VISIBILITIES)), 0.0
+            return "publish", (rng.choice(self.choices.groups), f"{self.name}-{self.published}"), 0.0
+        return "claim", (self.name, rng.choice(self.choices.visibilities)), 0.0
 
     def _record(self, op: str, args: tuple[Any, ...]) -> Record:
         names = {"publish": ("group_id", "event"), "claim": ("worker_id", "visibility"),

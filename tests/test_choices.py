@@ -64,7 +64,7 @@ def test_ids_a_transport_refuses_are_replaced_by_ones_it_accepts():
     assert Choices.of(Capabilities(group_ids=SQS_IDS)).groups == ("g1", "g2", "g3", "g-4.~")
     assert Choices.of(Capabilities(group_ids="[a-z0-9]+")).groups == ("g1", "g2", "g3", "g4")
     with pytest.raises(ValueError, match="fewer than two"):
-        Choices.of(Capabilities(group_ids="only-this"))
+        Capabilities(group_ids="only-this")  # refused when declared, before any search
 
 
 def test_a_transport_that_refuses_non_ascii_ids_fails_unless_it_declares_them():
@@ -87,7 +87,7 @@ def test_a_declared_resolution_gives_whole_multiples_of_it():
 def test_a_transport_of_whole_seconds_fails_unless_it_declares_its_resolution():
     with pytest.raises(Exception) as failed:
         run_state_machine_as_test(_machine(WholeSecondsOnly, Capabilities(durable=True, shared=True)), settings=RUN)
-    assert "whole seconds" in str(failed.value) + str(failed.value.__cause__)
+    assert "whole seconds" in repr(failed.value) + repr(failed.value.__cause__)
     run_state_machine_as_test(_machine(WholeSecondsOnly, Capabilities(durable=True, shared=True, resolution=1.0)),
                               settings=RUN)
 
@@ -118,3 +118,26 @@ def test_the_cli_takes_both_and_says_them_back(tmp_path):
 
 def test_the_default_group_ids_still_include_one_beyond_ascii():
     assert any(not group.isascii() for group in GROUPS)
+
+
+def test_the_soak_and_the_concurrent_search_keep_to_the_declarations():
+    """The soak rounds its durations up to whole resolutions and waits them out; the concurrent
+    search's programs use ids the transport accepts."""
+    from hypothesis import given
+
+    from harel_ref.stateful.parallel import Publish, programs
+    from harel_ref.stateful.soak import _Choices
+
+    soak = _Choices.of(Capabilities(resolution=1.0, group_ids="[a-z0-9]+"))
+    assert soak.visibilities == (1.0,) and soak.delays == (1.0,) and soak.settle >= 1.5
+    assert all(re.fullmatch("[a-z0-9]+", group) for group in soak.groups)
+    groups = Choices.of(Capabilities(group_ids="g[34]|G4")).groups[:2]  # g1 and g2 are refused
+    assert len(set(groups)) == 2 and all(re.fullmatch("g[34]|G4", group) for group in groups)
+
+    @settings(max_examples=30, database=None)
+    @given(programs(groups=groups))
+    def only_those(program):
+        ops = [*program.prefix, *(op for branch in program.branches for op in branch)]
+        assert {op.group for op in ops if isinstance(op, Publish)} <= set(groups)
+
+    only_those()

@@ -403,7 +403,7 @@ def _run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed
                 search.first = exc
             raise
 
-    test = given(programs(parking=caps.parking))(concurrent)
+    test = given(programs(parking=caps.parking, groups=Choices.of(caps).groups[:2]))(concurrent)
     test = settings(_settings(profile, profile.programs))(test)
     try:
         seed(run_seed)(test)()

@@ -362,7 +362,7 @@ def _stale_release_acts(target: Target, release: str) -> bool | None:
     from harel_ref.stateful._async import open_transport
     import time
 
-    from harel_ref.stateful._machine import FakeClock
+    from harel_ref.stateful._machine import Choices, FakeClock
     from harel_ref.stateful.parallel import close_all, wall_visibility
 
     wall = target.capabilities.clock == "wall"
@@ -372,8 +372,9 @@ def _stale_release_acts(target: Target, release: str) -> bool | None:
     transport = None
     try:
         transport = open_transport(target.factory, clock, f"harel_ref_probe_{uuid.uuid4().hex[:8]}", loop, "harel")
-        transport.publish("probe", "first")
-        transport.publish("probe", "second")
+        group = Choices.of(target.capabilities).groups[0]  # one the transport accepts
+        transport.publish(group, "first")
+        transport.publish(group, "second")
         stale = transport.claim("probe-1", first)
         if wall:
             time.sleep(first * 1.5 + 0.01)

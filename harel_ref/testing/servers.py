@@ -405,9 +405,16 @@ class SqsServer(_JavaServer):
                  "org.elasticmq.server.Main"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         self._running = True
-        try:
-            _wait_for_port(self.port, 60, "ElasticMQ", self.log)
-        except ServerUnavailable:
-            self.stop()
-            raise
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                    return
+            except OSError:
+                pass
+            if self._process.poll() is not None or time.monotonic() > deadline:  # exited early, or never listened
+                tail = self.log.read_text(errors="replace")[-2000:]
+                self.stop()
+                raise ServerUnavailable(f"ElasticMQ did not listen on 127.0.0.1:{self.port}; its log ends:\n{tail}")
+            time.sleep(0.05)
 
