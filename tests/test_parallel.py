@@ -382,3 +382,42 @@ def test_an_async_transport_answers_every_call_of_its_branches(name):
     assert [r.error for r in run.records if r.error is not None] == []
     claimed = [r.result for r in run.records if r.op == "claim" and r.worker != "drain"]
     assert sorted(lease.group_id for lease in claimed) == ["g1", "g2"]
+
+
+def test_an_error_on_a_live_lease_stays_contention_and_one_on_a_stale_lease_is_fencing():
+    """The refusal judge tells the two apart by the history: an ack that raised while its lease
+    was still current (and did nothing) is a refusal; one whose lease another ack had already
+    used is fencing's (R10).  Found by review: the answer was first placed at the drain, where
+    every lease is stale, and the first case was filed as fencing."""
+    from harel_ref.stateful.parallel import Ack, Claim, Program, Publish, refusal, run_program
+    from harel_ref.transport import InMemoryStore, InMemoryTransport
+
+    class LockedOnce(InMemoryTransport):
+        """The first ack raises "database is locked" and does nothing."""
+
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.locked = True
+
+        def ack(self, lease):
+            if self.locked:
+                self.locked = False
+                raise RuntimeError("database is locked")
+            return super().ack(lease)
+
+    stores: dict = {}
+    caps = Capabilities(durable=True, shared=True)
+
+    def factory(clock, namespace):
+        return LockedOnce(clock=clock, store=stores.setdefault(namespace, InMemoryStore()))
+
+    live = Program(prefix=(Publish("g1", "e1"), Claim()), branches=((Ack("p0"),), (Publish("g2", "e2"),)))
+    run = run_program(factory, live, caps, concurrently=False)
+    assert any(r.error for r in run.records) and refusal(run, capabilities=caps).property == "contention"
+
+    broken = broken_backend("a stale ack or nack raises")
+    used = Program(prefix=(Publish("g1", "e1"), Claim()), branches=((Ack("p0"),), (Ack("p0"),)))
+    run = run_program(broken.factory, used, broken.capabilities, concurrently=False)
+    assert refusal(run, capabilities=broken.capabilities).property == "fencing"
+    by_seq = Capabilities(durable=True, shared=True, acks="by-seq")  # a stale release acts: no fencing matter
+    assert refusal(run, capabilities=by_seq).property == "contention"
