@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Backend", "Capabilities", "Factory"]
+__all__ = ["Backend", "Capabilities", "Factory", "GROUPS", "STAND_INS", "accepted_groups"]
 
 Factory = Callable[[Callable[[], float], str], Any]
 
@@ -23,6 +23,12 @@ FAIRNESS_POLICIES = ("claim", "ack", "unspecified")
 CLOCK_MODES = ("injectable", "wall")
 PROTOCOLS = ("harel-ref", "harel")
 ACKS = ("fenced", "by-seq")
+
+GROUPS = ("g1", "g2", "g3", "grüppe-✓")
+"""The group ids the lockstep machine uses (a transport that accepts any text gets these)."""
+STAND_INS = ("g-4.~", "g4", "G4", "4", "1", "2", "3", "a", "b", "c")
+"""Group ids used instead of those of ``GROUPS`` that a transport does not accept
+(``Capabilities.group_ids``), the first it accepts of them."""
 
 
 @dataclass(frozen=True)
@@ -101,9 +107,7 @@ class Capabilities:
         except re.error as exc:
             raise ValueError(f"Capabilities.group_ids is not a regular expression: {exc} in {self.group_ids!r}") from None
         if self.group_ids:
-            from ._machine import Choices  # the ids the checkers use: two at least must match
-
-            Choices.of(self)
+            accepted_groups(self)  # two at least of the ids the checkers use must match
         if self.protocol == "harel" and self.routing:
             raise ValueError("harel's Protocol has no routing keys: Capabilities(protocol='harel') needs routing=False")
 
@@ -116,3 +120,17 @@ class Backend:
     factory: Factory
     capabilities: Capabilities = field(default_factory=Capabilities)
     is_async: bool = False
+
+
+def accepted_groups(caps: Capabilities) -> tuple[str, ...]:
+    """``GROUPS``, each one the transport does not accept replaced by a stand-in it does."""
+    groups: list[str] = []
+    for group in GROUPS:
+        if not caps.accepts_group_id(group):
+            group = next((s for s in STAND_INS if caps.accepts_group_id(s) and s not in groups), None)
+        if group is not None:
+            groups.append(group)
+    if len(groups) < 2:
+        raise ValueError(f"group_ids={caps.group_ids!r} accepts fewer than two of the group ids the "
+                         f"checkers use ({', '.join(GROUPS + STAND_INS)}): widen it")
+    return tuple(groups)

@@ -35,7 +35,7 @@ from harel_ref.transport._base import PARKED
 from harel_ref.model import Claimed, QueueModel, When
 
 from ._async import TransportFault, open_transport
-from ._backend import Backend, Capabilities
+from ._backend import GROUPS, Backend, Capabilities, accepted_groups
 from ._properties import (
     AFTER_REFUSED,
     AFTER_REOPEN,
@@ -78,10 +78,6 @@ that every example starts from, so a short search reaches deeper; acks and nacks
 leases whose message another worker now holds, the calls whose effect fencing is about; and
 a clock that steps back (R3), which the lease-expiry search adds."""
 
-GROUPS = ("g1", "g2", "g3", "grüppe-✓")
-STAND_INS = ("g-4.~", "g4", "G4", "4", "1", "2", "3", "a", "b", "c")
-"""Group ids used instead of those of ``GROUPS`` that a transport does not accept
-(``Capabilities.group_ids``), the first it accepts of them."""
 WORKERS = ("w1", "w2")
 ROUTING_KEYS = (None, "blue", "green")
 ROUTING_FILTERS = (None, ("blue",), ("green",), ("blue", "green"))
@@ -110,7 +106,7 @@ class Choices:
         makes every lease and delay a whole multiple of it: on a wall clock one spec second
         *is* one resolution (1 s of SQS), on an injectable clock the spec seconds are
         multiples of it."""
-        groups = _accepted_groups(caps)
+        groups = accepted_groups(caps)
         wall = caps.clock == "wall"
         if not caps.resolution:
             return cls(WALL_SCALE if wall else 1.0, groups, VISIBILITIES, DELAYS, STEPS)
@@ -127,20 +123,6 @@ class Choices:
 
 
 Choices.DEFAULT = Choices(1.0, GROUPS, VISIBILITIES, DELAYS, STEPS)
-
-
-def _accepted_groups(caps: Capabilities) -> tuple[str, ...]:
-    """``GROUPS``, each one the transport does not accept replaced by a stand-in it does."""
-    groups: list[str] = []
-    for group in GROUPS:
-        if not caps.accepts_group_id(group):
-            group = next((s for s in STAND_INS if caps.accepts_group_id(s) and s not in groups), None)
-        if group is not None:
-            groups.append(group)
-    if len(groups) < 2:
-        raise ValueError(f"group_ids={caps.group_ids!r} accepts fewer than two of the group ids the "
-                         f"checkers use ({', '.join(GROUPS + STAND_INS)}): widen it")
-    return tuple(groups)
 
 
 def backend_rule(kind: Callable = rule, **arguments: Any) -> Callable:
