@@ -118,9 +118,10 @@ def build_parser() -> argparse.ArgumentParser:
     caps.add_argument("--protocol", choices=["harel-ref", "harel"],
                       help="the Protocol it speaks: harel-ref's, or harel's own (Event objects, ack and nack "
                       "answering None, no routing keys); harel's is detected from claim()")
-    caps.add_argument("--acks", choices=["fenced", "by-seq"],
-                      help="how ack and nack find their message: by the lease's token (fenced) or by its "
-                      "seq alone (by-seq, the default for harel's Protocol)")
+    caps.add_argument("--acks", choices=["fenced", "until-reclaimed", "by-seq"],
+                      help="how ack and nack find their message: by the lease's token while it holds the "
+                      "message (fenced), by the token until the message is claimed again (until-reclaimed: "
+                      "SQS's receipt handles), or by its seq alone (by-seq, the default for harel's Protocol)")
     caps.add_argument("--resolution", metavar="SECONDS", type=_resolution,
                       help="the shortest time it keeps (SQS: 1): every lease and delay it is given is a "
                       "whole multiple of it (default 0: any)")

@@ -20,9 +20,11 @@ __all__ = ["ACKS", "RELAXABLE", "Claimed", "Fairness", "Holding", "QueueModel", 
 
 Fairness = Literal["claim", "ack", "unspecified"]
 
-ACKS = ("fenced", "by-seq")
-"""How ack and nack find their message: ``"fenced"`` by the lease's token (R10), ``"by-seq"``
-by the lease's seq alone, whoever holds the message (R20, harel's unfenced transports)."""
+ACKS = ("fenced", "until-reclaimed", "by-seq")
+"""How ack and nack find their message: ``"fenced"`` by the lease's token while it holds the
+message (R10); ``"until-reclaimed"`` by the token until the message is claimed again, also
+after the lease parked or freed it (R10a: SQS's receipt handles); ``"by-seq"`` by the lease's
+seq alone, whoever holds the message (R20, harel's unfenced transports)."""
 
 RELAXABLE = {
     "R2": "a claim may also take the head of a group whose head is leased (not parked)",
@@ -96,18 +98,19 @@ class _Group:
     messages: list[tuple[int, str]] = field(default_factory=list)  # (seq, event), FIFO
     hold: _Hold | None = None  # only the head is ever held (R6)
     leased_by: dict[int, frozenset[str]] = field(default_factory=dict)  # seq -> tokens, without R10
+    last_lease: str | None = None  # the token of the head's latest claim (R10a)
 
     def copy(self) -> _Group:
         return _Group(
             self.group_id, self.priority, self.routing_key, self.arrival, self.stamp,
-            list(self.messages), self.hold, dict(self.leased_by),
+            list(self.messages), self.hold, dict(self.leased_by), self.last_lease,
         )
 
     def key(self) -> tuple:
         hold = None if self.hold is None else (self.hold.token, self.hold.until.lo, self.hold.until.hi)
         leased = tuple(sorted(self.leased_by.items())) if self.leased_by else ()
         return (self.group_id, self.priority, self.routing_key, self.arrival, self.stamp.lo,
-                self.stamp.hi, tuple(self.messages), hold, leased)
+                self.stamp.hi, tuple(self.messages), hold, leased, self.last_lease)
 
 
 class QueueModel:
@@ -227,6 +230,7 @@ class QueueModel:
         group = self._groups[claimed.group_id]
         assert _head(group) == claimed, f"{claimed} is not the head of its group"
         group.hold = _Hold(token, now + visibility)
+        group.last_lease = token
         self._holdings = {t: h for t, h in self._holdings.items() if h.until.hi >= now.lo}  # lapsed: gone
         self._holdings[token] = Holding(token, claimed.group_id, claimed.seq, now + visibility)
         if "R10" in self.relax or self.acks == "by-seq":  # remember the message, for acks by seq
@@ -252,11 +256,12 @@ class QueueModel:
         ``token``, whoever holds it now, as an ack by seq does.  A model with ``acks="by-seq"``
         always does (R20)."""
         self._holdings.pop(token, None)  # the worker is done with its lease, whatever happens
-        group = self._leased_under(token) if by_seq or self.acks == "by-seq" else self._held_by(token)
+        group = self._released(token, by_seq)
         if group is None:
             return False
         seq, _ = group.messages.pop(0)
         group.hold = None
+        group.last_lease = None  # the new head was never claimed
         group.leased_by.pop(seq, None)
         if not group.messages:
             del self._groups[group.group_id]  # R11: a group lives while it has messages
@@ -269,11 +274,31 @@ class QueueModel:
         parks it, its group blocked until ``now + delay``.  False if not held (R10).
         ``by_seq``: as for :meth:`ack`."""
         self._holdings.pop(token, None)
-        group = self._leased_under(token) if by_seq or self.acks == "by-seq" else self._held_by(token)
+        group = self._released(token, by_seq)
         if group is None:
             return False
         group.hold = None if delay == 0 else _Hold(None, When.of(now) + delay)
         return True
+
+    def acts(self, token: str) -> bool:
+        """Whether an ack or nack under ``token`` would act now (R10, R10a, R20)."""
+        return self._released(token, False) is not None
+
+    def _released(self, token: str, by_seq: bool) -> _Group | None:
+        """The group an ack or nack under ``token`` acts on, as ``acks`` says; None if none."""
+        if by_seq or self.acks == "by-seq":
+            return self._leased_under(token)
+        if self.acks == "until-reclaimed":
+            return self._last_leased_by(token)
+        return self._held_by(token)
+
+    def _last_leased_by(self, token: str) -> _Group | None:
+        """R10a: the group whose head was last claimed under ``token``, whether that lease is
+        live, lapsed, parked or freed since: its handle stays good until the next claim."""
+        for group in self._groups.values():
+            if group.last_lease == token:
+                return group
+        return None
 
     def _held_by(self, token: str) -> _Group | None:
         """R10: the group whose head is held under ``token`` (lapsed or not), if any."""

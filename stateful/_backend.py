@@ -22,7 +22,7 @@ Factory = Callable[[Callable[[], float], str], Any]
 FAIRNESS_POLICIES = ("claim", "ack", "unspecified")
 CLOCK_MODES = ("injectable", "wall")
 PROTOCOLS = ("harel-ref", "harel")
-ACKS = ("fenced", "by-seq")
+ACKS = ("fenced", "until-reclaimed", "by-seq")
 
 GROUPS = ("g1", "g2", "g3", "grüppe-✓")
 """The group ids the lockstep machine uses (a transport that accepts any text gets these)."""
@@ -49,9 +49,11 @@ class Capabilities:
     - ``protocol``: ``"harel-ref"`` (this package's Protocol) or ``"harel"``: the Protocol the
       ``harel`` package ships (events are ``harel.spec.states.Event`` objects, ``ack`` and
       ``nack`` answer None, no routing keys; SPEC.md R20).  The checkers speak it natively.
-    - ``acks``: ``"fenced"`` if ack and nack act only under the lease's token (R10), ``"by-seq"``
-      if they act on the lease's message whoever holds it (harel's SQL and in-memory
-      transports).  The model then follows what a stale ack or nack does, and the checkers
+    - ``acks``: ``"fenced"`` if ack and nack act only under the lease's token (R10);
+      ``"until-reclaimed"`` if they act under it until the message is claimed again, also after
+      the lease nacked it (R10a: SQS, whose receipt handle stays good until the message is
+      received again); ``"by-seq"`` if they act on the lease's message whoever holds it
+      (harel's SQL and in-memory transports).  The model then follows what a stale ack or nack does, and the checkers
       report what that breaks (R20).
     - ``resolution``: the shortest time the transport keeps, in seconds (SQS: 1, whole seconds
       of visibility); every lease and delay the checkers give it is a whole multiple of it, and
@@ -70,7 +72,7 @@ class Capabilities:
     fairness: Literal["claim", "ack", "unspecified"] = "claim"
     clock: Literal["injectable", "wall"] = "injectable"
     protocol: Literal["harel-ref", "harel"] = "harel-ref"
-    acks: Literal["fenced", "by-seq"] = "fenced"
+    acks: Literal["fenced", "until-reclaimed", "by-seq"] = "fenced"
     resolution: float = 0.0
     group_ids: str = ""
 

@@ -385,8 +385,9 @@ class TransportMachine(RuleBasedStateMachine):
       of the clock, so an answer at the exact end of a lease or park is not judged (that
       boundary is the lease-expiry property's).  Only for an injectable clock.
     - ``check_close``: at teardown, check R14 (close twice, then every call fails).
-    - ``model_acks``: how the model's ack and nack find their message (``"fenced"`` or
-      ``"by-seq"``, see :class:`harel_ref.model.QueueModel`); None follows the backend's ``acks``.
+    - ``model_acks``: how the model's ack and nack find their message (``"fenced"``,
+      ``"until-reclaimed"`` or ``"by-seq"``, see :class:`harel_ref.model.QueueModel`); None
+      follows the backend's ``acks``.
     - ``consequences``: what a stale ack or nack *by seq* may break, checked against each
       worker's own view of its leases (SPEC.md R20): ``"single-in-flight"`` (a claim hands out
       a message whose earlier holder is still working on it) and ``"no-loss"`` (an ack deletes
@@ -721,13 +722,13 @@ class TransportMachine(RuleBasedStateMachine):
         """Call ``ack`` or ``nack`` (``op``).  For a lease that is no longer current a fenced transport
         answers False (or nothing, under harel's Protocol), never raises (R10): an error there
         is a failure of fencing, whichever search made the call (SQS's stale receipt handle)."""
-        current = self._current(lease)
+        acts = self.model.acts(lease.token)
         try:
             return self._call(getattr(self._instance(via), op), lease, *args)
         except TransportFault:
             raise  # hung, crashed or panicked: the transport's fault, whatever the lease
         except Exception as exc:
-            if current or self.model.acks != "fenced":
+            if acts or self.model.acks == "by-seq":
                 raise
             raised = exc
         # Raised outside the handler, so that the divergence's context is not the transport's

@@ -619,8 +619,8 @@ def refusal(run: Run, runs: int = 1, ignore: frozenset[str] = frozenset(),
     answers with False (or nothing), not an error, whatever else runs at the time (none, when
     fencing is in ``ignore``; for a transport that acks by seq, a contention failure as any)."""
     raised = [r for r in run.records if r.error is not None and r.worker not in ("prefix", DRAIN_WORKER)]
-    fenced = capabilities.acks == "fenced"  # by seq, a stale release acts: its error is no fencing matter
-    if stale := [r for r in raised if fenced and (surely_stale(r, run.records)
+    fenced = capabilities.acks != "by-seq"  # by seq, a stale release acts: its error is no fencing matter
+    if stale := [r for r in raised if fenced and (surely_stale(r, run.records, capabilities.acks)
                                                   or must_be_stale(r, run.records, capabilities))]:
         if "fencing" not in ignore:
             return _stale_release(run, stale, runs)
@@ -642,19 +642,21 @@ def _stale_release(run: Run, stale: list[Record], runs: int) -> ConcurrencyFailu
     )
 
 
-def surely_stale(release: Record, records: Sequence[Record]) -> bool:
+def surely_stale(release: Record, records: Sequence[Record], acks: str = "fenced") -> bool:
     """Whether the ack or nack ``release`` began after its lease was surely no longer current:
     another ack or nack of the same token had answered True (or, under harel's Protocol,
     answered at all) before it began, or a claim begun after the lease's own claim answered
-    had handed out the same message again before it began."""
+    had handed out the same message again before it began.  With ``acks="until-reclaimed"``
+    a nack does not end the lease (R10a): only an ack or a new claim does."""
     if release.op not in ("ack", "nack"):
         return False
+    ending = ("ack",) if acks == "until-reclaimed" else ("ack", "nack")
     token, message = _token(release.args["lease"]), _message_of(release.args["lease"])
     own = next((r for r in records if r.op == "claim" and r.ok and r.result and _token(r.result) == token), None)
     for other in records:
         if other is release or other.complete is None or other.complete >= release.invoke:
             continue
-        if other.op in ("ack", "nack") and other.ok and other.result is not False and _token(other.args["lease"]) == token:
+        if other.op in ending and other.ok and other.result is not False and _token(other.args["lease"]) == token:
             return True
         if (own is not None and other.op == "claim" and other.ok and other.result
                 and other.invoke > own.complete and _message_of(other.result) == message):
@@ -763,8 +765,8 @@ def check_program(
                     # the same error without concurrency: not contention (module docstring);
                     # from an ack or nack of a stale lease, fencing's
                     alone, record = again
-                    if (surely_stale(record, alone.records) and "fencing" not in ignore
-                            and capabilities.acks == "fenced"):
+                    if (surely_stale(record, alone.records, capabilities.acks) and "fencing" not in ignore
+                            and capabilities.acks != "by-seq"):
                         failure = _stale_release(alone, [record], number)
                     else:
                         failure = history_failure(run, number, ignore, capabilities) if histories else None

@@ -111,8 +111,8 @@ class SoakResult:
                 found[prop] = failure_class(prop)(prop, step, expected, answered, state, run=self.run,
                                                    culprits=culprits, runs=1)
 
-        stale = [r for r in self.errors if r.error is not None and self.capabilities.acks == "fenced"
-                 and parallel.surely_stale(r, self.records)]
+        stale = [r for r in self.errors if r.error is not None and self.capabilities.acks != "by-seq"
+                 and parallel.surely_stale(r, self.records, self.capabilities.acks)]
         if stale:  # an error for a lease that was no longer current: R10 asks for False
             add("fencing", f"{stale[0].worker}: {stale[0].op} of a stale lease during the soak",
                 "False (nothing, under harel's Protocol), without an error (R10)", stale[0].error, "", stale[:3])

@@ -2,6 +2,7 @@
 pass, each transport broken only under concurrency fails its own property with a short
 program, a timeline and a reproduction that replays; branches in processes."""
 
+import dataclasses
 import re
 import sys
 
@@ -421,3 +422,20 @@ def test_an_error_on_a_live_lease_stays_contention_and_one_on_a_stale_lease_is_f
     assert refusal(run, capabilities=broken.capabilities).property == "fencing"
     by_seq = Capabilities(durable=True, shared=True, acks="by-seq")  # a stale release acts: no fencing matter
     assert refusal(run, capabilities=by_seq).property == "contention"
+
+
+def test_under_until_reclaimed_a_nack_does_not_make_its_lease_stale_but_a_new_claim_does():
+    """R10a: after its own nack a lease still acts, so an error from its ack is a refusal like
+    any (contention); once the message was claimed again, an error is fencing's."""
+    from harel_ref.stateful.parallel import Ack, Claim, Lapse, Nack, Program, Publish, refusal, run_program
+
+    broken = broken_backend("a stale ack or nack raises")  # raises for whatever R10 calls stale
+    caps = dataclasses.replace(broken.capabilities, acks="until-reclaimed")
+    after_nack = Program(prefix=(Publish("g1", "e1"), Claim()), branches=((Nack("p0"),), (Ack("p0"),)))
+    run = run_program(broken.factory, after_nack, caps, concurrently=False)
+    assert any(r.error for r in run.records) and refusal(run, capabilities=caps).property == "contention"
+    assert refusal(run, capabilities=broken.capabilities).property == "fencing"  # by R10 it was stale
+
+    reclaimed = Program(prefix=(Publish("g1", "e1"), Claim(), Lapse(), Claim()), branches=((Ack("p0"),), ()))
+    run = run_program(broken.factory, reclaimed, caps, concurrently=False)
+    assert refusal(run, capabilities=caps).property == "fencing"

@@ -337,6 +337,43 @@ def test_r19_overlapping_calls_need_one_order_that_fits_the_model():
     assert refused.ok is False and refused.property == "single-in-flight"
 
 
+def test_r10a_until_reclaimed_a_lease_acts_after_its_own_nack_until_the_message_is_claimed_again():
+    q = QueueModel(acks="until-reclaimed")
+    q.publish("g", "a")
+    q.publish("g", "b")
+    q.take(Claimed("g", 1, "a"), "t1", 1.0, 5.0)
+    assert q.nack("t1", 2.0, 2.0) is True  # parked until 4.0
+    assert q.acts("t1") and q.nack("t1", 0, 2.5) is True  # the park is the lease's still: freed
+    q.take(Claimed("g", 1, "a"), "t2", 3.0, 5.0)  # claimed again: t1 is stale from here
+    assert not q.acts("t1") and q.ack("t1", 3.5) is False and q.nack("t1", 0, 3.5) is False
+    assert q.nack("t2", 1.0, 4.0) is True and q.ack("t2", 4.5) is True  # parked, then acked by t2
+    assert q.contents() == {"g": ["b"]} and q.ack("t2", 4.6) is False  # used up with its message
+    fenced = QueueModel()  # R10: the nack ends the lease
+    fenced.publish("g", "a")
+    fenced.take(Claimed("g", 1, "a"), "t1", 1.0, 5.0)
+    assert fenced.nack("t1", 2.0, 2.0) is True and fenced.ack("t1", 2.5) is False
+
+
+def test_r10a_until_reclaimed_is_judged_in_histories_too():
+    from harel_ref.stateful import check_linearizable
+    from harel_ref.stateful.history import Record
+
+    def lease(token):
+        return {"group_id": "g", "event": "a", "seq": 1, "token": token}
+
+    publish = Record("p", "publish", 0, {"group_id": "g", "event": "a"}, complete=1, at=1.0)
+    claim = Record("w1", "claim", 2, {"worker_id": "w1", "visibility": 50.0}, complete=3, result=lease("t1"), at=2.0)
+    nack = Record("w1", "nack", 4, {"lease": lease("t1"), "delay": 0}, complete=5, result=True, at=3.0)
+    ack = Record("w1", "ack", 6, {"lease": lease("t1")}, complete=7, result=True, at=4.0)
+    assert check_linearizable([publish, claim, nack, ack], acks="until-reclaimed").ok
+    refused = check_linearizable([publish, claim, nack, ack])  # fenced: the nack ended the lease
+    assert refused.ok is False and refused.property == "fencing"
+    reclaim = Record("w2", "claim", 6, {"worker_id": "w2", "visibility": 50.0}, complete=7, result=lease("t2"), at=4.0)
+    stale = Record("w1", "ack", 8, {"lease": lease("t1")}, complete=9, result=True, at=5.0)
+    refused = check_linearizable([publish, claim, nack, reclaim, stale], acks="until-reclaimed")
+    assert refused.ok is False and refused.property == "fencing"  # claimed again: t1 is done
+
+
 def test_r20_an_ack_by_seq_acts_whoever_holds_the_message_and_the_holder_still_holds_it():
     q = QueueModel(acks="by-seq")
     q.publish("g", "a")

@@ -254,8 +254,9 @@ def focus_machine(
         rules=rules | TIME if wall else rules,
         stale_leases=stale or by_seq,
         # Fencing asks whether stale acks and nacks do nothing: its model is fenced, whatever
-        # the transport declares.  When they answer nothing, their effect shows later.
-        model_acks="fenced" if stale else None,
+        # the transport declares, unless it declares the fence SQS gives (R10a).  When they
+        # answer nothing, their effect shows later.
+        model_acks="fenced" if stale and caps.acks != "until-reclaimed" else None,
         consequences=CONSEQUENCES & set(covered),
         ties="arrival" if "ties" in judges else "any",
         clock_slack=0.0 if ("exact time" in judges or wall) else TICK,
