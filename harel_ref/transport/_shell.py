@@ -21,7 +21,8 @@ So a backend is its own three pieces, and nothing else:
 - **an async driver**: the same two, awaited, in :class:`AsyncShell`.
 
 :func:`run_steps` and :func:`run_steps_async` are the loop of a driver that performs one step
-at a time (Redis's scripts, Mongo's requests).
+at a time (Redis's scripts); by default ``_drive`` is that loop, and a backend implements
+``_perform``, one step's request (Mongo's, SQS's).
 
 ``_serial`` is what a call holds from step 2 to step 5: a lock when the connection serves one
 call at a time (an SQLite connection, whose transaction belongs to the connection, not the
@@ -90,7 +91,16 @@ class Core(Protocol):
     def nack(self, lease: Lease, now: float, delay: float) -> Steps[bool]: ...
 
 
-class Shell(ClosedGuard, ClosesOnExit):
+class _Checks:
+    """The argument checks of step 1 (R13).  A backend whose storage takes less (SQS: whole
+    seconds up to 12 hours, ASCII group ids) sets its own, which call these first."""
+
+    _check_publish = staticmethod(check_publish_args)
+    _check_claim = staticmethod(check_claim_args)
+    _check_delay = staticmethod(check_delay)
+
+
+class Shell(_Checks, ClosedGuard, ClosesOnExit):
     """The synchronous transport of a backend that sets ``_core`` and ``_clock`` and implements
     ``_drive`` and ``_release``."""
 
@@ -99,7 +109,12 @@ class Shell(ClosedGuard, ClosesOnExit):
     _serial: Any = contextlib.nullcontext()  # a threading.Lock where calls must not overlap
 
     def _drive(self, operation: str, steps: Steps[T]) -> T:
-        """Carry out ``steps`` on the connection; R17's error for a failure of ``operation``."""
+        """Carry out ``steps`` on the connection; R17's error for a failure of ``operation``.
+        By default one step at a time, each by ``_perform``."""
+        return run_steps(steps, lambda step: self._perform(operation, step))
+
+    def _perform(self, operation: str, step: Any) -> Any:
+        """One step's request and its answer (for the default ``_drive``)."""
         raise NotImplementedError
 
     def _release(self) -> None:
@@ -109,14 +124,14 @@ class Shell(ClosedGuard, ClosesOnExit):
         return read_clock(self._clock)  # a time, or ClockError before anything is written (R13)
 
     def publish(self, group_id: str, event: str, priority: int = 0, routing_key: str | None = None) -> None:
-        group_id, event, priority, routing_key = check_publish_args(group_id, event, priority, routing_key)
+        group_id, event, priority, routing_key = self._check_publish(group_id, event, priority, routing_key)
         with self._serial:
             self._check_open()
             return self._drive("publish", self._core.publish(group_id, event, priority, routing_key))
 
     def claim(self, worker_id: str, visibility: float, min_priority: int = 0,
               routing_keys: Iterable[str] | None = None) -> Lease | None:
-        worker_id, visibility, min_priority, keys = check_claim_args(worker_id, visibility, min_priority, routing_keys)
+        worker_id, visibility, min_priority, keys = self._check_claim(worker_id, visibility, min_priority, routing_keys)
         with self._serial:
             self._check_open()
             token, now = new_token(worker_id), self._now()
@@ -129,7 +144,7 @@ class Shell(ClosedGuard, ClosesOnExit):
             return self._drive("ack", self._core.ack(lease, self._now()))
 
     def nack(self, lease: Lease, delay: float = 0) -> bool:
-        lease, delay = check_lease(lease), check_delay(delay)
+        lease, delay = check_lease(lease), self._check_delay(delay)
         with self._serial:
             self._check_open()
             return self._drive("nack", self._core.nack(lease, self._now(), delay))
@@ -141,7 +156,7 @@ class Shell(ClosedGuard, ClosesOnExit):
                 self._release()
 
 
-class AsyncShell(ClosedGuard, AsyncClosesOnExit):
+class AsyncShell(_Checks, ClosedGuard, AsyncClosesOnExit):
     """The asyncio twin of :class:`Shell`: the same steps, with ``_drive`` and ``_release``
     awaited and ``_serial`` an ``asyncio.Lock`` where calls must not overlap."""
 
@@ -150,6 +165,9 @@ class AsyncShell(ClosedGuard, AsyncClosesOnExit):
     _serial: Any = contextlib.nullcontext()
 
     async def _drive(self, operation: str, steps: Steps[T]) -> T:
+        return await run_steps_async(steps, lambda step: self._perform(operation, step))
+
+    async def _perform(self, operation: str, step: Any) -> Any:
         raise NotImplementedError
 
     async def _release(self) -> None:
@@ -159,14 +177,14 @@ class AsyncShell(ClosedGuard, AsyncClosesOnExit):
         return read_clock(self._clock)  # a time, or ClockError before anything is written (R13)
 
     async def publish(self, group_id: str, event: str, priority: int = 0, routing_key: str | None = None) -> None:
-        group_id, event, priority, routing_key = check_publish_args(group_id, event, priority, routing_key)
+        group_id, event, priority, routing_key = self._check_publish(group_id, event, priority, routing_key)
         async with self._serial:
             self._check_open()
             return await self._drive("publish", self._core.publish(group_id, event, priority, routing_key))
 
     async def claim(self, worker_id: str, visibility: float, min_priority: int = 0,
                     routing_keys: Iterable[str] | None = None) -> Lease | None:
-        worker_id, visibility, min_priority, keys = check_claim_args(worker_id, visibility, min_priority, routing_keys)
+        worker_id, visibility, min_priority, keys = self._check_claim(worker_id, visibility, min_priority, routing_keys)
         async with self._serial:
             self._check_open()
             token, now = new_token(worker_id), self._now()
@@ -179,7 +197,7 @@ class AsyncShell(ClosedGuard, AsyncClosesOnExit):
             return await self._drive("ack", self._core.ack(lease, self._now()))
 
     async def nack(self, lease: Lease, delay: float = 0) -> bool:
-        lease, delay = check_lease(lease), check_delay(delay)
+        lease, delay = check_lease(lease), self._check_delay(delay)
         async with self._serial:
             self._check_open()
             return await self._drive("nack", self._core.nack(lease, self._now(), delay))
