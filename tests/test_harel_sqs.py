@@ -16,6 +16,7 @@ the real server:
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import os
 import subprocess
@@ -45,7 +46,8 @@ def test_harels_sqs_transports_open_on_the_kits_elasticmq_as_declared(name, tmp_
     """Each class opens, and round-trips messages in order, through the certifier's factory."""
     target = Target.from_bundled(name, tmp_path)
     caps = target.capabilities
-    assert (caps.protocol, caps.acks, caps.clock, caps.resolution, caps.priority) == ("harel", "fenced", "wall", 1.0, False)
+    assert (caps.protocol, caps.acks, caps.clock, caps.resolution, caps.priority) == (
+        "harel", "until-reclaimed", "wall", 1.0, False)
     assert caps.accepts_group_id("g-4.~") and not caps.accepts_group_id("grüppe-✓")
     machine = focus_machine(target.factory, "fifo", caps, is_async=target.is_async)()
     machine.prefill(messages=[("g1", "a", 0, None), ("g1", "b", 0, None), ("g2", "c", 0, None)])
@@ -78,22 +80,27 @@ def test_a_stale_receipt_handle_raises_and_that_is_fencings(name, tmp_path):
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_a_park_keeps_the_receipt_handle_and_that_is_fencings(name, tmp_path):
-    """The lease that parked its message still deletes it: the ack of the parked lease does
-    nothing per the model (R10), and the drain finds the message gone.  SQS's receipt handle
-    stays valid until the message is received again (docs/harel-0.9.md, item 18)."""
+def test_a_park_keeps_the_receipt_handle_as_sqs_does_and_as_declared(name, tmp_path):
+    """The lease that parked its message still deletes it: SQS's receipt handle stays good
+    until the message is received again (R10a, ``acks="until-reclaimed"``), and the model
+    follows.  Judged fenced (R10), the same steps fail: the drain finds the message gone."""
     from harel_ref.stateful._properties import SHARED, attribute
 
     target = Target.from_bundled(name, tmp_path)
-    machine = focus_machine(target.factory, SHARED, target.capabilities, is_async=target.is_async)()
-    machine.prefill(messages=[("g1", "", 0, None)])
-    lease = machine.claim_any(via=0, visibility=3.0, worker="w1")
-    machine.nack_later(delay=1.0, lease=lease, via=0)
-    machine.ack(lease=lease, via=0)  # stale: the nack gave the message up
-    with pytest.raises(Divergence) as failed:
-        machine.teardown()  # the drain, after the park, finds nothing
-    assert failed.value.answered == "None" and "the head of 'g1'" in failed.value.expected
-    assert attribute(failed.value.check, failed.value.after, SHARED)[0] == "fencing"
+    for acks in ("until-reclaimed", "fenced"):
+        caps = dataclasses.replace(target.capabilities, acks=acks)
+        machine = focus_machine(target.factory, SHARED, caps, is_async=target.is_async)()
+        machine.prefill(messages=[("g1", "", 0, None)])
+        lease = machine.claim_any(via=0, visibility=3.0, worker="w1")
+        machine.nack_later(delay=1.0, lease=lease, via=0)
+        machine.ack(lease=lease, via=0)  # the nack gave the message up, but the handle is good
+        if acks == "until-reclaimed":
+            machine.teardown()  # the drain finds nothing, as the model has it
+            continue
+        with pytest.raises(Divergence) as failed:
+            machine.teardown()
+        assert failed.value.answered == "None" and "the head of 'g1'" in failed.value.expected
+        assert attribute(failed.value.check, failed.value.after, SHARED)[0] == "fencing"
 
 
 def test_int_visibility_turns_a_lease_under_a_second_into_none():

@@ -323,6 +323,12 @@ class _JavaServer(_Server):
             self._process = None
         self._running = False
 
+    def restart(self) -> None:
+        """Stop the server and start it again on the same port: empty in memory, as it was
+        when persistent."""
+        self.stop()
+        self.start()
+
 
 class MongoServer(_JavaServer):
     """mongo-java-server (an in-memory server of MongoDB's wire protocol, atomic per document,
@@ -363,12 +369,6 @@ class MongoServer(_JavaServer):
             time.sleep(0.05)
 
 
-    def restart(self) -> None:
-        """Stop the server and start it again on the same port: empty in memory, as it was
-        when persistent."""
-        self.stop()
-        self.start()
-
 
 ELASTICMQ_ARTIFACTS = ("org.elasticmq:elasticmq-server_2.13:1.7.1",)
 """ElasticMQ, an in-memory server of SQS's API (FIFO queues, message groups, visibility)."""
@@ -381,16 +381,27 @@ rest-stats {{ enabled = false }}
 """
 
 
+ELASTICMQ_PERSISTENCE = """\
+messages-storage {{ enabled = true, uri = "jdbc:h2:{directory}/messages" }}
+queues-storage {{ enabled = true, path = "{directory}/queues.conf" }}
+"""
+
+
 class SqsServer(_JavaServer):
     """ElasticMQ on 127.0.0.1: SQS's HTTP API, any credentials accepted, region ``us-east-1``.
-    It keeps its queues in memory: a restart starts empty."""
 
-    def __init__(self, *, start: bool = True) -> None:
+    It keeps its queues in memory: a restart starts empty.  ``persistent=True`` keeps queues
+    and messages in files of its directory (an H2 database) instead; what a restart keeps then
+    is in docs/sqs.md."""
+
+    def __init__(self, *, start: bool = True, persistent: bool = False) -> None:
+        self.persistent = persistent
         self._classpath = maven_classpath("elasticmq", ELASTICMQ_ARTIFACTS)
         super().__init__("harel-ref-sqs-")
         self.log = self.directory / "server.log"
         self._config = self.directory / "elasticmq.conf"
-        self._config.write_text(ELASTICMQ_CONFIG.format(port=self.port))
+        self._config.write_text(ELASTICMQ_CONFIG.format(port=self.port)
+                                + (ELASTICMQ_PERSISTENCE.format(directory=self.directory) if persistent else ""))
         if start:
             self.start()
 

@@ -27,6 +27,7 @@ __all__ = [
     "AsyncRedisTransport",
     "AsyncRqliteTransport",
     "AsyncSqliteTransport",
+    "AsyncSqsTransport",
     "AsyncTransport",
     "ClockError",
     "InMemoryStore",
@@ -39,6 +40,7 @@ __all__ = [
     "RedisTransport",
     "RqliteTransport",
     "SqliteTransport",
+    "SqsTransport",
     "StorageError",
     "Transport",
     "TransportClosedError",
@@ -59,6 +61,8 @@ _LAZY = {
     "MongoTransport": ("mongo", "mongo"),
     "AsyncMongoTransport": ("mongo", "mongo"),
     "AsyncRedisTransport": ("redis", "redis"),
+    "SqsTransport": ("sqs", "sqs"),
+    "AsyncSqsTransport": ("sqs", "sqs"),
 }
 
 

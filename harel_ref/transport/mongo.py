@@ -76,7 +76,7 @@ from ._base import (
     default_clock,
     without_password,
 )
-from ._shell import AsyncShell, Shell, Steps, T, run_steps, run_steps_async
+from ._shell import AsyncShell, Shell, Steps
 
 __all__ = ["AsyncMongoTransport", "DATABASE", "MongoNames", "MongoTransport", "SCHEMA_VERSION"]
 
@@ -382,9 +382,6 @@ class MongoTransport(Shell):
             self._client.close()
             raise
 
-    def _drive(self, operation: str, steps: Steps[T]) -> T:
-        return run_steps(steps, lambda step: self._perform(operation, step))
-
     def _perform(self, operation: str, step: Any) -> Any:
         with _errors(self.url, operation, step):
             try:
@@ -428,9 +425,6 @@ class AsyncMongoTransport(AsyncShell):
             await transport._client.close()
             raise
         return transport
-
-    async def _drive(self, operation: str, steps: Steps[T]) -> T:
-        return await run_steps_async(steps, lambda step: self._perform(operation, step))
 
     async def _perform(self, operation: str, step: Any) -> Any:
         with _errors(self.url, operation, step):

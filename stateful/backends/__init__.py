@@ -32,6 +32,8 @@ BUNDLED: dict[str, str] = {
     "redis-async": "redis:redis_async",
     "mongo": "mongo:mongo",
     "mongo-async": "mongo:mongo_async",
+    "sqs": "sqs:sqs",
+    "sqs-async": "sqs:sqs_async",
     # the transports of the installed harel package (harel-ref[harel]), speaking its Protocol
     "harel-memory": "harel:harel_memory",
     "harel-memory-async": "harel:harel_memory_async",

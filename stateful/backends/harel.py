@@ -55,11 +55,11 @@ MONGO_CAPABILITIES = POSTGRES_CAPABILITIES
 (read from the injected clock)."""
 
 SQS_CAPABILITIES = Capabilities.harel(
-    priority=False, durable=True, shared=True, acks="fenced", fairness="unspecified", clock="wall",
+    priority=False, durable=True, shared=True, acks="until-reclaimed", fairness="unspecified", clock="wall",
     resolution=1.0, group_ids=r"[!-~]{1,128}")
 """harel's SQS transports: what SQS FIFO is (:mod:`.sqs`): no priorities (they refuse them),
 leases as visibility timeouts in whole seconds on the server's clock, ids of printable ASCII,
-no order between groups; receipt handles fence the acks."""
+no order between groups; a receipt handle is good until its message is received again (R10a)."""
 
 
 def harel_tables(prefix: str) -> list[str]:

@@ -22,24 +22,29 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from harel_ref.testing.servers import SqsServer
+from harel_ref.transport.sqs import GROUP_IDS, QUEUE_ATTRIBUTES, queue_name
 
+from .._backend import Backend, Capabilities
 from ._server import ServerFromEnv, removed_at_exit
 
-__all__ = ["GROUP_IDS", "REGION", "client", "create_queue", "delete_opened", "open_namespace", "queue_name",
-           "server_url"]
-
-GROUP_IDS = r"[!-~]{1,128}"
-"""The group ids SQS accepts (``MessageGroupId``): 1 to 128 printable ASCII characters."""
+__all__ = ["CAPABILITIES", "GROUP_IDS", "QUEUE_ATTRIBUTES", "REGION", "client", "create_queue", "delete_opened",
+           "open_namespace", "queue_name", "server_url", "sqs", "sqs_async"]
 
 REGION = os.environ.get("AWS_DEFAULT_REGION", "us-east-1")
 
+CAPABILITIES = Capabilities(
+    priority=False, routing=False, durable=True, shared=True, acks="until-reclaimed", fairness="unspecified",
+    clock="wall", resolution=1.0, group_ids=GROUP_IDS)
+"""What SQS FIFO is (SPEC.md R10a, R15; docs/sqs.md): whole seconds on the server's clock,
+printable ASCII ids, no order between groups, no priorities or routing keys, and a receipt
+handle good until its message is received again."""
+
 _SERVER = ServerFromEnv("HAREL_SQS_URL", SqsServer)
-_QUEUE_PREFIX = re.compile(r"[A-Za-z0-9_-]{1,75}")
 
 
 def server_url() -> str:
@@ -66,16 +71,6 @@ def async_client(url: str) -> Any:
     from aiobotocore.session import get_session
 
     return get_session().create_client("sqs", endpoint_url=url, region_name=REGION, **credentials())
-
-
-def queue_name(prefix: str) -> str:
-    """The FIFO queue of a prefix (SQS: letters, digits, ``-`` and ``_``, at most 80 with ``.fifo``)."""
-    if not isinstance(prefix, str) or not _QUEUE_PREFIX.fullmatch(prefix):
-        raise ValueError(f"a queue prefix is 1 to 75 letters, digits, '-' or '_', got {prefix!r}")
-    return f"{prefix}.fifo"
-
-
-QUEUE_ATTRIBUTES = {"FifoQueue": "true", "ContentBasedDeduplication": "false"}
 
 
 def create_queue(sqs: Any, prefix: str) -> str:
@@ -116,3 +111,29 @@ def delete_opened() -> int:
     """Delete the queue of every prefix this process opened on the server of
     ``HAREL_SQS_URL``; return how many.  (A throwaway server goes as a whole.)"""
     return _SERVER.remove_opened(_connected)
+
+
+def _opened_prefix(namespace: str) -> tuple[str, str]:
+    return open_namespace(namespace, lambda prefix: None)
+
+
+def sqs(tmp_dir: Path | str | None = None) -> Backend:
+    """SqsTransport (``tmp_dir`` is not used; the clock neither: SQS keeps time)."""
+    from harel_ref.transport import SqsTransport
+
+    def factory(clock, namespace):
+        url, prefix = _opened_prefix(namespace)
+        return SqsTransport(url, prefix=prefix, region=REGION, client_options=credentials())
+
+    return Backend("sqs", factory, CAPABILITIES)
+
+
+def sqs_async(tmp_dir: Path | str | None = None) -> Backend:
+    """AsyncSqsTransport (``tmp_dir`` is not used; the clock neither: SQS keeps time)."""
+    from harel_ref.transport import AsyncSqsTransport
+
+    async def factory(clock, namespace):
+        url, prefix = _opened_prefix(namespace)
+        return await AsyncSqsTransport.create(url, prefix=prefix, region=REGION, client_options=credentials())
+
+    return Backend("sqs-async", factory, CAPABILITIES, is_async=True)
