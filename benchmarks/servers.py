@@ -1,10 +1,10 @@
-"""harel-ref's Postgres, Redis and Mongo transports beside the queues a user would run on the same servers.
+"""harel-ref's Postgres, Redis, Mongo and SQS transports beside the queues a user would run on the same servers.
 
     pip install -e '.[all]'                              # psycopg, redis-py, PyMongo, harel 0.9.0
     python benchmarks/servers.py                         # durable throwaway servers, 3 rounds
     python benchmarks/servers.py --seconds 1 --rounds 1 --scale 0.05   # to try it out
-    python benchmarks/servers.py --servers mongo         # one family (postgres, redis, mongo)
-    HAREL_POSTGRES_URL=... HAREL_REDIS_URL=... HAREL_MONGO_URL=... python benchmarks/servers.py   # servers of yours
+    python benchmarks/servers.py --servers mongo         # one family (postgres, redis, mongo, sqs)
+    HAREL_POSTGRES_URL=... HAREL_REDIS_URL=... HAREL_MONGO_URL=... HAREL_SQS_URL=... python benchmarks/servers.py
 
 **Throughput**: claim+ack per second for ``--seconds``, with 1, 4 and 16 workers (threads, each
 with its own transport and connection), the queue holding ``--messages`` messages in
@@ -20,6 +20,10 @@ with its own transport and connection), the queue holding ``--messages`` message
   ``MongoTransport`` (one ``find_one_and_update`` per claim, unfenced park); a plain job
   collection without groups (claim = ``find_one_and_update`` of the first due job, ack =
   ``delete_one``).
+- SQS (ElasticMQ 1.7.1 in memory, or a server of yours): harel-ref ``SqsTransport``; harel
+  0.9.0's ``SqsTransport`` (``wait_seconds=0``, as the certifier runs it); the same
+  ``ReceiveMessage`` and ``DeleteMessage`` requests made directly (the limit of any transport on
+  SQS); at most ``SQS_BACKLOG`` messages per fill, and no latency scenarios (see there).
 
 **Claim latency** (the median of ``--samples`` claims, each followed by an untimed ack) for
 harel-ref and harel 0.9.0 on each server: (a) 1,000 groups; (c) 100,000 groups of which 20,000
@@ -75,8 +79,8 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--scale", type=float, default=1.0, help="latency: scenario sizes times this")
     parser.add_argument("--only", choices=["throughput", "latency"])
-    parser.add_argument("--servers", default="postgres,redis,mongo",
-                        help="the families to run, comma-separated (default: postgres,redis,mongo)")
+    parser.add_argument("--servers", default="postgres,redis,mongo,sqs",
+                        help="the families to run, comma-separated (default: postgres,redis,mongo,sqs)")
     args = parser.parse_args()
     kinds = [kind.strip() for kind in args.servers.split(",") if kind.strip()]
     if not kinds or set(kinds) - set(SERVERS):
@@ -129,7 +133,16 @@ def _mongo_server(stack: ExitStack) -> str:
     return url
 
 
-SERVERS = {"postgres": _postgres_server, "redis": _redis_server, "mongo": _mongo_server}
+def _sqs_server(stack: ExitStack) -> str:
+    from harel_ref.testing.servers import SqsServer
+
+    url = os.environ.get("HAREL_SQS_URL") or stack.enter_context(SqsServer()).url
+    print(f"# sqs at {url}" + ("" if os.environ.get("HAREL_SQS_URL") else " (ElasticMQ 1.7.1, in memory)")
+          + f"; at most {SQS_BACKLOG:,} messages per fill", flush=True)
+    return url
+
+
+SERVERS = {"postgres": _postgres_server, "redis": _redis_server, "mongo": _mongo_server, "sqs": _sqs_server}
 
 
 # --- Postgres peers ----------------------------------------------------------------------------
@@ -489,6 +502,94 @@ def find_and_modify_jobs(url: str, collection: str = "bench_jobs") -> Peer:
     return Peer(fill, worker, close)
 
 
+# --- SQS peers ---------------------------------------------------------------------------------
+
+SQS_BACKLOG = 4_000
+"""The most messages an SQS fill sends (400 batches of ten): SQS takes ten per request, and a
+fill of the full backlog for every run would take minutes."""
+
+
+def _sqs_queue(url: str, name: str) -> tuple[Any, str]:
+    """A fresh empty FIFO queue ``name`` (deleted first if it is there) and a client."""
+    from harel_ref.stateful.backends.sqs import QUEUE_ATTRIBUTES, client, queue_name
+
+    sqs = client(url)
+    try:
+        sqs.delete_queue(QueueUrl=sqs.get_queue_url(QueueName=queue_name(name))["QueueUrl"])
+    except sqs.exceptions.QueueDoesNotExist:
+        pass
+    return sqs, sqs.create_queue(QueueName=queue_name(name), Attributes=QUEUE_ATTRIBUTES)["QueueUrl"]
+
+
+def _sqs_peer(url: str, name: str, body: str, open_worker: Callable[[str], tuple]) -> Peer:
+    """A peer on the FIFO queue ``name``: filled with ``body`` in every group, each worker
+    ``open_worker(queue_url) -> (claim, ack, close)``."""
+    import uuid
+
+    queue_url = [""]
+
+    def fill(messages: int, groups: int, blocked: int = 0) -> None:
+        sqs, queue_url[0] = _sqs_queue(url, name)
+        try:
+            entries = [{"Id": str(i), "MessageBody": body, "MessageGroupId": f"g{i % groups + 1}"}
+                       for i in range(min(messages, SQS_BACKLOG))]
+            for start in range(0, len(entries), 10):
+                batch = [{**entry, "MessageDeduplicationId": uuid.uuid4().hex} for entry in entries[start:start + 10]]
+                sqs.send_message_batch(QueueUrl=queue_url[0], Entries=batch)
+        finally:
+            sqs.close()
+
+    def close() -> None:
+        sqs, _ = _sqs_queue(url, name)
+        try:
+            sqs.delete_queue(QueueUrl=queue_url[0] or sqs.get_queue_url(QueueName=f"{name}.fifo")["QueueUrl"])
+        finally:
+            sqs.close()
+
+    return Peer(fill, lambda: open_worker(queue_url[0]), close)
+
+
+def harel_ref_sqs(url: str, name: str = "bench_ref") -> Peer:
+    from harel_ref.stateful.backends.sqs import credentials
+    from harel_ref.transport import SqsTransport
+    from harel_ref.transport.sqs import encode
+
+    def worker(queue_url: str):
+        transport = SqsTransport(url, prefix=name, client_options=credentials())
+        return (lambda: transport.claim("bench", 60.0)), transport.ack, transport.close
+
+    return _sqs_peer(url, name, encode(EVENT), worker)
+
+
+def harel_sqs(url: str, name: str = "bench_harel") -> Peer:
+    from harel.engine.transport.sqs import SqsTransport as HarelSqs
+
+    from harel_ref.stateful._harel import to_event
+    from harel_ref.stateful.backends.sqs import client
+
+    def worker(queue_url: str):
+        sqs = client(url)
+        transport = HarelSqs(sqs, queue_url, wait_seconds=0)
+        return (lambda: transport.claim("bench", 60.0)), transport.ack, sqs.close
+
+    return _sqs_peer(url, name, to_event("bench").model_dump_json(), worker)
+
+
+def plain_sqs_requests(url: str, name: str = "bench_plain") -> Peer:
+    from harel_ref.stateful.backends.sqs import client
+
+    def worker(queue_url: str):
+        sqs = client(url)
+
+        def claim():
+            found = sqs.receive_message(QueueUrl=queue_url, MaxNumberOfMessages=1, VisibilityTimeout=60).get("Messages")
+            return found[0]["ReceiptHandle"] if found else None
+
+        return claim, lambda handle: sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=handle), sqs.close
+
+    return _sqs_peer(url, name, EVENT, worker)
+
+
 # --- Throughput --------------------------------------------------------------------------------
 
 
@@ -541,11 +642,17 @@ THROUGHPUT_PEERS = {
     "mongo": ("Mongo", {"harel-ref MongoTransport": harel_ref_mongo,
                         "harel 0.9.0 MongoTransport": harel_mongo,
                         "plain find_one_and_update job collection (no groups)": find_and_modify_jobs}),
+    "sqs": ("SQS", {"harel-ref SqsTransport": harel_ref_sqs,
+                    "harel 0.9.0 SqsTransport": harel_sqs,
+                    "plain ReceiveMessage + DeleteMessage on the same FIFO queue": plain_sqs_requests}),
 }
+"""SQS has no latency scenarios: a receive is one request whatever the backlog, and a backlog
+of 100,000 messages would take minutes to send; its 1-worker column is its latency."""
 LATENCY_PEERS = {
     "postgres": {"harel-ref postgres": harel_ref_postgres, "harel 0.9.0 postgres": harel_postgres},
     "redis": {"harel-ref redis": harel_ref_redis, "harel 0.9.0 redis": harel_redis},
     "mongo": {"harel-ref mongo": harel_ref_mongo, "harel 0.9.0 mongo": harel_mongo},
+    "sqs": {},
 }
 
 

@@ -44,7 +44,8 @@ def test_servers_prints_every_peer_at_every_worker_count_and_both_scenarios():
     out = result.stdout
     for row in ["harel-ref PostgresTransport", "harel 0.9.0 PostgresTransport", "plain SKIP LOCKED job table",
                 "harel-ref RedisTransport", "harel 0.9.0 RedisTransport", "plain LMOVE reliable queue",
-                "harel-ref MongoTransport", "harel 0.9.0 MongoTransport", "plain find_one_and_update job collection"]:
+                "harel-ref MongoTransport", "harel 0.9.0 MongoTransport", "plain find_one_and_update job collection",
+                "harel-ref SqsTransport", "harel 0.9.0 SqsTransport", "plain ReceiveMessage + DeleteMessage"]:
         assert re.search(rf"^\| {re.escape(row)}[^|]*(\| [\d,]+ \([^|]*){{3}}\|$", out, re.MULTILINE), (row, out)
     for scenario in "ac":
         assert re.search(rf"^\| \({scenario}\) (\| [\d,]+ \([^|]*){{6}}\|$", out, re.MULTILINE), (scenario, out)
