@@ -230,7 +230,8 @@ class QueueModel:
         group = self._groups[claimed.group_id]
         assert _head(group) == claimed, f"{claimed} is not the head of its group"
         group.hold = _Hold(token, now + visibility)
-        group.last_lease = token
+        if self.acks == "until-reclaimed":  # kept only where it decides: equal states stay equal
+            group.last_lease = token
         self._holdings = {t: h for t, h in self._holdings.items() if h.until.hi >= now.lo}  # lapsed: gone
         self._holdings[token] = Holding(token, claimed.group_id, claimed.seq, now + visibility)
         if "R10" in self.relax or self.acks == "by-seq":  # remember the message, for acks by seq

@@ -323,21 +323,25 @@ class _Blocked:
 
     def __init__(self, own: list[_Call]) -> None:
         # A window ends at the first ack or nack of the *message*, not only of the lease: an
-        # ack or nack by seq (R20) with an older lease releases it too.
-        released: dict[Any, float] = {}
+        # ack or nack by seq (R20) with an older lease releases it too, and so does one by the
+        # lease that parked it (R10a).
+        releases: dict[Any, list[_Call]] = defaultdict(list)
         for call in own:
             if call.op in ("ack", "nack"):
-                message = _message(call.arg("lease"))
-                released[message] = min(released.get(message, math.inf), call.invoke)
+                releases[_message(call.arg("lease"))].append(call)
         windows = []
         for call in own:
             if not call.known:
                 continue
             if call.op == "claim" and call.record.result is not None:
-                message = _message(call.record.result)
-                windows.append((call.complete, released.get(message, math.inf), call.at.lo + float(call.arg("visibility"))))
+                released = releases[_message(call.record.result)]
+                end = min((r.invoke for r in released), default=math.inf)
+                windows.append((call.complete, end, call.at.lo + float(call.arg("visibility"))))
             elif call.op == "nack" and call.record.result is True and float(call.arg("delay", 0)) > 0:
-                windows.append((call.complete, math.inf, call.at.lo + float(call.arg("delay"))))
+                # any other release that may come after the park ends it
+                released = releases[_message(call.arg("lease"))]
+                end = min((r.invoke for r in released if r is not call and r.complete >= call.invoke), default=math.inf)
+                windows.append((call.complete, end, call.at.lo + float(call.arg("delay"))))
         windows.sort()
         self._windows = windows
 

@@ -75,6 +75,22 @@ def test_a_claim_during_a_park_breaks_parking():
     assert check_linearizable(later).ok
 
 
+def test_a_park_ended_by_its_own_lease_is_no_cover_for_a_none_in_any_partition():
+    """R10a: the lease that parked its message acks it, which frees the group; a claim that then
+    answers None while the next message waits is wrong, also when histories are split by group
+    (the park's window used to last until its delay, and the None was never judged).  Found
+    by review."""
+    held = lease("g", "m1", "A")
+    records = [publish(0, 0.1, "g", "m1"), publish(0.2, 0.3, "g", "m2"), claim(1, 1.1, held, worker="a"),
+               nack(1.2, 1.3, held, delay=100.0, worker="a", clock=1.2), ack(2, 2.1, held, worker="a", clock=2.0),
+               claim(3, 3.1, None, worker="b", clock=3.0), claim(4, 4.1, lease("g", "m2", "C", seq=2), worker="c", clock=4.0)]
+    for partition in (True, False):
+        result = check_linearizable(records, partition=partition, acks="until-reclaimed")
+        assert result.ok is False and result.property == "no-loss", (partition, result)
+    right = records[:5] + [claim(3, 3.1, lease("g", "m2", "B", seq=2), worker="b", clock=3.0)]
+    assert check_linearizable(right, partition=True, acks="until-reclaimed").ok
+
+
 def test_none_while_something_is_claimable_breaks_no_loss():
     result = check_linearizable([publish(0, 1, "g", "a"), claim(2, 3, None)])
     assert result.property == "no-loss" and "the head of 'g'" in result.expected

@@ -14,6 +14,7 @@ SQS FIFO as the queue, its receipt handles as the fence (SPEC.md R10a, R15; docs
 from __future__ import annotations
 
 import asyncio
+import os
 import time
 import uuid
 
@@ -257,14 +258,16 @@ def test_a_claim_for_a_priority_or_routing_keys_finds_none():
         queue.close()
 
 
-def test_whole_seconds_are_rounded_up_never_down():
-    """A lease of 0.2 s lasts a whole second: the message is not handed out again at once."""
+@pytest.mark.parametrize("visibility", [0.2, 1e-7])
+def test_whole_seconds_are_rounded_up_never_down(visibility):
+    """A lease of 0.2 s (or 1e-7 s) lasts a whole second: the message is not handed out again
+    at once.  Shown when the second claim answered within the second (it takes milliseconds)."""
     queue = _queue("round")
     try:
         queue.publish("g", "a")
         started = time.time()
-        assert queue.claim("w1", 0.2) is not None
-        second = queue.claim("w2", 0.2)
+        assert queue.claim("w1", visibility) is not None
+        second = queue.claim("w2", visibility)
         if time.time() - started < 1.0:  # the lease surely had not ended on the server
             assert second is None
     finally:
@@ -283,6 +286,67 @@ def test_bad_arguments_of_the_transport_are_refused():
 def test_a_server_that_is_down_raises_storage_error_naming_it():
     with pytest.raises(StorageError, match="127.0.0.1:1.*cannot connect"):
         SqsTransport("http://127.0.0.1:1", client_options=credentials(), timeout=2)
+
+
+def test_a_server_that_stops_answering_leaves_the_outcome_unknown():
+    """The server is frozen (SIGSTOP) after the transport opened: each request is sent and no
+    answer comes, so the call may or may not have taken effect (R17), sync and async."""
+    import signal
+
+    from harel_ref.testing.servers import SqsServer
+    from harel_ref.transport import OutcomeUnknownError
+
+    with SqsServer() as server:
+        queue = SqsTransport(server.url, prefix="frozen", client_options=credentials(), timeout=1)
+
+        async def opened():
+            return await AsyncSqsTransport.create(server.url, prefix="frozen", client_options=credentials(), timeout=1)
+
+        loop = asyncio.new_event_loop()
+        twin = loop.run_until_complete(opened())
+        queue.publish("g", "a")
+        lease = queue.claim("w", 30)
+        os.kill(server._process.pid, signal.SIGSTOP)
+        try:
+            for call in (lambda: queue.publish("g", "b"), lambda: queue.claim("w", 5), lambda: queue.ack(lease),
+                         lambda: queue.nack(lease, 1), lambda: loop.run_until_complete(twin.claim("w", 5)),
+                         lambda: loop.run_until_complete(twin.ack(lease))):
+                with pytest.raises(OutcomeUnknownError, match="may or may not"):
+                    call()
+        finally:
+            os.kill(server._process.pid, signal.SIGCONT)
+            queue.close()
+            loop.run_until_complete(twin.close())
+            loop.close()
+
+
+def test_a_long_poll_waits_longer_than_the_timeout_without_an_error():
+    """``wait_seconds`` is added to how long an answer is awaited: a claim on an empty queue
+    waits for a message and answers None, rather than giving up while the server still polls."""
+    queue = _queue("poll", wait_seconds=2, timeout=1)
+    try:
+        started = time.monotonic()
+        assert queue.claim("w", 5) is None
+        assert time.monotonic() - started >= 1.9
+    finally:
+        queue.close()
+
+
+def test_a_message_that_is_not_harel_refs_is_refused_and_given_back():
+    from harel_ref.stateful.backends.sqs import client
+
+    queue = _queue("foreign")
+    sqs_client = client(queue.url)
+    try:
+        sqs_client.send_message(QueueUrl=queue.queue_url, MessageBody="not json", MessageGroupId="g",
+                                MessageDeduplicationId=uuid.uuid4().hex)
+        with pytest.raises(StorageError, match="not one of harel-ref's.*left in the queue"):
+            queue.claim("w", 60)
+        again = sqs_client.receive_message(QueueUrl=queue.queue_url, VisibilityTimeout=60).get("Messages")
+        assert again and again[0]["Body"] == "not json"  # visible again at once, not held for 60 s
+    finally:
+        sqs_client.close()
+        queue.close()
 
 
 def test_a_queue_that_is_not_fifo_is_refused_and_kept():

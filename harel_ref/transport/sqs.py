@@ -24,15 +24,16 @@ nack       ``ChangeMessageVisibility`` with the handle: 0 frees the message (R8)
 - which group a receive serves is the server's choice (``fairness="unspecified"``);
 - there are no priorities or routing keys: a publish with either is refused, and a claim for a
   priority above 0 or for routing keys gets None (no group has them);
-- **a receipt handle stays good until its message is received again** (``acks="until-reclaimed"``):
+- **a receipt handle stays good until its message is received again** (``acks="until-reclaimed"``,
+  as ElasticMQ does; AWS documents departures, docs/sqs.md):
   after a nack, the lease that freed or parked the message can still ack or nack it, until
   some claim takes it again.  From then the handle is stale, and its ack or nack answers False
   (SQS's ``ReceiptHandleIsInvalid``), never an error.  SQS keeps no state a transport could
   compare with instead, so this is the fencing SQS can give (docs/sqs.md).
 
 **Errors** (R17): a server that cannot be reached raises :class:`StorageError`, as does a
-request the server refused; a request sent whose answer was lost (a timeout, a dropped
-connection) raises :class:`OutcomeUnknownError`.  botocore's retries are turned off: a delete
+request the server refused (4xx); a request sent whose answer was lost (a timeout, a dropped
+connection) or was a server error (5xx) raises :class:`OutcomeUnknownError`.  botocore's retries are turned off: a delete
 retried after its answer was lost would answer False for a message it had deleted.
 """
 
@@ -90,8 +91,9 @@ def queue_name(prefix: str) -> str:
 
 
 def _whole_seconds(name: str, seconds: float) -> int:
-    """``seconds`` rounded up to whole seconds, as SQS keeps them; more than 12 hours refused."""
-    whole = max(0, math.ceil(seconds - _SLACK))
+    """``seconds`` rounded up to whole seconds, as SQS keeps them (anything above 0 is at least
+    one); more than 12 hours refused."""
+    whole = max(1 if seconds > 0 else 0, math.ceil(seconds - _SLACK))
     if whole > MAX_SECONDS:
         raise ValueError(f"{name} must be at most {MAX_SECONDS} seconds (12 hours, SQS's limit), got {seconds}")
     return whole
@@ -174,23 +176,32 @@ class SqsCore:
         message = yield Receive(_whole_seconds("visibility", visibility))
         if message is None:
             return None
-        attributes = message.get("Attributes", {})
-        try:
-            group_id, event = attributes["MessageGroupId"], json.loads(message["Body"])
-            seq = int(attributes["SequenceNumber"]) + 1
-        except (KeyError, ValueError) as exc:
-            raise StorageError(f"message {message.get('MessageId')!r} is not one of harel-ref's ({exc!r}); "
-                               "is another program sending to this queue?") from exc
-        if not isinstance(event, str) or not 1 <= seq < 2**63:
-            raise StorageError(f"message {message.get('MessageId')!r} has event {event!r:.80} and SequenceNumber "
-                               f"{seq - 1}: not one of harel-ref's, or a server whose sequence numbers exceed 63 bits")
-        return Lease(group_id, event, seq, message["ReceiptHandle"])  # the handle is the token (R16)
+        lease = _lease(message)
+        if isinstance(lease, Lease):
+            return lease
+        yield ChangeVisibility(message["ReceiptHandle"], 0)  # give it back: the claim takes nothing
+        raise StorageError(f"message {message.get('MessageId')!r} {lease}; it was left in the queue")
 
     def ack(self, lease: Lease, now: float) -> Steps[bool]:
         return (yield Delete(lease.token))
 
     def nack(self, lease: Lease, now: float, delay: float) -> Steps[bool]:
         return (yield ChangeVisibility(lease.token, _whole_seconds("delay", delay)))
+
+
+def _lease(message: dict[str, Any]) -> Lease | str:
+    """The lease of a received message, or what is wrong with it."""
+    attributes = message.get("Attributes", {})
+    try:
+        group_id, event = attributes["MessageGroupId"], json.loads(message["Body"])
+        seq = int(attributes["SequenceNumber"]) + 1
+    except (KeyError, ValueError) as exc:
+        return f"is not one of harel-ref's ({exc!r}): is another program sending to this queue?"
+    if not isinstance(event, str):
+        return f"holds {event!r:.80}, not an event of harel-ref's"
+    if not 1 <= seq < 2**63:
+        return f"has SequenceNumber {seq - 1}, beyond the 63 bits of a Lease.seq (SQS on AWS: docs/sqs.md)"
+    return Lease(group_id, event, seq, message["ReceiptHandle"])  # the handle is the token (R16)
 
 
 # --- The drivers ----------------------------------------------------------------------------
@@ -220,33 +231,39 @@ def _answer(step: Any, result: Any) -> Any:
 
 def _stale(step: Any, exc: BaseException) -> bool:
     """Whether ``exc`` says the handle of a release is stale: the release answers False."""
-    code = getattr(exc, "response", {}).get("Error", {}).get("Code")
+    code = (getattr(exc, "response", None) or {}).get("Error", {}).get("Code")
     return isinstance(step, (Delete, ChangeVisibility)) and code == "ReceiptHandleIsInvalid"
 
 
 @contextmanager
 def _errors(url: str, operation: str) -> Iterator[None]:
     """botocore's errors as R17 says."""
-    from botocore.exceptions import (BotoCoreError, ClientError, ConnectionClosedError,
-                                     EndpointConnectionError, ReadTimeoutError)
+    from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+    from botocore.exceptions import ConnectionError as CannotConnect  # refused, timed out, or TLS failed
 
     try:
         yield
     except (StorageError, ClockError, OutcomeUnknownError, ValueError, TypeError):
         raise
-    except EndpointConnectionError as exc:  # nothing was sent
+    except CannotConnect as exc:  # nothing was sent
         raise StorageError(f"{operation} on {without_password(url)} failed: cannot connect ({exc}); is the server up?") from exc
-    except (ReadTimeoutError, ConnectionClosedError) as exc:  # sent, and the answer was lost
+    except (HTTPClientError, ClientError) as exc:
+        status = (getattr(exc, "response", None) or {}).get("ResponseMetadata", {}).get("HTTPStatusCode", 0)
+        if isinstance(exc, ClientError) and status < 500:  # the server refused it: it did nothing
+            raise StorageError(f"{operation} on {without_password(url)} failed: {exc}") from exc
+        # sent, and the answer was lost (a timeout, a dropped connection) or was a server error
         raise OutcomeUnknownError(
             f"{operation} on {without_password(url)}: no answer ({exc}); it may or may not have taken effect (SPEC R17)"
         ) from exc
-    except (ClientError, BotoCoreError) as exc:  # the server refused it: it did nothing
+    except BotoCoreError as exc:  # raised before anything was sent (a bad parameter, no credentials)
         raise StorageError(f"{operation} on {without_password(url)} failed: {exc}") from exc
 
 
-def _config(timeout: float, config_class: Any) -> Any:
-    # No retries: see the module's docstring.
-    return config_class(retries={"total_max_attempts": 1}, connect_timeout=timeout, read_timeout=timeout)
+def _config(timeout: float, wait_seconds: int, config_class: Any) -> Any:
+    # No retries: see the module's docstring.  A claim may wait wait_seconds for a message
+    # before the server answers: the answer is awaited that much longer.
+    return config_class(retries={"total_max_attempts": 1}, connect_timeout=timeout,
+                        read_timeout=timeout + wait_seconds)
 
 
 def _client_arguments(url: str, region: str, client_options: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -279,7 +296,7 @@ class SqsTransport(Shell):
 
         name, self.url, self._wait = queue_name(prefix), url, _check_wait(wait_seconds)
         self._core, self._clock = SqsCore(), default_clock
-        self._client = boto3.client("sqs", config=_config(timeout, Config),
+        self._client = boto3.client("sqs", config=_config(timeout, self._wait, Config),
                                     **_client_arguments(url, region, client_options))
         try:
             with _errors(url, "open"):
@@ -325,7 +342,7 @@ class AsyncSqsTransport(AsyncShell):
 
         name, wait = queue_name(prefix), _check_wait(wait_seconds)
         arguments = _client_arguments(url, region, client_options)
-        client = await _session().create_client("sqs", config=_config(timeout, AioConfig), **arguments).__aenter__()
+        client = await _session().create_client("sqs", config=_config(timeout, wait, AioConfig), **arguments).__aenter__()
         try:
             with _errors(url, "open"):
                 queue_url = (await client.create_queue(QueueName=name, Attributes=QUEUE_ATTRIBUTES))["QueueUrl"]
