@@ -40,11 +40,11 @@ def require_mongo(*, motor: bool = True) -> None:
     require_server("HAREL_MONGO_URL", "mvn", "maven")
 
 
-def assert_concurrent_properties_pass_in_processes(names: list[str], directory) -> None:
+def assert_concurrent_properties_pass_in_processes(names: list[str], directory, profile: Profile = SMALL) -> None:
     """The concurrent searches of each bundled transport in ``names``, with the branches of
     every program in separate processes racing on one server."""
     for name in names:
         target = Target.from_bundled(name, directory, None)
-        report = certify(target.factory, profile=SMALL, properties=CONCURRENT, processes=True, _target=target)
+        report = certify(target.factory, profile=profile, properties=CONCURRENT, processes=True, _target=target)
         assert {v.property: v.verdict for v in report.verdicts} == dict.fromkeys(CONCURRENT, "passed"), report.to_markdown()
         assert report.processes

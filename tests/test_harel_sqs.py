@@ -73,10 +73,14 @@ def test_a_stale_receipt_handle_raises_and_that_is_fencings(name, tmp_path):
         assert caught.value.property == "fencing" and caught.value.check == "fencing"
         assert "ReceiptHandleIsInvalid" in repr(caught.value.__cause__)
     finally:
-        for transport in machine.instances:
-            transport.close()
-        if machine.loop is not None:
-            machine.loop.close()
+        _close(machine)
+
+
+def _close(machine) -> None:
+    for transport in machine.instances:
+        transport.close()
+    if machine.loop is not None:
+        machine.loop.close()
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -95,7 +99,10 @@ def test_a_park_keeps_the_receipt_handle_as_sqs_does_and_as_declared(name, tmp_p
         machine.nack_later(delay=1.0, lease=lease, via=0)
         machine.ack(lease=lease, via=0)  # the nack gave the message up, but the handle is good
         if acks == "until-reclaimed":
-            machine.teardown()  # the drain finds nothing, as the model has it
+            try:
+                machine._drain_and_compare()  # the drain finds nothing, as the model has it
+            finally:
+                _close(machine)  # not teardown: its close check fails harel's (the table above)
             continue
         with pytest.raises(Divergence) as failed:
             machine.teardown()
