@@ -661,14 +661,15 @@ def throughput_table(urls: dict[str, str], args: argparse.Namespace) -> None:
                 for kind, url in urls.items()}
     try:
         for family, peers in families.items():
+            backlog = min(args.messages, SQS_BACKLOG) if family == "SQS" else args.messages
             print(f"\n# {family} throughput: claim+ack per second over {args.seconds:g} s (or until nine tenths of"
-                  f" the messages are done), {args.messages:,} messages in {args.groups:,} groups at the start;"
+                  f" the messages are done), {backlog:,} messages in {args.groups:,} groups at the start;"
                   f" {args.rounds} rounds", flush=True)
             runs = {(name, workers): peer for name, peer in peers.items() for workers in WORKERS}
 
             def measure(key, peer):
                 peer.fill(args.messages, args.groups)
-                return run_workers(peer, key[1], args.seconds, args.messages)
+                return run_workers(peer, key[1], args.seconds, backlog)
 
             results = rounds(runs, args.rounds, measure)
             first = next(iter(peers))
