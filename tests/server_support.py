@@ -48,3 +48,22 @@ def assert_concurrent_properties_pass_in_processes(names: list[str], directory, 
         report = certify(target.factory, profile=profile, properties=CONCURRENT, processes=True, _target=target)
         assert {v.property: v.verdict for v in report.verdicts} == dict.fromkeys(CONCURRENT, "passed"), report.to_markdown()
         assert report.processes
+
+
+def stale_after_a_reclaim(machine) -> object:
+    """On a wall clock in whole seconds: a lease of 1 s on ``g1``'s only message lapses (a
+    sleep of 2 s, a lower bound: it has surely lapsed on the server) and another worker claims
+    the message.  Returns the first lease, now stale."""
+    machine.prefill(messages=[("g1", "", 0, None)])
+    stale = machine.claim_any(via=0, visibility=1.0, worker="w1")
+    machine.advance(seconds=2.0)
+    machine.claim_any(via=0, visibility=3.0, worker="w2")
+    return stale
+
+
+def close_machine(machine) -> None:
+    """Close a machine's transports (and its event loop) without its teardown's checks."""
+    for transport in machine.instances:
+        transport.close()
+    if machine.loop is not None:
+        machine.loop.close()

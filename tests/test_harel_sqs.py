@@ -29,7 +29,7 @@ import pytest
 from harel_ref.certify import Profile, certify, focus_machine
 from harel_ref.certify._target import Target
 from harel_ref.stateful import Divergence
-from server_support import require_server
+from server_support import close_machine, require_server, stale_after_a_reclaim
 
 pytest.importorskip("harel", reason="the harel extra is not installed: pip install 'harel-ref[harel]'")
 pytest.importorskip("boto3", reason="the sqs extra is not installed: pip install 'harel-ref[sqs]'")
@@ -59,28 +59,17 @@ def test_harels_sqs_transports_open_on_the_kits_elasticmq_as_declared(name, tmp_
 @pytest.mark.parametrize("name", NAMES)
 def test_a_stale_receipt_handle_raises_and_that_is_fencings(name, tmp_path):
     """As the fencing search shrank it: a lease lapses, the message is claimed again, and the
-    old lease's nack raises instead of doing nothing (R10).  The sleeps are lower bounds: the
-    first lease has surely lapsed on the server before the second claim begins."""
+    old lease's nack raises instead of doing nothing (R10)."""
     target = Target.from_bundled(name, tmp_path)
     machine = focus_machine(target.factory, "fencing", target.capabilities, is_async=target.is_async)()
     try:
-        machine.prefill(messages=[("g1", "", 0, None)])
-        stale = machine.claim_any(via=0, visibility=1.0, worker="w1")
-        machine.advance(seconds=2.0)
-        machine.claim_any(via=0, visibility=3.0, worker="w2")
+        stale = stale_after_a_reclaim(machine)
         with pytest.raises(Divergence) as caught:
             machine.nack_later(delay=1.0, lease=stale, via=0)
         assert caught.value.property == "fencing" and caught.value.check == "fencing"
         assert "ReceiptHandleIsInvalid" in repr(caught.value.__cause__)
     finally:
-        _close(machine)
-
-
-def _close(machine) -> None:
-    for transport in machine.instances:
-        transport.close()
-    if machine.loop is not None:
-        machine.loop.close()
+        close_machine(machine)
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -102,7 +91,7 @@ def test_a_park_keeps_the_receipt_handle_as_sqs_does_and_as_declared(name, tmp_p
             try:
                 machine._drain_and_compare()  # the drain finds nothing, as the model has it
             finally:
-                _close(machine)  # not teardown: its close check fails harel's (the table above)
+                close_machine(machine)  # not teardown: its close check fails harel's (the table above)
             continue
         with pytest.raises(Divergence) as failed:
             machine.teardown()

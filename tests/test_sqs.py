@@ -23,7 +23,8 @@ from hypothesis import settings
 
 from harel_ref.certify import focus_machine
 from harel_ref.stateful import Backend, Divergence, make_machine
-from server_support import assert_concurrent_properties_pass_in_processes, require_server
+from server_support import (assert_concurrent_properties_pass_in_processes, close_machine, require_server,
+                            stale_after_a_reclaim)
 
 pytest.importorskip("boto3", reason="the sqs extra is not installed: pip install 'harel-ref[sqs]'")
 pytest.importorskip("aiobotocore", reason="the sqs extra is not installed: pip install 'harel-ref[sqs]'")
@@ -89,34 +90,22 @@ def _fencing_machine(transport_class: type):
     return focus_machine(_backend(transport_class).factory, "fencing", CAPABILITIES)()
 
 
-def _closed(machine) -> None:
-    for transport in machine.instances:
-        transport.close()
-
-
 def test_a_stale_handle_that_raises_fails_fencing():
     """A lease lapses, the message is claimed again, and the old lease's nack raises instead
-    of answering False.  The sleep is a lower bound: the first lease has surely lapsed on the
-    server before the second claim begins."""
+    of answering False."""
     machine = _fencing_machine(RaisesOnStaleHandle)
     try:
-        machine.prefill(messages=[("g1", "", 0, None)])
-        stale = machine.claim_any(via=0, visibility=1.0, worker="w1")
-        machine.advance(seconds=2.0)
-        machine.claim_any(via=0, visibility=3.0, worker="w2")
+        stale = stale_after_a_reclaim(machine)
         with pytest.raises(Divergence) as caught:
             machine.nack_later(delay=1.0, lease=stale, via=0)
         assert caught.value.property == "fencing" and "ReceiptHandleIsInvalid" in repr(caught.value.__cause__)
     finally:
-        _closed(machine)
+        close_machine(machine)
 
 
 def test_the_same_steps_pass_on_the_reference():
     machine = _fencing_machine(SqsTransport)
-    machine.prefill(messages=[("g1", "", 0, None)])
-    stale = machine.claim_any(via=0, visibility=1.0, worker="w1")
-    machine.advance(seconds=2.0)
-    machine.claim_any(via=0, visibility=3.0, worker="w2")
+    stale = stale_after_a_reclaim(machine)
     machine.nack_later(delay=1.0, lease=stale, via=0)  # False: nothing changes
     machine.teardown()  # drains the message after the second lease, or raises Divergence
 
@@ -131,7 +120,7 @@ def test_a_transport_that_fences_its_own_nacks_does_not_do_what_it_declares():
             machine.ack(lease=lease, via=0)  # R10a: the handle still deletes the message
         assert caught.value.property == "fencing" and caught.value.answered == "False"
     finally:
-        _closed(machine)
+        close_machine(machine)
 
 
 # --- processes racing ---------------------------------------------------------------------------
