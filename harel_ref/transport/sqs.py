@@ -229,10 +229,12 @@ def _answer(step: Any, result: Any) -> Any:
     return None if isinstance(step, Send) else True
 
 
-def _stale(step: Any, exc: BaseException) -> bool:
-    """Whether ``exc`` says the handle of a release is stale: the release answers False."""
+def _refused(step: Any, exc: Exception) -> bool:
+    """False for a release whose handle is stale (R10, R10a); any other error is raised."""
     code = (getattr(exc, "response", None) or {}).get("Error", {}).get("Code")
-    return isinstance(step, (Delete, ChangeVisibility)) and code == "ReceiptHandleIsInvalid"
+    if isinstance(step, (Delete, ChangeVisibility)) and code == "ReceiptHandleIsInvalid":
+        return False
+    raise exc
 
 
 @contextmanager
@@ -310,9 +312,7 @@ class SqsTransport(Shell):
             try:
                 return _answer(step, _request(self._client, self.queue_url, self._wait, step))
             except Exception as exc:
-                if _stale(step, exc):
-                    return False
-                raise
+                return _refused(step, exc)
 
     def _release(self) -> None:
         self._client.close()
@@ -356,9 +356,7 @@ class AsyncSqsTransport(AsyncShell):
             try:
                 return _answer(step, await _request(self._client, self.queue_url, self._wait, step))
             except Exception as exc:
-                if _stale(step, exc):
-                    return False
-                raise
+                return _refused(step, exc)
 
     async def _release(self) -> None:
         await self._client.close()
