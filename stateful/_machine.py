@@ -430,6 +430,7 @@ class TransportMachine(RuleBasedStateMachine):
         self.issued: list[Any] = []  # every lease handed out, in order
         self.seqs: dict[tuple[str, int], int] = {}  # (group, model seq) -> transport's seq
         self.model_seqs: dict[str, int] = {}  # token -> the model's seq of the message it leased
+        self.acked: set[tuple[str, Any]] = set()  # (group, _identity(lease)) of every message acked
         self.in_step = False
         self.reopened = False
         self.stepped_back = False
@@ -594,7 +595,8 @@ class TransportMachine(RuleBasedStateMachine):
         self._count_claim(when, min_priority, routing_keys)
         claimed = self._match(lease, allowed)
         if claimed is False:
-            check = claim_check(allowed, lease, self.model, when, min_priority, routing_keys)
+            again = (getattr(lease, "group_id", None), self._identity(lease)) in self.acked
+            check = claim_check(allowed, lease, self.model, when, min_priority, routing_keys, acked=again)
             self._fail(check, step, show_outcomes(allowed), lease)
         if claimed is None:
             return None
@@ -705,6 +707,8 @@ class TransportMachine(RuleBasedStateMachine):
         answer, when = self._release("ack", lease, via)
         others = self._other_holdings(lease, when)
         expected = self.model.ack(lease.token, when)
+        if expected:
+            self.acked.add((lease.group_id, self._identity(lease)))
         if not self._answered(answer, expected):
             prop = release_check("ack", expected, 0)
             self._fail(prop, f"ack({_lease_ref(lease)})", repr(expected), answer)
@@ -746,6 +750,12 @@ class TransportMachine(RuleBasedStateMachine):
         """The leases on ``lease``'s message that other workers still hold in their view."""
         judged = when if self.wall else When.of(self._judged_now())
         return [h for h in self.model.holdings(lease.group_id, judged) if h.token != lease.token and h.seq == self._model_seq(lease)]
+
+    def _identity(self, lease) -> Any:
+        """What names ``lease``'s message within its group: its seq (R16), or, under harel's
+        Protocol, whose seqs need not name a message (harel's Redis and SQS leases all have seq
+        0), its event."""
+        return getattr(lease, "event", None) if self.answerless else getattr(lease, "seq", None)
 
     def _model_seq(self, lease) -> int | None:
         """The model's seq of the message ``lease`` is for."""
@@ -1051,9 +1061,12 @@ def show_outcomes(allowed) -> str:
     return " or ".join(shown)
 
 
-def claim_check(allowed, lease, model: QueueModel, now: When, min_priority, routing_keys) -> str:
+def claim_check(allowed, lease, model: QueueModel, now: When, min_priority, routing_keys, *,
+                acked: bool = False) -> str:
     """The check a wrong claim answer fails: what the model's state says went wrong (a lapsed
-    lease not seen, a group below the floor, the wrong message of the right group, ...)."""
+    lease not seen, a group below the floor, the wrong message of the right group, ...).
+    ``acked``: the answer is a message acked before (by its seq, or its text where seqs name
+    nothing), handed out again, though a later message of its group has the same text."""
     holds = model.holds()
     if lease is None:  # something was claimable: why did the transport not see it?
         lapsed = [holds[c.group_id][0] for c in allowed if c is not None and c.group_id in holds]
@@ -1074,7 +1087,7 @@ def claim_check(allowed, lease, model: QueueModel, now: When, min_priority, rout
     if routing_keys is not None and routing_key not in routing_keys:
         return "routing"
     if any(c is not None and c.group_id == group_id for c in allowed):
-        if getattr(lease, "event", None) not in model.contents().get(group_id, []):
+        if acked or getattr(lease, "event", None) not in model.contents().get(group_id, []):
             return "no-loss"  # a message the group no longer holds: one acked, handed out again
         return "fifo"  # the right group, not its head
     if group_id in holds and now.lo <= holds[group_id][1].hi:  # still held when claimed

@@ -6,9 +6,11 @@ is removed at exit.
   fifo and parking searches;
 - harel's Redis transports ignore the ack of a lease that lapsed though nobody claimed again;
 - a bug of harel's, as the fencing search shrank it, replayed on the real server: a park keeps
-  the lease's token, so the parked lease can still ack its message;
+  the lease's token, so the parked lease can still ack its message (Postgres and Mongo);
 - the claim that passes over a locked group (``SKIP LOCKED``) is reproduced by hand on the real
   server: the linearizability checker names it ``contention`` (tests/test_linearize.py);
+- harel's Postgres publishes commit out of seq order: played by hand between the two
+  statements of a publish, the linearizability checker names it ``fifo``;
 - on a server of the user's, a certification leaves no table, function or key behind.
 """
 
@@ -28,7 +30,7 @@ from harel_ref.certify._engine import _confirmed, _replay
 from harel_ref.certify._target import Target
 from harel_ref.stateful import Divergence
 from harel_ref.stateful._properties import SHARED, attribute
-from server_support import require_mongo, require_server
+from server_support import close_machine, require_mongo, require_server
 
 pytest.importorskip("harel", reason="the harel extra is not installed: pip install 'harel-ref[harel]'")
 pytest.importorskip("psycopg", reason="the postgres extra is not installed: pip install 'harel-ref[postgres]'")
@@ -109,6 +111,13 @@ def test_harels_mongo_answers_none_after_the_clock_steps_back_and_that_is_lease_
     assert _confirmed(error, steps, target, "lease-expiry") == (error, steps)  # the step back is the cause
 
 
+def _recorded(lease) -> dict:
+    """A harel Lease as a history Record holds it."""
+    from harel_ref.stateful._harel import from_event
+
+    return {"group_id": lease.group_id, "event": from_event(lease.event), "seq": lease.seq, "token": lease.token}
+
+
 def test_harels_mongo_stale_ack_deletes_the_message_its_new_holder_works_on():
     """harel's Mongo ack reads the lock (is the token still mine?), then deletes the message by
     seq in a second request.  A claim of the lapsed lease's group between the two is played
@@ -155,32 +164,31 @@ def test_harels_mongo_stale_ack_deletes_the_message_its_new_holder_works_on():
         client["harel"].drop_collection(f"{prefix}_transport_counters")
         transport.close()
 
-    def lease(record_lease):
-        return {"group_id": record_lease.group_id, "event": from_event(record_lease.event), "seq": record_lease.seq,
-                "token": record_lease.token}
-
     history = [
         Record("p", "publish", 0, {"group_id": "g", "event": "e1"}, 1, None, at=100.0),
         Record("p", "publish", 2, {"group_id": "g", "event": "e2"}, 3, None, at=100.0),
-        Record("w1", "claim", 4, {"visibility": 10.0}, 5, lease(stale), at=100.0),
-        Record("w1", "ack", 6, {"lease": lease(stale)}, 9, None, at=111.0),
-        Record("w2", "claim", 7, {"visibility": 10.0}, 8, lease(fresh), at=111.0),
-        Record("w2", "nack", 10, {"lease": lease(fresh), "delay": 0}, 11, None, at=111.0),
-        Record("w3", "claim", 12, {"visibility": 10.0}, 13, lease(after), at=111.0),
+        Record("w1", "claim", 4, {"visibility": 10.0}, 5, _recorded(stale), at=100.0),
+        Record("w1", "ack", 6, {"lease": _recorded(stale)}, 9, None, at=111.0),
+        Record("w2", "claim", 7, {"visibility": 10.0}, 8, _recorded(fresh), at=111.0),
+        Record("w2", "nack", 10, {"lease": _recorded(fresh), "delay": 0}, 11, None, at=111.0),
+        Record("w3", "claim", 12, {"visibility": 10.0}, 13, _recorded(after), at=111.0),
     ]
     verdict = check_linearizable(history, fairness="unspecified", acks_answer=False)
     assert not verdict.ok and verdict.property == "fencing", verdict
 
 
+@pytest.mark.parametrize("events", [("a", "b"), ("a", "b", "a")])
 @pytest.mark.parametrize("name", ["harel-redis", "harel-redis-async"])
-def test_harels_redis_ignores_the_ack_of_a_lapsed_lease_nobody_replaced(name, tmp_path):
+def test_harels_redis_ignores_the_ack_of_a_lapsed_lease_nobody_replaced(name, events, tmp_path):
     """harel's Redis lease is a lock key with a TTL: once it expired the ack does nothing, and
     the acked message comes out again (R10: a lapsed lease nobody re-claimed still acts).  The
     claim lasts 12.5 ms of real time and the ack comes 50 ms later at the earliest, so the lease
-    has surely lapsed; the failure is no-loss, not fifo."""
+    has surely lapsed; the failure is no-loss, not fifo, also when a later message of the group
+    has the same text (harel's Redis gives every lease seq 0, so only the text names a message:
+    the quick search's seed 0 found it so, and labelled it fifo)."""
     target = Target.from_bundled(name, tmp_path)
     machine = focus_machine(target.factory, "no-loss", target.capabilities, is_async=target.is_async)()
-    machine.prefill(messages=[("g1", "a", 0, None), ("g1", "b", 0, None)])
+    machine.prefill(messages=[("g1", event, 0, None) for event in events])
     lease = machine.claim_any(via=0, visibility=0.25, worker="w1")
     machine.advance(seconds=1.0)  # sleeps 4 lease lengths
     machine.ack(lease=lease, via=0)
@@ -189,13 +197,58 @@ def test_harels_redis_ignores_the_ack_of_a_lapsed_lease_nobody_replaced(name, tm
     assert failed.value.check == "no-loss" and "'a'" in failed.value.answered, failed.value
 
 
-@pytest.mark.parametrize("name", ["harel-postgres", "harel-postgres-async", "postgres"])
+@pytest.mark.parametrize("name", ["harel-redis", "harel-redis-async"])
+def test_harels_redis_ignores_the_park_of_a_lapsed_lease_nobody_replaced(name, tmp_path):
+    """The same cause seen through a nack: ``nack`` first checks that the lock key still holds
+    the token, and once its TTL ran out it returns without parking, so the group is claimable
+    at once where R9 keeps it parked (R10: the lapsed lease nobody re-claimed still acts).  The
+    quick search's seed 0 found it so and named it parking.  The park asked for lasts 5 s of
+    real time, so the claim right after it surely falls within it."""
+    target = Target.from_bundled(name, tmp_path)
+    machine = focus_machine(target.factory, "parking", target.capabilities, is_async=target.is_async)()
+    try:
+        machine.prefill(messages=[("g1", "a", 0, None)])
+        lease = machine.claim_any(via=0, visibility=0.25, worker="w1")
+        machine.advance(seconds=1.0)  # sleeps 4 lease lengths
+        machine.nack_later(delay=100.0, lease=lease, via=0)
+        with pytest.raises(Divergence) as failed:
+            machine.claim_any(via=0, visibility=0.25, worker="w2")
+    finally:
+        close_machine(machine)
+    assert failed.value.check == "parking" and "'a'" in failed.value.answered, failed.value
+
+
+@pytest.mark.parametrize("name", ["harel-redis", "harel-redis-async"])
+def test_harels_redis_park_keeps_the_token_so_the_parked_lease_unparks_it(name, tmp_path):
+    """Item 8 on Redis: ``nack(lease, delay)`` sets the lock key to the lease's own token for
+    the park, so the same lease's ``nack(0)`` afterwards still owns it and frees the parked
+    group, where R10 makes the park the end of the lease.  The fencing search's seed 0 found
+    it (named fencing: the check that failed, parking, came after a stale nack).  The park
+    lasts 5 s of real time, so the claim right after surely falls within it."""
+    target = Target.from_bundled(name, tmp_path)
+    machine = focus_machine(target.factory, "fencing", target.capabilities, is_async=target.is_async)()
+    try:
+        machine.prefill(messages=[("g1", "a", 0, None)])
+        lease = machine.claim_any(via=0, visibility=5.0, worker="w1")
+        machine.nack_later(delay=100.0, lease=lease, via=0)
+        machine.nack_now(lease=lease, via=0)  # stale: the park ended the lease
+        with pytest.raises(Divergence) as failed:
+            machine.claim_any(via=0, visibility=5.0, worker="w2")
+    finally:
+        close_machine(machine)
+    assert failed.value.check == "parking" and "'a'" in failed.value.answered, failed.value
+    assert attribute(failed.value.check, failed.value.after, "fencing")[0] == "fencing"
+
+
+@pytest.mark.parametrize("name", [
+    "harel-postgres", "harel-postgres-async", "harel-mongo", "harel-mongo-async", "postgres"])
 def test_a_park_that_keeps_its_token_is_caught_as_fencing(name, tmp_path):
     """harel's nack(lease, delay) keeps the lease's token on the group, so after the park the
     same lease still acks the parked message.  The steps the shared search shrank to (quick,
     seed 0, less three reopens that played no part), replayed on the real server: the message
-    is gone, and the stale ack that took it counts against fencing."""
-    target = Target.from_bundled(name, tmp_path)
+    is gone, and the stale ack that took it counts against fencing.  (harel's Mongo transports
+    do the same: the fencing search's seed 0 shrank to these steps there.)"""
+    target = target_for(name, tmp_path)
     machine = focus_machine(target.factory, SHARED, target.capabilities, is_async=target.is_async)()
     machine.prefill(messages=[("g1", "", 0, None)])
     lease = machine.claim_any(via=0, visibility=0.25, worker="w1")
@@ -235,6 +288,88 @@ def test_harels_postgres_claim_passes_over_a_group_another_transaction_has_locke
             conn.execute(f"DROP TABLE {prefix}_transport_messages, {prefix}_transport_groups")
             conn.execute(f"DROP FUNCTION {prefix}_claim, {prefix}_ack")
         transport.close()
+
+
+class _PausesAfterInsert:
+    """A psycopg connection that runs ``between()`` once, right after the first statement of
+    harel's publish (the message's INSERT) and before its second (the group's upsert) and its
+    commit: another worker's calls, played by hand in the middle of a publish."""
+
+    def __init__(self, conn, between):
+        self._conn, self._between = conn, between
+
+    def cursor(self):
+        outer = self
+
+        class Cursor:
+            def __enter__(self):
+                self._cursor = outer._conn.cursor().__enter__()
+                return self
+
+            def __exit__(self, *exc):
+                return self._cursor.__exit__(*exc)
+
+            def execute(self, sql, params=()):
+                self._cursor.execute(sql, params)
+                if "_messages" in sql and sql.startswith("INSERT") and outer._between is not None:
+                    between, outer._between = outer._between, None
+                    between()
+
+        return Cursor()
+
+    def __getattr__(self, name):
+        return getattr(self._conn, name)
+
+
+def test_harels_postgres_publishes_commit_out_of_seq_order_and_that_is_fifos():
+    """The cause of the ``fifo`` failure the quick search's concurrent drain found: a publish
+    draws its seq (``BIGSERIAL``) with its first statement and commits after its second, so a
+    publish that started earlier but committed later puts its message *ahead* of one already
+    handed out as the head.  Played by hand: e1's publish has inserted its row, e2's publish runs
+    to its end, a claim takes e2 as the head of g, e1's publish commits, and e2's holder nacks
+    it; e2 should be the head again (R8), and e1 comes out.  The linearizability checker names
+    it fifo (R1, R6)."""
+    import psycopg
+    from harel.engine.transport import PostgresTransport
+
+    from harel_ref.stateful import check_linearizable
+    from harel_ref.stateful._harel import from_event, to_event
+    from harel_ref.stateful._record import Record
+    from harel_ref.stateful.backends.postgres import server_url
+
+    prefix = f"t_{uuid.uuid4().hex[:12]}"
+    other = PostgresTransport(psycopg.connect(server_url()), prefix=prefix, clock=lambda: 100.0)
+    handed = []
+
+    def another_publish_and_a_claim():
+        other.publish("g", to_event("e2"))
+        handed.append(other.claim("w1", 30.0))
+
+    first = PostgresTransport(psycopg.connect(server_url()), prefix=prefix, clock=lambda: 100.0)
+    first._conn = _PausesAfterInsert(first._conn, another_publish_and_a_claim)
+    try:
+        first.publish("g", to_event("e1"))  # its commit comes after e2's publish and w1's claim
+        held = handed[0]
+        assert from_event(held.event) == "e2"  # e1 was not committed: e2 was the head
+        other.nack(held, 0)  # w1 gives e2 back: it is the head again (R8)
+        after = other.claim("w2", 30.0)
+        assert from_event(after.event) == "e1", "e2 came out again: the publishes kept their order"
+    finally:
+        with psycopg.connect(server_url(), autocommit=True) as conn:
+            conn.execute(f"DROP TABLE {prefix}_transport_messages, {prefix}_transport_groups")
+            conn.execute(f"DROP FUNCTION {prefix}_claim, {prefix}_ack")
+        first.close()
+        other.close()
+
+    history = [
+        Record("p1", "publish", 0, {"group_id": "g", "event": "e1"}, 5, None, at=100.0),
+        Record("p2", "publish", 1, {"group_id": "g", "event": "e2"}, 2, None, at=100.0),
+        Record("w1", "claim", 3, {"visibility": 30.0}, 4, _recorded(held), at=100.0),
+        Record("w1", "nack", 6, {"lease": _recorded(held), "delay": 0}, 7, None, at=100.0),
+        Record("w2", "claim", 8, {"visibility": 30.0}, 9, _recorded(after), at=100.0),
+    ]
+    verdict = check_linearizable(history, fairness="unspecified", acks_answer=False)
+    assert not verdict.ok and verdict.property == "fifo", verdict
 
 
 def _left_on_postgres(url: str) -> list[str]:
@@ -288,7 +423,7 @@ def test_a_certification_on_the_users_server_leaves_nothing_there(kind, tmp_path
         env = {**os.environ, f"HAREL_{kind.upper()}_URL": server.url}
         for name in CERTIFIED_ON[kind]:
             run = subprocess.run(
-                [sys.executable, "-m", "harel_ref._cli", "certify", "--bundled", name, "--profile", "quick",
+                [sys.executable, "-m", "harel_ref._cli", "certify", "--bundled", name, "--profile", "quick/5",
                  "--only", "durability", "--only", "priority-floor", "--jobs", "2",
                  "--report-dir", str(tmp_path / name), "--quiet"],
                 cwd=ROOT, env=env, capture_output=True, text=True, timeout=600,
@@ -368,7 +503,7 @@ def test_a_mongo_server_whose_port_is_taken_says_so_and_leaves_no_process():
         with socket.socket() as taken:
             taken.bind(("127.0.0.1", server.port))
             taken.listen()
-            with pytest.raises(ServerUnavailable, match="did not listen"):
+            with pytest.raises(ServerUnavailable, match=r"did not listen .* and ended \(exit code 1\)"):
                 server.start()
         assert server._process is None  # stopped
     finally:

@@ -126,13 +126,14 @@ def test_a_transport_that_fences_its_own_nacks_does_not_do_what_it_declares():
 # --- processes racing ---------------------------------------------------------------------------
 
 
-def test_concurrent_properties_pass_with_branches_in_processes(tmp_path):
+@pytest.mark.parametrize("name", ["sqs", "sqs-async"])
+def test_concurrent_properties_pass_with_branches_in_processes(name, tmp_path):
     """Fewer programs than for the other servers: every lease lasts a whole second, and a run
     of a program took about 3 s here (the certification at the standard profile runs 40 × 30)."""
     from harel_ref.certify import Profile
 
     few = Profile("small", max_examples=4, step_count=6, programs=3, repeats=3)
-    assert_concurrent_properties_pass_in_processes(["sqs", "sqs-async"], tmp_path, few)
+    assert_concurrent_properties_pass_in_processes([name], tmp_path, few)
 
 
 # --- a restart of the server --------------------------------------------------------------------

@@ -241,7 +241,8 @@ public class HarelRefMongo {
         MongoServer server = new MongoServer(backend);
         try {
             server.bind(args[0], Integer.parseInt(args[1]));
-        } catch (RuntimeException e) {  // the port is taken: say so and end (netty's threads would keep the JVM up)
+        } catch (Exception e) {  // the port is taken (a BindException, which netty throws unchecked): say so and
+            // end, or netty's threads would keep the JVM up
             e.printStackTrace();
             System.exit(1);
         }
@@ -362,10 +363,13 @@ class MongoServer(_JavaServer):
         self._running = True
         deadline = time.monotonic() + 60
         while b"harel-ref: listening" not in self.log.read_bytes()[started_at:]:  # bound by this process, not another
-            if self._process.poll() is not None or time.monotonic() > deadline:
+            ended = self._process.poll()
+            if ended is not None or time.monotonic() > deadline:
                 tail = self.log.read_text(errors="replace")[-2000:]
                 self.stop()
-                raise ServerUnavailable(f"mongo-java-server did not listen on 127.0.0.1:{self.port}; its log ends:\n{tail}")
+                why = "within 60 s" if ended is None else f"and ended (exit code {ended})"
+                raise ServerUnavailable(f"mongo-java-server did not listen on 127.0.0.1:{self.port} {why}; "
+                                        f"its log ends:\n{tail}")
             time.sleep(0.05)
 
 
