@@ -500,3 +500,41 @@ def test_an_error_that_says_the_transport_or_its_client_is_closed_is_what_close_
     assert _says_closed(type("ClosedResourceError", (Exception,), {})())  # the type says it (anyio)
     assert not _says_closed(RuntimeError("connection refused"))
     assert not _says_closed(ValueError("the closest group was chosen"))
+
+
+def test_a_lockstep_search_whose_rules_change_between_runs_starts_afresh_and_is_judged(tmp_path, monkeypatch):
+    """On the wall clock the rules a step may take depend on timing, and Hypothesis stops a
+    search whose draws it finds inconsistent (``FlakyStrategyDefinition``): the search starts
+    afresh, with a seed of its own, for the examples left.  Played here by a rule that is
+    offered on every other evaluation of its precondition: without fresh starts the search ends
+    early and its verdict is unknown; with them it runs every example and passes."""
+    import itertools
+
+    from hypothesis.stateful import precondition, rule
+
+    from harel_ref.certify import _engine
+    from harel_ref.certify._engine import _hypothesis_apart, _judge, _run_search, _Search, focus_machine
+    from harel_ref.certify._target import Target
+
+    backend = load("memory")(None)
+    flips = itertools.count()
+
+    class Inconsistent(focus_machine(backend.factory, "fifo", backend.capabilities)):
+        @precondition(lambda self: next(flips) % 3 == 0)
+        @rule()
+        def now_and_then(self):
+            pass
+
+    target = Target.from_factory(backend.factory, backend.capabilities, False)
+    quick = PROFILES["quick"]
+    verdicts = {}
+    for starts in (0, _engine.FRESH_STARTS):
+        monkeypatch.setattr(_engine, "FRESH_STARTS", starts)
+        search = _Search(deadline=time.monotonic() + 600, grace=0.0)
+        with _hypothesis_apart(str(tmp_path)):
+            _run_search(Inconsistent, quick, 0, search)
+        verdicts[starts] = (_judge("fifo", search, target, quick, 0)[:2], search.examples)
+    (without, examples), (with_starts, all_examples) = verdicts[0], verdicts[_engine.FRESH_STARTS]
+    assert without[0] == "unknown" and "FlakyStrategyDefinition" in without[1] and examples < quick.max_examples
+    assert with_starts == ("passed", f"{all_examples} examples, none diverged"), with_starts
+    assert all_examples >= quick.max_examples  # the examples that found the draws inconsistent count too

@@ -332,9 +332,7 @@ def test_harels_postgres_publishes_commit_out_of_seq_order_and_that_is_fifos():
     import psycopg
     from harel.engine.transport import PostgresTransport
 
-    from harel_ref.stateful import check_linearizable
     from harel_ref.stateful._harel import from_event, to_event
-    from harel_ref.stateful._record import Record
     from harel_ref.stateful.backends.postgres import server_url
 
     prefix = f"t_{uuid.uuid4().hex[:12]}"
@@ -361,6 +359,15 @@ def test_harels_postgres_publishes_commit_out_of_seq_order_and_that_is_fifos():
         first.close()
         other.close()
 
+    _assert_publishes_out_of_order_are_fifos(held, after)
+
+
+def _assert_publishes_out_of_order_are_fifos(held, after) -> None:
+    """e1's publish began first and ended last; e2's ran within it, then w1 claimed e2, gave it
+    back, and w2 claimed e1.  The linearizability checker names it: fifo (R1, R6)."""
+    from harel_ref.stateful import check_linearizable
+    from harel_ref.stateful._record import Record
+
     history = [
         Record("p1", "publish", 0, {"group_id": "g", "event": "e1"}, 5, None, at=100.0),
         Record("p2", "publish", 1, {"group_id": "g", "event": "e2"}, 2, None, at=100.0),
@@ -370,6 +377,43 @@ def test_harels_postgres_publishes_commit_out_of_seq_order_and_that_is_fifos():
     ]
     verdict = check_linearizable(history, fairness="unspecified", acks_answer=False)
     assert not verdict.ok and verdict.property == "fifo", verdict
+
+
+def test_harels_mongo_publishes_insert_out_of_seq_order_and_that_is_fifos():
+    """The same on Mongo: ``publish`` draws its seq from a counter, then inserts the message in
+    a second request.  Played by hand between the two, as above."""
+    require_mongo()
+    import pymongo
+    from harel.engine.transport import MongoTransport
+
+    from harel_ref.stateful._harel import from_event, to_event
+    from harel_ref.stateful.backends.mongo import server_url
+
+    client = pymongo.MongoClient(server_url())
+    prefix = f"t_{uuid.uuid4().hex[:12]}"
+    other = MongoTransport(client, "harel", lambda: 100.0, prefix=prefix)
+    first = MongoTransport(client, "harel", lambda: 100.0, prefix=prefix)
+    draw, handed = first._next_seq, []
+
+    def draw_then_another_publishes_and_claims():
+        seq = draw()
+        other.publish("g", to_event("e2"))
+        handed.append(other.claim("w1", 30.0))
+        return seq
+
+    first._next_seq = draw_then_another_publishes_and_claims
+    try:
+        first.publish("g", to_event("e1"))  # its seq is drawn before e2's, its insert comes after
+        held = handed[0]
+        assert from_event(held.event) == "e2"
+        other.nack(held, 0)
+        after = other.claim("w2", 30.0)
+        assert from_event(after.event) == "e1", "e2 came out again: the publishes kept their order"
+    finally:
+        for collection in ("messages", "locks", "counters"):
+            client["harel"].drop_collection(f"{prefix}_transport_{collection}")
+        client.close()
+    _assert_publishes_out_of_order_are_fifos(held, after)
 
 
 def _left_on_postgres(url: str) -> list[str]:

@@ -69,7 +69,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
-from hypothesis.errors import FlakyFailure, HypothesisException
+from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition, HypothesisException
 from hypothesis.stateful import run_state_machine_as_test
 
 from harel_ref.stateful import Backend, Capabilities, Divergence, make_machine
@@ -371,15 +371,35 @@ def _settings(profile: Profile, examples: int) -> settings:
     )
 
 
+FRESH_STARTS = 10
+"""How many times a lockstep search starts afresh after Hypothesis found its own draws
+inconsistent (:func:`_run_search`)."""
+
+
 def _run_search(machine: type, profile: Profile, run_seed: int, search: _Search, examples: int | None = None) -> None:
-    """Run the lockstep ``machine``: ``examples`` examples (the profile's by default)."""
+    """Run the lockstep ``machine``: ``examples`` examples (the profile's by default).
+
+    On the wall clock (R18) which rules a step may take can depend on timing: whether a claim
+    got a lease decides whether an ack can follow.  Hypothesis remembers every example's draws,
+    and when a step it has seen before offers other rules it stops the whole search with
+    ``FlakyStrategyDefinition``.  That is the search's doing, not the transport's: before any
+    failure, the search starts afresh for the examples left (up to :data:`FRESH_STARTS` times,
+    each with a seed of its own), so that a slow transport is not left unknown for it."""
     examples = profile.max_examples if examples is None else examples
-    try:
-        run_state_machine_as_test(seed(run_seed)(_watched(machine, search)), settings=_settings(profile, examples))
-    except _Stop:
-        pass  # search.cut_short or search.limits say why; search.first holds a failure found before
-    except Exception as exc:  # a divergence, the transport raising, or Hypothesis giving up
-        search.error = exc
+    for start in range(FRESH_STARTS + 1):
+        left = examples - search.examples
+        chosen = seed(run_seed if start == 0 else f"{run_seed}/{start}")
+        try:
+            run_state_machine_as_test(chosen(_watched(machine, search)), settings=_settings(profile, left))
+        except _Stop:
+            pass  # search.cut_short or search.limits say why; search.first holds a failure found before
+        except FlakyStrategyDefinition as exc:
+            if search.first is None and search.examples < examples and start < FRESH_STARTS:
+                continue
+            search.error = exc
+        except Exception as exc:  # a divergence, the transport raising, or Hypothesis giving up
+            search.error = exc
+        return
 
 
 def _run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed: int, search: _Search,
