@@ -538,3 +538,29 @@ def test_a_lockstep_search_whose_rules_change_between_runs_starts_afresh_and_is_
     assert without[0] == "unknown" and "FlakyStrategyDefinition" in without[1] and examples < quick.max_examples
     assert with_starts == ("passed", f"{all_examples} examples, none diverged"), with_starts
     assert all_examples >= quick.max_examples  # the examples that found the draws inconsistent count too
+
+
+def test_a_stale_release_that_raises_is_shown_as_fencing_also_when_shrinking_is_cut_short(tmp_path):
+    """The search keeps the first failure it sees, in case time runs out while it shrinks.  A
+    stale release's error is filed by the machine as fencing's divergence (R10): that is the
+    failure kept, with the step that made it, not the transport's error it was filed from
+    (which the report showed as "a step raised", as harel's SQS transports met it)."""
+    from harel_ref.certify._engine import _hypothesis_apart, _judge, _run_search, _Search, focus_machine
+    from harel_ref.certify._target import Target
+
+    backend = broken_backend("a stale ack or nack raises")
+    target = Target.from_factory(backend.factory, backend.capabilities, False)
+    quick = PROFILES["quick"]
+    search = _Search(deadline=time.monotonic() + 600, grace=0.0)
+
+    def cut_short_once_found(_):
+        if search.first is not None:
+            search.deadline = 0.0  # no shrinking: the failure kept is the one shown
+    search.on_example = cut_short_once_found
+    with _hypothesis_apart(str(tmp_path)):
+        _run_search(focus_machine(backend.factory, "fencing", backend.capabilities), quick, 0, search)
+    verdict, _, failures = _judge("fencing", search, target, quick, 0)
+    assert verdict == "failed" and search.cut_short
+    (failure,) = failures
+    assert failure.property == "fencing" and failure.check == "fencing", failure
+    assert failure.step.startswith(("ack(", "nack(")) and "StaleRelease" not in failure.step, failure.step

@@ -323,6 +323,7 @@ def _watched(machine: type, search: _Search) -> type:
     class Watched(machine):
         def __init__(self) -> None:
             search.next_example()
+            self._crash: BaseException | None = None  # the call's error this example kept as the first
             super().__init__()
 
         def teardown(self):
@@ -340,8 +341,8 @@ def _watched(machine: type, search: _Search) -> type:
             # per verdict (see divergence_class).
             counted, _, _ = attribute(divergence.check, divergence.after, machine.searched)
             divergence.__class__ = divergence_class(counted, divergence.property)
-            if search.first is None:
-                search.first = divergence
+            if search.first is None or search.first is self._crash:  # a divergence the error was filed as
+                search.first = divergence  # (a stale release's error is fencing's, R10) stands for it
             return divergence
 
         def _call(self, method, *args):
@@ -349,7 +350,7 @@ def _watched(machine: type, search: _Search) -> type:
                 return super()._call(method, *args)
             except Exception as exc:  # a crash: kept in case time runs out while shrinking
                 if search.first is None:
-                    search.first = exc
+                    search.first = self._crash = exc
                 raise
 
     # Hypothesis prints steps as ``state = <class name>()``: keep the focus machine's name.
