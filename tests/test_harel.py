@@ -352,3 +352,34 @@ def test_the_pytest_plugin_shows_a_failure_outside_the_level_as_xfail():
     assert plugin.returncode == 0, plugin.stdout[-3000:]  # close is strict-only; contract is the default
     assert re.search(r"^PASSED harel-certify::fifo", plugin.stdout, re.M), plugin.stdout[-2000:]
     assert re.search(r"^XFAIL harel-certify::close.*outside the contract level", plugin.stdout, re.M), plugin.stdout[-2000:]
+
+
+@pytest.mark.parametrize("name", ["LibsqlTransport", "SqliteTransport"])
+def test_harels_libsql_holds_the_gil_while_it_waits_for_the_lock(name, tmp_path):
+    """docs/harel-0.9.md, item 3: two of harel's libSQL transports in one process (a worker's
+    threads) block each other.  One holds the write lock, as between its ``BEGIN IMMEDIATE`` and
+    ``COMMIT``; another's publish waits for it inside the driver, which keeps the GIL, so the
+    holder's thread cannot run its ``ROLLBACK`` (due after 0.1 s) until the driver's 5 s busy
+    timeout ends the wait, and the publish fails with ``database is locked``.  The outcome, not
+    a time, is the verdict: harel's SQLite transport (the control) lets the holder run, and
+    its publish goes through."""
+    import threading
+
+    from harel.engine import transport as harel_transports
+
+    cls = getattr(harel_transports, name)
+    path = str(tmp_path / "queue.db")
+    holder, waiter = cls(path), cls(path)
+    holder._conn.execute("BEGIN IMMEDIATE")
+    released = threading.Timer(0.1, lambda: holder._conn.execute("ROLLBACK"))
+    released.start()
+    try:
+        waiter.publish("g", Event(id="e1", kind="k", data={}))
+        outcome = "published"
+    except Exception as exc:
+        outcome = f"{type(exc).__name__}: {exc}"
+    finally:
+        released.join()
+        holder.close()
+        waiter.close()
+    assert outcome == ("ValueError: database is locked" if name == "LibsqlTransport" else "published")
