@@ -218,6 +218,70 @@ def test_harels_redis_ignores_the_park_of_a_lapsed_lease_nobody_replaced(name, t
     assert failed.value.check == "parking" and "'a'" in failed.value.answered, failed.value
 
 
+def test_harels_redis_nack_checks_then_frees_the_group_under_its_next_holder():
+    """harel's Redis ``nack`` reads the lock (is the token still mine?), then frees the group in
+    further requests (``ZADD`` the group due now, ``DEL`` the lock).  Played by hand between
+    the two on the real server, as the Mongo ack above: w1's lease lapses after the read and w2
+    claims the group, then w1's nack deletes w2's lock, and w3 is handed the message w2 is
+    working on.  The quick search of ``harel-redis-async`` found it in its concurrent search,
+    and the linearizability checker names it as that did: single-in-flight (R2), the contract
+    property a stale nack acting breaks (item 1)."""
+    import time
+
+    import redis as redis_py
+    from harel.engine.transport import RedisTransport
+
+    from harel_ref.stateful import check_linearizable
+    from harel_ref.stateful._harel import from_event, to_event
+    from harel_ref.stateful._record import Record
+    from harel_ref.stateful.backends.redis import server_url
+
+    client = redis_py.Redis.from_url(server_url())
+    prefix = f"t_{uuid.uuid4().hex[:12]}"
+    transport = RedisTransport(client, prefix=prefix)
+    try:
+        transport.publish("g", to_event("e1"))
+        transport.publish("g", to_event("e2"))
+        began = time.time()
+        stale = transport.claim("w1", 0.05)
+        claimed = time.time()
+        owns, handed = transport._owns, []
+
+        def owns_then_the_lease_lapses_and_another_claims(group_id, token):
+            mine = owns(group_id, token)  # True: w1's lock is there
+            time.sleep(0.2)  # four times the lease: w1's lock key has expired
+            handed.append((time.time(), transport.claim("w2", 30.0), time.time()))
+            return mine
+
+        transport._owns = owns_then_the_lease_lapses_and_another_claims
+        nacked_at = time.time()
+        transport.nack(stale, 0)
+        nacked = time.time()
+        transport._owns = owns
+        at, fresh, answered = handed[0]
+        assert from_event(fresh.event) == "e1"
+        third_at = time.time()
+        third = transport.claim("w3", 30.0)
+        third_answered = time.time()
+        assert third is not None and from_event(third.event) == "e1", "the stale nack left w2's lock alone"
+    finally:
+        keys = list(client.scan_iter(f"{prefix}:*"))
+        if keys:
+            client.delete(*keys)
+        client.close()
+
+    history = [
+        Record("p", "publish", began - 2, {"group_id": "g", "event": "e1"}, began - 1.5, None),
+        Record("p", "publish", began - 1, {"group_id": "g", "event": "e2"}, began - 0.5, None),
+        Record("w1", "claim", began, {"visibility": 0.05}, claimed, _recorded(stale)),
+        Record("w1", "nack", nacked_at, {"lease": _recorded(stale), "delay": 0}, nacked, None),
+        Record("w2", "claim", at, {"visibility": 30.0}, answered, _recorded(fresh)),
+        Record("w3", "claim", third_at, {"visibility": 30.0}, third_answered, _recorded(third)),
+    ]
+    verdict = check_linearizable(history, fairness="unspecified", acks_answer=False)
+    assert not verdict.ok and verdict.property == "single-in-flight", verdict
+
+
 @pytest.mark.parametrize("name", ["harel-redis", "harel-redis-async"])
 def test_harels_redis_park_keeps_the_token_so_the_parked_lease_unparks_it(name, tmp_path):
     """Item 8 on Redis: ``nack(lease, delay)`` sets the lock key to the lease's own token for
