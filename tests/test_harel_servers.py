@@ -74,6 +74,48 @@ def test_harels_postgres_transports_pass_fifo_and_parking(name, tmp_path):
         (v.property, v.reason) for v in report.verdicts]
 
 
+@pytest.mark.parametrize("name", ["harel-postgres", "harel-mongo", "harel-redis"])
+def test_harels_server_transports_stamp_fairness_with_the_leases_end(name, tmp_path):
+    """Item 11: the key a group is served by becomes the lease's end when it is claimed and
+    the ack's moment when it is acked.  So g2, claimed for 100 s and let lapse, waits behind g1,
+    acked at once, where R5 (fairness "ack", their family) puts g2 first: it was never acked.
+    (On Redis the 100 s are 5 s of real time and the advance 6 s, so the ack surely comes before
+    g2's lease ends.)"""
+    target = target_for(name, tmp_path)
+    machine = focus_machine(target.factory, "fairness", target.capabilities, is_async=target.is_async)()
+    try:
+        machine.prefill(messages=[("g1", "a", 0, None), ("g1", "b", 0, None), ("g2", "c", 0, None)])
+        acked = machine.claim_any(via=0, visibility=5.0, worker="w1")
+        machine.claim_any(via=0, visibility=100.0, worker="w2")  # g2, let lapse
+        machine.ack(lease=acked, via=0)
+        machine.advance(seconds=120.0)
+        with pytest.raises(Divergence) as failed:
+            machine.claim_any(via=0, visibility=5.0, worker="w1")
+    finally:
+        close_machine(machine)
+    assert failed.value.check == "fairness" and "group_id='g1'" in failed.value.answered, failed.value
+
+
+@pytest.mark.parametrize("name", ["harel-postgres", "harel-postgres-async", "harel-redis", "harel-redis-async",
+                                  "harel-mongo"])
+def test_harels_postgres_and_redis_break_ties_by_group_id(name, tmp_path):
+    """R4: groups never claimed go in arrival order.  Postgres's claim function orders by
+    ``COALESCE(lock_expiry, 0), group_id``, and Redis's sorted set orders equal scores by
+    member: both by the group's id, so g1 goes before g2 published first.  The tie-break
+    search's seed 0 shrank to these two steps on both.  (harel's Mongo keeps arrival order
+    here, the control; its tie-break failure is item 11's lease-end stamp.)"""
+    target = target_for(name, tmp_path)
+    machine = focus_machine(target.factory, "tie-break", target.capabilities, is_async=target.is_async)()
+    machine.prefill(messages=[("g2", "", 0, None), ("g1", "", 0, None)])
+    if name == "harel-mongo":
+        machine.teardown()
+        return
+    with pytest.raises(Divergence) as failed:
+        machine.teardown()  # the drain takes g1 first
+    assert "group_id='g1'" in failed.value.answered and "the head of 'g2'" in failed.value.expected
+    assert attribute(failed.value.check, failed.value.after, "tie-break")[0] == "tie-break"
+
+
 @pytest.mark.parametrize("hold", ["lease", "park"])
 @pytest.mark.parametrize("name", ["harel-mongo", "harel-mongo-async"])
 def test_harels_mongo_hands_out_a_lease_or_park_at_its_exact_end(name, hold, tmp_path):
