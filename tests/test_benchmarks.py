@@ -37,7 +37,7 @@ def test_servers_prints_every_peer_at_every_worker_count_and_both_scenarios():
     require_mongo(motor=False)
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "servers.py"), "--rounds", "1", "--seconds", "0.3",
-         "--messages", "3000", "--groups", "200", "--samples", "5", "--scale", "0.002"],
+         "--messages", "800", "--groups", "200", "--samples", "5", "--scale", "0.002"],
         capture_output=True, text=True, timeout=600, cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr[-3000:]

@@ -35,7 +35,7 @@ from harel_ref.stateful.backends.sqs import CAPABILITIES, _opened_prefix, creden
 from harel_ref.transport import AsyncSqsTransport, SqsTransport, StorageError  # noqa: E402
 
 # Every step on the wall clock takes real seconds: fewer and shorter examples than elsewhere.
-WALL_CLOCK = settings(max_examples=12, stateful_step_count=20, deadline=None, derandomize=True, database=None)
+WALL_CLOCK = settings(max_examples=8, stateful_step_count=16, deadline=None, derandomize=True, database=None)
 
 TestSqsMachine = make_machine(sqs()).TestCase
 TestSqsMachine.settings = WALL_CLOCK
@@ -132,7 +132,7 @@ def test_concurrent_properties_pass_with_branches_in_processes(name, tmp_path):
     of a program took about 3 s here (the certification at the standard profile runs 40 × 30)."""
     from harel_ref.certify import Profile
 
-    few = Profile("small", max_examples=4, step_count=6, programs=3, repeats=3)
+    few = Profile("small", max_examples=4, step_count=6, programs=2, repeats=3)
     assert_concurrent_properties_pass_in_processes([name], tmp_path, few)
 
 
