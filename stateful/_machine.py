@@ -430,7 +430,7 @@ class TransportMachine(RuleBasedStateMachine):
         self.issued: list[Any] = []  # every lease handed out, in order
         self.seqs: dict[tuple[str, int], int] = {}  # (group, model seq) -> transport's seq
         self.model_seqs: dict[str, int] = {}  # token -> the model's seq of the message it leased
-        self.acked: set[tuple[str, Any]] = set()  # (group, _identity(lease)) of every message acked
+        self.acked: set[tuple[str, tuple]] = set()  # (group, _identity(lease)) of every message acked
         self.in_step = False
         self.reopened = False
         self.stepped_back = False
@@ -595,8 +595,8 @@ class TransportMachine(RuleBasedStateMachine):
         self._count_claim(when, min_priority, routing_keys)
         claimed = self._match(lease, allowed)
         if claimed is False:
-            again = (getattr(lease, "group_id", None), self._identity(lease)) in self.acked
-            check = claim_check(allowed, lease, self.model, when, min_priority, routing_keys, acked=again)
+            check = claim_check(allowed, lease, self.model, when, min_priority, routing_keys,
+                                acked=self._acked_before(lease))
             self._fail(check, step, show_outcomes(allowed), lease)
         if claimed is None:
             return None
@@ -707,8 +707,8 @@ class TransportMachine(RuleBasedStateMachine):
         answer, when = self._release("ack", lease, via)
         others = self._other_holdings(lease, when)
         expected = self.model.ack(lease.token, when)
-        if expected:
-            self.acked.add((lease.group_id, self._identity(lease)))
+        if expected and (identity := self._identity(lease)) is not None:
+            self.acked.add((lease.group_id, identity))
         if not self._answered(answer, expected):
             prop = release_check("ack", expected, 0)
             self._fail(prop, f"ack({_lease_ref(lease)})", repr(expected), answer)
@@ -751,11 +751,22 @@ class TransportMachine(RuleBasedStateMachine):
         judged = when if self.wall else When.of(self._judged_now())
         return [h for h in self.model.holdings(lease.group_id, judged) if h.token != lease.token and h.seq == self._model_seq(lease)]
 
-    def _identity(self, lease) -> Any:
-        """What names ``lease``'s message within its group: its seq (R16), or, under harel's
-        Protocol, whose seqs need not name a message (harel's Redis and SQS leases all have seq
-        0), its event."""
-        return getattr(lease, "event", None) if self.answerless else getattr(lease, "seq", None)
+    def _identity(self, lease) -> tuple | None:
+        """What names ``lease``'s message within its group: its seq (R16); under harel's
+        Protocol, whose leases need not carry one (harel's Redis and SQS give every lease seq 0),
+        its event text when the seq is 0.  Text is ambiguous: a message acked, then one
+        published with the same text, look alike.  None for a lease that names nothing."""
+        seq, event = getattr(lease, "seq", None), getattr(lease, "event", None)
+        if type(seq) is int and (seq != 0 or not self.answerless):
+            return ("seq", seq)
+        if self.answerless and isinstance(event, str):
+            return ("text", event)
+        return None
+
+    def _acked_before(self, lease) -> bool:
+        """Whether a claim's answer is a message acked before (by :meth:`_identity`)."""
+        group, identity = getattr(lease, "group_id", None), self._identity(lease)
+        return isinstance(group, str) and identity is not None and (group, identity) in self.acked
 
     def _model_seq(self, lease) -> int | None:
         """The model's seq of the message ``lease`` is for."""

@@ -564,3 +564,24 @@ def test_a_stale_release_that_raises_is_shown_as_fencing_also_when_shrinking_is_
     (failure,) = failures
     assert failure.property == "fencing" and failure.check == "fencing", failure
     assert failure.step.startswith(("ack(", "nack(")) and "StaleRelease" not in failure.step, failure.step
+
+
+def test_a_message_out_of_order_is_fifos_though_a_message_of_the_same_text_was_acked():
+    """The machine names a claim answering a message acked before no-loss (handed out again);
+    it knows the message by its seq, so a later message that only has the same text, handed
+    out ahead of the head, is still a fifo failure (nack(0) sends the head to the back here)."""
+    from harel_ref.certify._engine import focus_machine
+
+    backend = broken_backend("nack(0) to the back of its group")
+    machine = focus_machine(backend.factory, "fifo", backend.capabilities)()
+    try:
+        machine.prefill(messages=[("g1", "a", 0, None), ("g1", "x", 0, None), ("g1", "a", 0, None)])
+        first = machine.claim_any(via=0, visibility=5.0, worker="w1")
+        machine.ack(lease=first, via=0)  # 'a' (seq 1) is acked
+        head = machine.claim_any(via=0, visibility=5.0, worker="w1")
+        machine.nack_now(lease=head, via=0)  # 'x' goes to the back: the second 'a' comes first
+        with pytest.raises(Divergence) as failed:
+            machine.claim_any(via=0, visibility=5.0, worker="w1")
+    finally:
+        machine.teardown()
+    assert failed.value.check == "fifo" and "'a'" in failed.value.answered, failed.value

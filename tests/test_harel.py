@@ -359,7 +359,7 @@ def test_harels_libsql_holds_the_gil_while_it_waits_for_the_lock(name, tmp_path)
     """docs/harel-0.9.md, item 3: two of harel's libSQL transports in one process (a worker's
     threads) block each other.  One holds the write lock, as between its ``BEGIN IMMEDIATE`` and
     ``COMMIT``; another's publish waits for it inside the driver, which keeps the GIL, so the
-    holder's thread cannot run its ``ROLLBACK`` (due after 0.1 s) until the driver's 5 s busy
+    holder's thread cannot run its ``ROLLBACK`` (due after 2 s) until the driver's 5 s busy
     timeout ends the wait, and the publish fails with ``database is locked``.  The outcome, not
     a time, is the verdict: harel's SQLite transport (the control) lets the holder run, and
     its publish goes through."""
@@ -371,7 +371,7 @@ def test_harels_libsql_holds_the_gil_while_it_waits_for_the_lock(name, tmp_path)
     path = str(tmp_path / "queue.db")
     holder, waiter = cls(path), cls(path)
     holder._conn.execute("BEGIN IMMEDIATE")
-    released = threading.Timer(0.1, lambda: holder._conn.execute("ROLLBACK"))
+    released = threading.Timer(2.0, lambda: holder._conn.execute("ROLLBACK"))
     released.start()
     try:
         waiter.publish("g", Event(id="e1", kind="k", data={}))
@@ -383,3 +383,47 @@ def test_harels_libsql_holds_the_gil_while_it_waits_for_the_lock(name, tmp_path)
         holder.close()
         waiter.close()
     assert outcome == ("ValueError: database is locked" if name == "LibsqlTransport" else "published")
+
+
+def test_harels_memory_transport_breaks_ties_by_message_seq(tmp_path):
+    """docs/harel-0.9.md, item 2: g1 (seq 1), g2 (seqs 2, 3), g1 again (seq 4); claims at one
+    instant take g1, then g2, and then both groups are stamped at that instant: arrival order
+    says g1, harel's in-memory transport takes g2's seq 3, the lower seq."""
+    from harel_ref.certify import focus_machine
+    from harel_ref.stateful import Divergence
+    from harel_ref.stateful._properties import attribute
+
+    target = Target.from_bundled("harel-memory", tmp_path)
+    machine = focus_machine(target.factory, "tie-break", target.capabilities)()
+    machine.prefill(messages=[("g1", "a", 0, None), ("g2", "b", 0, None), ("g2", "c", 0, None), ("g1", "d", 0, None)])
+    for _ in range(2):
+        machine.ack(lease=machine.claim_any(via=0, visibility=5.0, worker="w1"), via=0)
+    with pytest.raises(Divergence) as failed:
+        machine.claim_any(via=0, visibility=5.0, worker="w1")
+    machine.teardown()
+    assert "group_id='g2'" in failed.value.answered and "the head of 'g1'" in failed.value.expected
+    assert attribute(failed.value.check, failed.value.after, "tie-break")[0] == "tie-break"
+
+
+@pytest.mark.parametrize("name", ["InMemoryTransport", "SqliteTransport"])
+def test_harels_transports_take_a_nan_visibility(name, tmp_path):
+    """docs/harel-0.9.md, item 5: no argument is checked.  ``claim(visibility=nan)`` is taken:
+    in memory the lease's end is NaN, every comparison with it is false, and the message is
+    never claimable again, a year on; SQLite stores NaN as NULL, the mark of a free message, so
+    the next claim gets the same message at once."""
+    from harel.engine import transport as harel_transports
+
+    now = [100.0]
+    cls = getattr(harel_transports, name)
+    transport = cls(clock=lambda: now[0]) if name == "InMemoryTransport" else cls(
+        str(tmp_path / "queue.db"), clock=lambda: now[0])
+    try:
+        transport.publish("g", Event(id="e1", kind="k", data={}))
+        assert transport.claim("w1", float("nan")) is not None  # no ValueError
+        if name == "SqliteTransport":
+            assert transport.claim("w2", 30.0) is not None  # the same message, at once
+        else:
+            now[0] += 365 * 24 * 3600.0
+            assert transport.claim("w2", 30.0) is None
+    finally:
+        transport.close()

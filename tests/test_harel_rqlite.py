@@ -27,3 +27,31 @@ def test_a_stale_ack_on_harels_rqlite_transport_acts_by_seq(tmp_path):
     group on the real cluster: were it fenced, the declared acks='by-seq' would be refused."""
     target = detect_protocol(Target.from_bundled("harel-rqlite", tmp_path))
     assert target.capabilities.acks == "by-seq"
+
+
+def test_harels_rqlite_claim_crashes_when_its_message_goes_between_its_two_requests(tmp_path):
+    """docs/harel-0.9.md, item 6: the claim leases with one ``UPDATE ... SET locked_by =
+    <token>``, then reads the row back by that token in a second request.  A stale ack by seq
+    (item 1) landing in between deletes the row, and the claim raises ``IndexError``: played by
+    hand on the cluster, the ack run just before the read-back."""
+    from harel_ref.stateful._harel import to_event
+
+    target = Target.from_bundled("harel-rqlite", tmp_path)
+    now = [100.0]
+    claimer, other = target.factory(lambda: now[0], "item6"), target.factory(lambda: now[0], "item6")
+    try:
+        claimer.publish("g", to_event("e1"))
+        stale = other.claim("w1", 10.0)
+        now[0] = 111.0  # w1's lease lapsed: the claim below leases e1 again
+        read_back = claimer._query
+
+        def a_stale_ack_then_the_read_back(*args):
+            other.ack(stale)  # by seq: deletes the message the claim has just leased
+            return read_back(*args)
+
+        claimer._query = a_stale_ack_then_the_read_back
+        with pytest.raises(IndexError):
+            claimer.claim("w2", 10.0)
+    finally:
+        claimer.close()
+        other.close()

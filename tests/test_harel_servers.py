@@ -263,13 +263,12 @@ def test_harels_redis_ignores_the_park_of_a_lapsed_lease_nobody_replaced(name, t
 def test_harels_redis_nack_checks_then_frees_the_group_under_its_next_holder():
     """harel's Redis ``nack`` reads the lock (is the token still mine?), then frees the group in
     further requests (``ZADD`` the group due now, ``DEL`` the lock).  Played by hand between
-    the two on the real server, as the Mongo ack above: w1's lease lapses after the read and w2
-    claims the group, then w1's nack deletes w2's lock, and w3 is handed the message w2 is
+    the two on the real server, as the Mongo ack above: after the read, w1's lease lapses (the
+    clock moves past it and its lock key is expired by hand, so nothing depends on timing) and
+    w2 claims the group; then w1's nack deletes w2's lock, and w3 is handed the message w2 is
     working on.  The quick search of ``harel-redis-async`` found it in its concurrent search,
     and the linearizability checker names it as that did: single-in-flight (R2), the contract
     property a stale nack acting breaks (item 1)."""
-    import time
-
     import redis as redis_py
     from harel.engine.transport import RedisTransport
 
@@ -280,31 +279,27 @@ def test_harels_redis_nack_checks_then_frees_the_group_under_its_next_holder():
 
     client = redis_py.Redis.from_url(server_url())
     prefix = f"t_{uuid.uuid4().hex[:12]}"
-    transport = RedisTransport(client, prefix=prefix)
+    now = [100.0]
+    transport = RedisTransport(client, lambda: now[0], prefix=prefix)
     try:
         transport.publish("g", to_event("e1"))
         transport.publish("g", to_event("e2"))
-        began = time.time()
-        stale = transport.claim("w1", 0.05)
-        claimed = time.time()
+        stale = transport.claim("w1", 30.0)  # until 130
         owns, handed = transport._owns, []
 
         def owns_then_the_lease_lapses_and_another_claims(group_id, token):
             mine = owns(group_id, token)  # True: w1's lock is there
-            time.sleep(0.2)  # four times the lease: w1's lock key has expired
-            handed.append((time.time(), transport.claim("w2", 30.0), time.time()))
+            now[0] = 160.0
+            client.delete(f"{prefix}:lock:{group_id}")  # what the lock key's TTL does at 130
+            handed.append(transport.claim("w2", 30.0))
             return mine
 
         transport._owns = owns_then_the_lease_lapses_and_another_claims
-        nacked_at = time.time()
         transport.nack(stale, 0)
-        nacked = time.time()
         transport._owns = owns
-        at, fresh, answered = handed[0]
-        assert from_event(fresh.event) == "e1"
-        third_at = time.time()
+        fresh = handed[0]
+        assert fresh is not None and from_event(fresh.event) == "e1"
         third = transport.claim("w3", 30.0)
-        third_answered = time.time()
         assert third is not None and from_event(third.event) == "e1", "the stale nack left w2's lock alone"
     finally:
         keys = list(client.scan_iter(f"{prefix}:*"))
@@ -313,12 +308,12 @@ def test_harels_redis_nack_checks_then_frees_the_group_under_its_next_holder():
         client.close()
 
     history = [
-        Record("p", "publish", began - 2, {"group_id": "g", "event": "e1"}, began - 1.5, None),
-        Record("p", "publish", began - 1, {"group_id": "g", "event": "e2"}, began - 0.5, None),
-        Record("w1", "claim", began, {"visibility": 0.05}, claimed, _recorded(stale)),
-        Record("w1", "nack", nacked_at, {"lease": _recorded(stale), "delay": 0}, nacked, None),
-        Record("w2", "claim", at, {"visibility": 30.0}, answered, _recorded(fresh)),
-        Record("w3", "claim", third_at, {"visibility": 30.0}, third_answered, _recorded(third)),
+        Record("p", "publish", 0, {"group_id": "g", "event": "e1"}, 1, None, at=100.0),
+        Record("p", "publish", 2, {"group_id": "g", "event": "e2"}, 3, None, at=100.0),
+        Record("w1", "claim", 4, {"visibility": 30.0}, 5, _recorded(stale), at=100.0),
+        Record("w1", "nack", 6, {"lease": _recorded(stale), "delay": 0}, 9, None, at=160.0),
+        Record("w2", "claim", 7, {"visibility": 30.0}, 8, _recorded(fresh), at=160.0),
+        Record("w3", "claim", 10, {"visibility": 30.0}, 11, _recorded(third), at=160.0),
     ]
     verdict = check_linearizable(history, fairness="unspecified", acks_answer=False)
     assert not verdict.ok and verdict.property == "single-in-flight", verdict
@@ -459,11 +454,11 @@ def test_harels_postgres_publishes_commit_out_of_seq_order_and_that_is_fifos():
         after = other.claim("w2", 30.0)
         assert from_event(after.event) == "e1", "e2 came out again: the publishes kept their order"
     finally:
+        first.close()  # before the tables are dropped: an open transaction would hold them
+        other.close()
         with psycopg.connect(server_url(), autocommit=True) as conn:
             conn.execute(f"DROP TABLE {prefix}_transport_messages, {prefix}_transport_groups")
             conn.execute(f"DROP FUNCTION {prefix}_claim, {prefix}_ack")
-        first.close()
-        other.close()
 
     _assert_publishes_out_of_order_are_fifos(held, after)
 
