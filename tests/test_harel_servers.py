@@ -653,3 +653,17 @@ def test_a_mongo_server_whose_port_is_taken_says_so_and_leaves_no_process():
         assert server._process is None  # stopped
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("name", ["harel-memory", "harel-redis"])
+def test_harels_transports_still_publish_after_close(name, tmp_path):
+    """docs/harel-0.9.md, item 4: after ``close()`` a call should say the transport is closed
+    (R14); harel's in-memory transport keeps its dict, and redis-py reconnects, so the publish
+    goes through."""
+    from harel_ref.stateful._harel import to_event
+
+    target = Target.from_bundled(name, tmp_path)
+    transport = target.factory(lambda: 100.0, f"closed_{uuid.uuid4().hex[:8]}")
+    transport.close()
+    assert transport.publish("g", to_event("e1")) is None  # no error
+    transport.close()
