@@ -41,7 +41,7 @@ from harel_ref.certify import (
     certify,
 )
 from harel_ref.certify._signals import Terminated, signals_deferred, stop_on_signals, stopped_by
-from harel_ref.certify._report import LEVELS
+from harel_ref.certify._report import BRANCHES, LEVELS
 from harel_ref.certify._target import Target, remove_directory, scratch_directory
 
 __all__ = ["Console", "build_parser", "main", "profile_type"]
@@ -78,9 +78,14 @@ def build_parser() -> argparse.ArgumentParser:
                       help="certify only this property (repeatable)")
     cert.add_argument("--time-budget", metavar="SECONDS", type=float,
                       help="a budget shared by the searches: no example starts after it, a failure found in time may take one more share to shrink; what was not searched is unknown")
-    cert.add_argument("--processes", action="store_true",
-                      help="run the branches of the concurrent searches in separate processes "
-                      "(the factory must be importable, its storage shared across processes)")
+    where = cert.add_mutually_exclusive_group()
+    where.add_argument("--processes", dest="branches", action="store_const", const="processes",
+                       help="run the branches of the concurrent search in separate processes, every run "
+                       "(the factory must be importable, its storage shared across processes); by default "
+                       "every other run does, where that can be done")
+    where.add_argument("--threads", dest="branches", action="store_const", const="threads",
+                       help="run the branches of the concurrent search in threads (tasks, for an asyncio "
+                       "transport), every run")
     cert.add_argument("--jobs", metavar="N", type=jobs_type, default=None,
                       help="run N searches at once, each in a process of its own (default: the cores "
                       "available, or HAREL_REF_JOBS); the report is the same as one at a time")
@@ -211,7 +216,7 @@ def _certify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             target = Target.from_bundled(args.bundled or DEFAULT_BUNDLED, directory, overrides)
         report = certify(
             target.factory, profile=args.profile, seed=args.seed, properties=args.only,
-            time_budget=args.time_budget, processes=args.processes, soak=args.soak,
+            time_budget=args.time_budget, processes={"processes": True, "threads": False}.get(args.branches), soak=args.soak,
             level=args.level, call_deadline=args.call_deadline, progress=console, jobs=args.jobs, _target=target,
         )
     except BaseException as exc:
@@ -284,7 +289,8 @@ class Console(Progress):
         profile, caps = plan.profile, plan.capabilities
         declared = [name for name in ("priority", "routing", "parking", "durable", "shared") if getattr(caps, name)]
         applicable = [p for p in plan.properties if p not in plan.not_applicable]
-        branches = "processes" if plan.processes else "tasks" if plan.is_async else "threads"
+        branches = BRANCHES[plan.branches] + (f"; not in processes: {plan.branches_note}" if plan.branches_note else "")
+        branches = branches.replace("threads (tasks)", "tasks" if plan.is_async else "threads")
         budget = f"; time budget {plan.time_budget:g} s" if plan.time_budget else ""
         deadline = f"{plan.call_deadline:g} s" if plan.call_deadline else "none"
         fitted = ""

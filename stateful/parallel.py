@@ -198,7 +198,11 @@ def programs(draw, *, parking: bool = True, max_branches: int = 3, groups: tuple
 
     Acks and nacks name a lease of the prefix or of an earlier claim of their own branch.  The
     draws lean towards what races: claims in the prefix, then branches that claim, or give
-    up a prefix lease, at the same time."""
+    up a prefix lease, at the same time.  Two shapes of race begin a quarter of the programs
+    each (SPEC.md C9): a group that ends and begins again while others run (the prefix
+    publishes a group's one message and claims it, one branch acks it, another publishes into
+    that group), and a lease given up twice at once (the prefix claims, two branches each ack
+    or nack that lease first)."""
     events = iter(f"e{n}" for n in range(1, 100))
     releases = [Ack, Ack, Nack] + ([lambda name: Nack(name, DELAY)] if parking else [])
 
@@ -208,9 +212,17 @@ def programs(draw, *, parking: bool = True, max_branches: int = 3, groups: tuple
     def release(names: list[str]) -> Op:
         return draw(st.sampled_from(releases))(draw(st.sampled_from(names)))
 
-    prefix: list[Op] = [publish() for _ in range(draw(st.integers(1, 3)))]
-    prefix_leases: list[str] = []
-    for _ in range(draw(st.integers(0, 3))):
+    shape = draw(st.integers(0, 3))  # 0 and 1: free; the shapes last, so that shrinking leaves them out
+    again, twice = shape == 3, shape == 2
+    # The prefix's first publishes go to the groups in turn, so that a group often holds one
+    # message, which a branch's ack may take away while another publishes into the group.
+    first = draw(st.sampled_from(groups))
+    turns = [first, *(group for group in groups if group != first)]
+    published = 1 if again else draw(st.integers(1, 3))
+    prefix: list[Op] = [Publish(turns[n % len(turns)], next(events)) for n in range(published)]
+    prefix_leases: list[str] = ["p0"] if again or twice else []
+    prefix += [Claim()] * (again or twice)
+    for _ in range(draw(st.integers(0, 3 - len(prefix_leases)))):
         kind = draw(st.sampled_from(["claim", "claim", "claim", "lapse", "publish", "release"]))
         if kind == "publish":
             prefix.append(publish())
@@ -221,12 +233,18 @@ def programs(draw, *, parking: bool = True, max_branches: int = 3, groups: tuple
         else:
             prefix_leases.append(f"p{len(prefix_leases)}")
             prefix.append(Claim())
+    starts: list[list[Op]] = []
+    if again:
+        starts = [[Ack("p0")], [Publish(first, next(events))]]
+    elif twice:
+        starts = [[release(["p0"])], [release(["p0"])]]
     branches = []
     for number in range(draw(st.integers(2, max_branches))):
-        branch: list[Op] = []
+        branch: list[Op] = starts[number] if number < len(starts) else []
         own: list[str] = []
-        for _ in range(draw(st.integers(1, 4))):
-            kind = draw(st.sampled_from(["claim", "claim", "prefix lease", "prefix lease", "own lease", "publish"]))
+        for _ in range(draw(st.integers(1 - len(branch), 4 - len(branch)))):
+            kind = draw(st.sampled_from(["claim", "claim", "prefix lease", "prefix lease", "own lease", "publish",
+                                         "publish"]))
             if kind == "publish":
                 branch.append(publish())
             elif kind == "prefix lease" and prefix_leases:
@@ -734,12 +752,19 @@ def check_program(
     ignore: frozenset[str] = frozenset(),
     reached: collections.Counter | None = None,
     histories: bool | None = None,
+    alternate: bool = False,
 ) -> int:
     """Run ``program`` up to ``repeats`` times; raise :class:`ConcurrencyFailure` at the first
     run the checker refuses (failures of the properties in ``ignore`` aside), judged for
     refusals (``contention``), histories (``histories``, by default ``not contention``) or
     both.  Returns the number of runs made (all passed).  ``reached`` counts the runs whose
-    branches overlapped (:data:`~harel_ref.stateful._properties.OVERLAP`)."""
+    branches overlapped (:data:`~harel_ref.stateful._properties.OVERLAP`).
+
+    ``processes``: a :class:`~harel_ref.stateful._processes.BranchProcesses` pool to run the
+    branches in; with ``alternate``, only every other run does (the first), and the others run
+    them in threads (tasks).  Each finds races the other misses: threads share a connection
+    lock and the GIL, processes are woken at once but open their transports every run
+    (docs/concurrency.md measures both)."""
     histories = not contention if histories is None else histories
     if inspect.iscoroutinefunction(factory):
         is_async = True
@@ -748,7 +773,8 @@ def check_program(
     try:
         for number in range(1, repeats + 1):
             bench = bench or Bench(factory, capabilities, is_async)
-            run = run_program(factory, program, capabilities, is_async=is_async, processes=processes, bench=bench)
+            in_processes = processes if not (alternate and number % 2 == 0) else None
+            run = run_program(factory, program, capabilities, is_async=is_async, processes=in_processes, bench=bench)
             if reached is not None and overlapped(run.records):
                 reached[OVERLAP] += 1
             failure = judge(run, contention=contention, histories=histories, runs=number, ignore=ignore,

@@ -31,6 +31,18 @@ def test_peers_prints_every_peer_and_every_scenario():
     assert "| total |" in out and "load average" in out
 
 
+def test_overlap_prints_every_transport_in_every_way_of_running_branches():
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "overlap.py"), "--runs", "3", "--rounds", "1"],
+                            capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    for row in ["SqliteTransport", "AsyncSqliteTransport", "PublishGroupFirstApart", "AckDropsItsGroupApart",
+                "AckCheckThenDelete", "ClaimWithoutTransaction"]:
+        for mode in ["threads" if "Async" not in row else "tasks", "processes", "processes, barrier only"]:
+            assert re.search(rf"^\| [^|]*{row}[^|]* \| {mode} \| +[\d.]+ % \| ", out, re.MULTILINE), (row, mode, out)
+    assert "load average" in out
+
+
 def test_servers_prints_every_peer_at_every_worker_count_and_both_scenarios():
     from server_support import require_mongo
 

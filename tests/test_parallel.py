@@ -5,10 +5,11 @@ program, a timeline and a reproduction that replays; branches in processes."""
 import dataclasses
 import re
 import sys
+from pathlib import Path
 
 import pytest
 
-from broken import CONCURRENCY_BROKEN, WIDE_RACE, broken_backend, broken_sqlite_backend
+from broken import CONCURRENCY_BROKEN, IMPORTABLE, NARROW_RACE, WIDE_RACE, broken_backend, broken_sqlite_backend
 from harel_ref.certify import PROFILES, Profile, certify
 from harel_ref.certify._target import Target
 from harel_ref.stateful import Capabilities
@@ -81,7 +82,86 @@ def test_bundled_file_transports_pass_with_branches_in_processes(name, tmp_path)
     target = Target.from_bundled(name, tmp_path, None)
     report = certify(target.factory, profile=SMALL, properties=CONCURRENT, processes=True, _target=target)
     assert {v.property: v.verdict for v in report.verdicts} == dict.fromkeys(CONCURRENT, "passed"), report.to_markdown()
-    assert report.processes and "--processes" in report.replay
+    assert report.branches == "processes" and "--processes" in report.replay
+
+
+def test_by_default_every_other_run_has_its_branches_in_processes(tmp_path):
+    """SPEC.md C9: a shared transport other processes can build runs half its runs' branches in
+    processes, the others in threads; the report, the replay and the reproduction say so."""
+    target = Target.from_bundled("sqlite", tmp_path, None)
+    hows = []
+    original = run_program
+
+    def counted(*args, **kwargs):
+        run = original(*args, **kwargs)
+        hows.append(run.how)
+        return run
+
+    import harel_ref.stateful.parallel as parallel
+
+    parallel.run_program, before = counted, parallel.run_program
+    try:
+        report = certify(target.factory, profile=SMALL, properties=["no-loss"], _target=target)
+    finally:
+        parallel.run_program = before
+    assert report.verdict("no-loss").verdict == "passed", report.to_markdown()
+    assert report.branches == "both" and "--processes" not in report.replay and "--threads" not in report.replay
+    assert "processes and threads" in report.to_markdown()
+    assert hows.count("processes") == hows.count("threads") > 0  # 12 runs a program: 6 and 6
+
+
+def test_by_default_branches_stay_in_threads_where_processes_cannot_share_the_storage(tmp_path):
+    """The in-memory transport's instances share their store, in one process only: no branch
+    process is started for it (nor asked for by the replay)."""
+    target = Target.from_bundled("memory", tmp_path, None)
+    report = certify(target.factory, profile=SMALL, properties=["contention"], _target=target)
+    assert report.branches == "threads" and "--threads" in report.replay
+
+
+def test_the_start_line_learns_how_long_branches_take_to_be_ready_and_to_call():
+    from harel_ref.stateful._start import LEAD_BOUNDS, StartLine
+    from harel_ref.stateful.history import Record
+
+    line = StartLine(seed=1)
+    moments = line.next(3)
+    assert len(set(moments)) == 1  # no call length seen yet: one moment for all
+    sent = line._sent
+    calls = [Record("b0", "ack", sent + 0.010, {}, complete=sent + 0.010 + length) for length in (1e-4, 2e-4, 9e-4)]
+    line.learn(moments, [sent + 0.004, sent + 0.010], calls)
+    assert line.lead == pytest.approx(1.5 * 0.010 + 0.001) and line.spread == pytest.approx(2e-4)
+    moments = line.next(3)
+    assert all(line._sent + line.lead <= moment <= line._sent + line.lead + 2e-4 for moment in moments)
+    assert len(set(moments)) == 3  # each its own offset
+    line.learn(moments, [line._sent + 60.0], calls)
+    assert line.lead == LEAD_BOUNDS[1]  # a slow opening does not make every run wait a minute
+
+
+def test_programs_lean_towards_the_shapes_of_two_races():
+    """A quarter of the programs each (SPEC.md C9): a branch acks a group's only message while
+    another publishes into that group, and two branches give one prefix lease up at once."""
+    from hypothesis import Phase, given, seed, settings
+
+    from harel_ref.stateful.parallel import programs
+
+    shapes = []
+
+    @seed(0)
+    @settings(max_examples=400, phases=(Phase.generate,), database=None)
+    @given(programs())
+    def draw(program):
+        first, (one, other, *_) = program.prefix[0], program.branches
+        releases = (Ack("p0"), Nack("p0"), Nack("p0", 1.0))
+        if (program.prefix[:2] == (first, Claim()) and one[0] == Ack("p0") and isinstance(other[0], Publish)
+                and other[0].group == first.group):
+            shapes.append("ends and begins again")
+        elif one[0] in releases and other[0] in releases:
+            shapes.append("given up twice")
+        else:
+            shapes.append(None)
+
+    draw()
+    for shape in ("ends and begins again", "given up twice"):
+        assert 0.2 <= shapes.count(shape) / len(shapes) <= 0.45, (shape, shapes.count(shape))
 
 
 def test_processes_are_refused_for_storage_other_processes_cannot_see():
@@ -96,10 +176,15 @@ def test_processes_are_refused_for_storage_other_processes_cannot_see():
 
 
 @pytest.mark.parametrize("name", sorted(CONCURRENCY_BROKEN))
-def test_broken_under_concurrency_fails_its_property_in_the_default_profile(name, tmp_path):
+def test_broken_under_concurrency_fails_its_property_in_the_default_profile(name, tmp_path, monkeypatch):
+    """As a user certifies it: by name (MODULE:FACTORY), standard profile, no flag, so that
+    every other run has its branches in processes (SPEC.md C9)."""
     _, broken = CONCURRENCY_BROKEN[name]
-    backend = broken_sqlite_backend(name, tmp_path)
-    report = certify(backend.factory, backend.capabilities, profile="standard", properties=[broken])
+    monkeypatch.setenv("HAREL_BROKEN_DIR", str(tmp_path))
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    target = Target.from_spec(IMPORTABLE[name])
+    report = certify(target.factory, profile="standard", properties=[broken], _target=target)
+    assert report.branches == "both"
     verdict = report.verdict(broken)
     assert verdict.verdict == "failed", report.to_markdown()
     failure = verdict.failure
@@ -108,6 +193,21 @@ def test_broken_under_concurrency_fails_its_property_in_the_default_profile(name
     json_path, md_path = report.write(tmp_path / "report")
     assert (tmp_path / "report" / f"timeline-{broken}.svg").read_text().startswith("<svg")
     assert f"](timeline-{broken}.svg)" in md_path.read_text()
+
+
+def test_a_check_then_delete_ack_that_races_a_quarter_of_the_time_is_caught_at_quick_fitted(tmp_path, monkeypatch):
+    """A race that shows in about a quarter of two-thread runs (as harel 0.9.0's Mongo ack did)
+    is caught by the smallest quick profile a slow transport is fitted to (20 programs × 3 runs):
+    a quarter of the programs give one lease up twice at once (SPEC.md C9).  Before, quick/6
+    passed it at 2 of 6 seeds; with the programs as they are, it failed at 10 of 10 with its
+    branches in threads alone."""
+    monkeypatch.setenv("HAREL_BROKEN_DIR", str(tmp_path))
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    target = Target.from_spec("broken:ack_check_then_delete_a_quarter_of_the_time")
+    report = certify(target.factory, profile="quick/8", properties=["fencing"], _target=target)
+    assert report.profile.programs == 20 and report.profile.repeats == 3
+    assert report.verdict("fencing").verdict == "failed", report.to_markdown()
+    assert report.verdict("fencing").failure.found_by == "concurrent"
 
 
 def test_a_race_is_shrunk_to_a_few_calls(tmp_path):
@@ -124,7 +224,7 @@ def test_a_race_is_shrunk_to_a_few_calls(tmp_path):
     assert calls <= 5, failure.reproduction  # two acks of one lease: publish, claim, ack, ack
 
 
-@pytest.mark.parametrize("name", sorted(CONCURRENCY_BROKEN))
+@pytest.mark.parametrize("name", sorted({**CONCURRENCY_BROKEN, **NARROW_RACE}))
 def test_broken_under_concurrency_passes_every_sequential_search(name, tmp_path):
     """Why the parallel searches exist: one call at a time, these transports are correct."""
     from harel_ref.certify._engine import PROPERTIES, _judge, _run_search, _Search, focus_machine

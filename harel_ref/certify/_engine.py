@@ -404,12 +404,13 @@ def _run_search(machine: type, profile: Profile, run_seed: int, search: _Search,
 
 
 def _run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed: int, search: _Search,
-                  *, judges: frozenset[str], processes: BranchProcesses | None,
+                  *, judges: frozenset[str], processes: BranchProcesses | None, alternate: bool = False,
                   ignore: frozenset[str] = frozenset()) -> None:
     """The concurrent search: ``profile.programs`` programs, each run up to ``profile.repeats``
     times (fewer while a failure is shrunk), each run judged for what ``judges`` holds:
     ``refusals`` (contention), ``histories`` (linearizability), or both (failures of the
-    properties in ``ignore`` aside)."""
+    properties in ``ignore`` aside).  Branches run in ``processes`` (every other run with
+    ``alternate``, see :func:`check_program`), else in threads or tasks."""
 
     def concurrent(program):
         search.next_example()
@@ -417,7 +418,7 @@ def _run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed
         try:
             check_program(target.factory, program, caps, is_async=target.is_async, repeats=repeats,
                           contention="refusals" in judges, histories="histories" in judges,
-                          processes=processes, ignore=ignore, reached=search.reached)
+                          processes=processes, alternate=alternate, ignore=ignore, reached=search.reached)
         except Exception as exc:
             if not isinstance(exc, ConcurrencyFailure):  # a crash: say which program
                 exc.add_note(f"program:\n{program}")
@@ -472,7 +473,7 @@ class Plan:
     seed: int
     properties: tuple[str, ...]  # the selected properties, in the order they are searched
     not_applicable: tuple[str, ...]  # those of them that will not be searched
-    processes: bool
+    branches: str  # where the concurrent search runs its branches: see BRANCHES
     soak: float | None
     time_budget: float | None
     call_deadline: float | None
@@ -480,6 +481,7 @@ class Plan:
     jobs: int = 1  # searches that run at once, each in a process of its own when more than one
     jobs_note: str = ""  # why fewer searches run at once than were asked for
     shared: tuple[str, ...] = ()  # the properties a shared lockstep search covers first (SPEC.md C5)
+    branches_note: str = ""  # why the branches do not run in processes too, when they could not
 
 
 class Progress:
@@ -516,7 +518,7 @@ class _CallbackProgress(Progress):
 
 
 def estimate_seconds(profile: Profile, caps: Capabilities, speed: Speed, *, lockstep: int, parallel: int,
-                     processes: bool = False, soak: float | None = None) -> float:
+                     branches: str = "threads", soak: float | None = None) -> float:
     """A rough estimate of a certification's time when nothing fails: ``lockstep`` lockstep
     searches and ``parallel`` parallel ones, at the ``speed`` the preflight measured.
 
@@ -531,8 +533,9 @@ def estimate_seconds(profile: Profile, caps: Capabilities, speed: Speed, *, lock
     wall = Choices.of(caps).scale if caps.clock == "wall" else 0.0
     example = (1.5 * speed.open + (profile.step_count + 4) * speed.call
                + profile.step_count * (0.0007 + wall) + 0.003)
-    opens = (1 + 2.5 * caps.shared) / profile.repeats + (1.0 if processes else 0.0)  # branch processes: at once
-    run = opens * speed.open + 12 * speed.call + (0.008 if processes else 0.0035) + 2 * wall
+    in_processes = {"threads": 0.0, "both": 0.5, "processes": 1.0}[branches]  # the share of runs
+    opens = (1 + 2.5 * caps.shared) / profile.repeats + in_processes  # branch processes: at once, every run
+    run = opens * speed.open + 12 * speed.call + 0.0035 + 0.0045 * in_processes + 2 * wall
     return (lockstep * 1.25 * profile.max_examples * example
             + parallel * profile.programs * profile.repeats * run + (soak or 0.0))
 
@@ -546,7 +549,7 @@ def certify(
     seed: int = 0,
     properties: Iterable[str] | None = None,
     time_budget: float | None = None,
-    processes: bool = False,
+    processes: bool | None = None,
     soak: float | None = None,
     level: str | None = None,
     call_deadline: float | None = DEFAULT_CALL_DEADLINE,
@@ -570,8 +573,11 @@ def certify(
     - ``properties``: certify only these (names from :data:`PROPERTIES`).
     - ``time_budget``: seconds for the whole run, shared fairly among the searches left;
       a search cut short or never started is "unknown".  A soak takes its own time on top.
-    - ``processes``: run the branches of the concurrent search in separate processes (the
-      factory must be importable by name, and its storage shared across processes).
+    - ``processes``: where the concurrent search runs the branches of its programs.  True: in
+      separate processes (the factory must be importable by name, and its storage shared
+      across processes).  False: in threads (tasks, for an asyncio transport).  None (the
+      default): every other run in processes where that can be done (a ``shared`` transport
+      whose factory other processes import and whose storage they see), else in threads.
     - ``soak``: also run a soak of this many seconds (several workers, the wall clock), whose
       history counts for single-in-flight, fencing, no-loss and contention.
     - ``level``: the conformance level the report's outcome and exit code follow,
@@ -626,12 +632,18 @@ def certify(
         caps = target.capabilities
         applicable = [p for p in chosen if PROPERTIES[p].needs(caps) is None]
         tasks = _tasks(chosen, applicable, soak, shared_properties(caps))
-        jobs, jobs_note = _jobs_for(target, jobs, tasks, processes=processes)
+        concurrent = any(PROPERTIES[p].concurrent for p in applicable)
+        branches = "threads" if processes is False or not concurrent else "processes" if processes else "both"
+        if branches == "both" and (not caps.shared or target.in_process):
+            branches = "threads"  # instances do not share its storage, or only in one process
+        jobs, jobs_note = _jobs_for(target, jobs, tasks, processes=branches != "threads")
         searchers = pool = None
+        branches_note = ""
         searching = False
         hypothesis_home = tempfile.mkdtemp(prefix="harel-ref-hypothesis-")
         run = _Certification(target, profile, seed, chosen, tasks, time_budget, None, soak, limits,
-                             progress or Progress(), name, level or default_level(caps), jobs, None, hypothesis_home)
+                             progress or Progress(), name, level or default_level(caps), jobs, None, hypothesis_home,
+                             branches)
         try:
             if jobs > 1:  # spawned now, so that they import while the preflight runs
                 searchers = SearchProcesses(target, jobs, _run_task, _clean_up_process)
@@ -639,11 +651,19 @@ def certify(
             if searchers is not None and (why := searchers.ready()) is not None:
                 searchers.close()
                 searchers, jobs, jobs_note = None, 1, f"searches run one at a time: {why}"
+            if branches == "both" and target.recipe is None:
+                branches, branches_note = "threads", "the factory cannot be imported by name (a module-level one can)"
+            if branches != "threads":
+                try:
+                    pool = _branch_processes(target, call_deadline)
+                except CertificationError as exc:
+                    if branches == "processes":  # asked for: the user must hear why it cannot be
+                        raise
+                    branches, branches_note = "threads", str(exc).removeprefix("--processes: ")
             standby = sum(task.standby for task in tasks)  # if the shared search passes, they do not run
             lockstep = sum(PROPERTIES[p].search == "lockstep" for p in applicable)
             searches = dict(lockstep=lockstep - standby + (SHARED_FACTOR if standby else 0),
-                            parallel=int(any(PROPERTIES[p].concurrent for p in applicable)),
-                            processes=processes, soak=soak)
+                            parallel=int(concurrent), branches=branches, soak=soak)
             asked = profile
             if time_budget is None:  # with a budget, the time is the caller's to share
                 profile = profile.fitted(estimate_seconds(profile, caps, speed, **searches))
@@ -656,13 +676,14 @@ def certify(
             progress.planned(Plan(
                 transport=name or target.name, capabilities=caps, is_async=target.is_async, profile=profile,
                 fitted_from=asked if profile is not asked else None, seed=seed, properties=tuple(chosen),
-                not_applicable=tuple(p for p in chosen if p not in applicable), processes=processes, soak=soak,
+                not_applicable=tuple(p for p in chosen if p not in applicable), branches=branches, soak=soak,
                 time_budget=time_budget, call_deadline=call_deadline, estimate=estimate, jobs=jobs,
                 jobs_note=jobs_note, shared=tuple(task.prop for task in tasks if task.standby),
+                branches_note=branches_note,
             ))
-            pool = _branch_processes(target, call_deadline) if processes else None
             run = _Certification(target, profile, seed, chosen, tasks, time_budget, pool, soak, limits,
-                                 progress, name, level or default_level(caps), jobs, searchers, hypothesis_home)
+                                 progress, name, level or default_level(caps), jobs, searchers, hypothesis_home,
+                                 branches)
             searching = True
             report = run.all()
         except BaseException as stop:
@@ -889,8 +910,8 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
                     search, total)
     else:
         _run_parallel(target, caps, profile, context["seed"], search, judges=task.judges,
-                      processes=pool, ignore=ignore)
-    verdict, reason, failures = _judge(kind, search, target, profile, context["seed"], pool is not None)
+                      processes=pool, alternate=context["branches"] == "both", ignore=ignore)
+    verdict, reason, failures = _judge(kind, search, target, profile, context["seed"], context["branches"])
     if not lockstep and verdict == "passed":
         judged = ["no call refused"] * ("refusals" in task.judges and "contention" not in ignore) + [
             "every history linearizable"] * ("histories" in task.judges)
@@ -917,14 +938,14 @@ class _Certification:
     def __init__(self, target: Target, profile: Profile, run_seed: int, chosen: list[str], tasks: list[_Task],
                  time_budget: float | None, pool: BranchProcesses | None, soak_seconds: float | None,
                  limits: CallLimits, progress: Progress, name: str | None, level: str, jobs: int,
-                 searchers: SearchProcesses | None, hypothesis_home: str) -> None:
+                 searchers: SearchProcesses | None, hypothesis_home: str, branches: str = "threads") -> None:
         self.target, self.caps, self.profile, self.seed = target, target.capabilities, profile, run_seed
         self.chosen, self.tasks, self.pool, self.soak_seconds = chosen, tasks, pool, soak_seconds
         self.progress, self.name, self.level, self.searchers = progress, name, level, searchers
         self.started = time.monotonic()
         self.context = dict(
             profile=profile, seed=run_seed, soak=soak_seconds, call_deadline=limits.deadline, jobs=jobs,
-            hypothesis_home=hypothesis_home,
+            hypothesis_home=hypothesis_home, branches=branches if pool is not None else "threads",
             end=math.inf if time_budget is None else self.started + time_budget,
             budgeted=sum(task.kind != "soak" and not task.standby for task in tasks),
         )
@@ -1112,10 +1133,10 @@ class _Certification:
             seed=self.seed,
             verdicts=tuple(verdicts.values()),
             seconds=time.monotonic() - self.started,
-            replay=self.target.command(self.profile.name, self.seed, processes=self.pool is not None,
+            replay=self.target.command(self.profile.name, self.seed, branches=self.context["branches"],
                                        soak=self.soak_seconds),
             descriptions={p: PROPERTIES[p].what for p in verdicts},
-            processes=self.pool is not None,
+            branches=self.context["branches"],
             soak=self.soak_seconds,
             level=self.level,
             shared=tuple(self.tasks[n].prop for n in self.standby),
@@ -1180,7 +1201,7 @@ def _soak(target: Target, seconds: float, run_seed: int) -> _Found:
         )
         crashed = ("unknown", "the soak crashed (see contention)")
         return _Found(*crashed, time.monotonic() - began, 0, [failure], each=dict.fromkeys(SOAK_PROPERTIES, crashed))
-    failures = [_failure("soak", divergence, False, target, PROFILES["quick"], run_seed, False, soak=seconds)
+    failures = [_failure("soak", divergence, False, target, PROFILES["quick"], run_seed, "threads", soak=seconds)
                 for divergence in result.failures()]
     broken = {failure.property for failure in failures}
     each = {}
@@ -1236,7 +1257,7 @@ def preflight(target: Target) -> Speed:
 
 
 def _judge(prop, search: _Search, target: Target, profile: Profile, run_seed: int,
-           processes: bool = False) -> tuple[str, str, list[Failure]]:
+           branches: str = "threads") -> tuple[str, str, list[Failure]]:
     """The verdict of ``prop``'s own search (or of the shared ``"concurrent"`` one), and every
     failure it found (Hypothesis reports distinct bugs of one search together).  A search that
     found failures is "failed" here; whom they count against, and so its verdict, is settled
@@ -1252,13 +1273,13 @@ def _judge(prop, search: _Search, target: Target, profile: Profile, run_seed: in
         if search.first is None:
             return "unknown", f"Hypothesis stopped: {type(exc).__name__}: {str(exc).splitlines()[0]}", []
         found = [search.first]  # shrinking was cut short by the time budget: no steps to show
-    failures = [_failure(prop, error, flaky, target, profile, run_seed, processes)
+    failures = [_failure(prop, error, flaky, target, profile, run_seed, branches)
                 for error in found if not isinstance(error, HypothesisException)]
     return "failed", "", failures
 
 
 def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profile: Profile, run_seed: int,
-             processes: bool, soak: float | None = None) -> Failure:
+             branches: str, soak: float | None = None) -> Failure:
     """The report's account of a failure that the search ``prop`` found (a property's own
     search, ``"concurrent"`` or ``"soak"``)."""
     if isinstance(error, ConcurrencyFailure):
@@ -1275,10 +1296,10 @@ def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profi
             steps=tuple(str(program).splitlines()) if program is not None else (),
             reproduction="" if program is None else target.parallel_reproduction(
                 prop, program, contention=contention, histories=not contention,
-                repeats=profile.repeats, processes=processes),
+                repeats=profile.repeats, branches=branches),
             # --only a property whose verdict runs the search that found it, so the replay does
             replay=target.command(profile.name, run_seed, only=_runs_search(prop, error.property),
-                                  processes=processes, soak=soak),
+                                  branches=branches, soak=soak),
             flaky=flaky,
             timeline=error.timeline,
             timeline_svg=error.svg,
@@ -1288,7 +1309,7 @@ def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profi
         steps = _program_note(error)
         common = dict(found_by=prop, steps=tuple(steps), reproduction="",
                       replay=target.command(profile.name, run_seed, only=prop if prop in PROPERTIES else None,
-                                            processes=processes, soak=soak), flaky=flaky)
+                                            branches=branches, soak=soak), flaky=flaky)
         where = "running a program" if steps else "a parallel search"
         check, answered = _exception_outcome(error)
         return Failure(property=prop if prop in PROPERTIES else "contention", check=check,

@@ -50,6 +50,15 @@ def timeline_file(prop: str) -> str:
     return f"timeline-{prop}.svg"
 
 
+BRANCHES = {
+    "both": "processes and threads (tasks), run by run",
+    "processes": "processes",
+    "threads": "threads (tasks)",
+}
+"""Where the concurrent search runs the branches of a program (SPEC.md C9): ``both`` unless
+told, where the transport allows it."""
+
+
 @dataclass(frozen=True)
 class Failure:
     """A counterexample: the shrunk steps and what the model expected beside the answer."""
@@ -106,7 +115,7 @@ class Report:
     seconds: float
     replay: str | None
     descriptions: dict[str, str] = field(default_factory=dict)
-    processes: bool = False  # the parallel searches ran their branches in processes
+    branches: str = "threads"  # where the concurrent search ran its branches (threads, processes, both)
     soak: float | None = None  # seconds of soak, if one ran
     level: str = "strict"  # the conformance level the outcome and the exit code follow
     shared: tuple[str, ...] = ()  # the properties a shared lockstep search covered (SPEC.md C5)
@@ -168,7 +177,7 @@ class Report:
             "is_async": self.is_async,
             "profile": dataclasses.asdict(self.profile),
             "seed": self.seed,
-            "processes": self.processes,
+            "branches": self.branches,
             "shared": list(self.shared),
             "soak": self.soak,
             "replay": self.replay,
@@ -211,7 +220,7 @@ class Report:
             + f"{self.profile.max_examples} examples of up to "
             f"{self.profile.step_count} steps per property; {self.profile.programs} concurrent "
             f"programs, each run up to {self.profile.repeats} times, branches in "
-            f"{'processes' if self.processes else 'threads or tasks'}"
+            f"{BRANCHES[self.branches]}"
             + (f"; a soak of {self.soak:g} s" if self.soak else "")
             + f"), seed {self.seed}, {self.seconds:.1f} s; harel-ref {data['versions']['harel_ref']}, "
             f"Hypothesis {data['versions']['hypothesis']}",

@@ -65,6 +65,7 @@ class Target:
     setup: str  # Python that defines `factory` in a reproduction
     recipe: FactoryRecipe | None = None  # how another process builds the factory (--processes)
     explicit: frozenset[str] = frozenset()  # capabilities declared or given, never to be detected
+    in_process: bool = False  # its storage lives in the process: branch processes would not see it
 
     # --- ways to get one ------------------------------------------------------------------
 
@@ -108,7 +109,7 @@ class Target:
     @classmethod
     def from_bundled(cls, name: str, directory: Path, overrides: Mapping[str, Any] | None = None) -> Target:
         """A bundled transport (``harel_ref.stateful.backends.BUNDLED``) keeping its files in ``directory``."""
-        from harel_ref.stateful.backends import BUNDLED, load
+        from harel_ref.stateful.backends import BUNDLED, IN_PROCESS, load
 
         if name not in BUNDLED:
             raise CertificationError(f"unknown bundled transport {name!r}; choose from {sorted(BUNDLED)}")
@@ -130,6 +131,7 @@ class Target:
                 f"factory = load({name!r})(files.name).factory"
             ),
             recipe=FactoryRecipe(bundled=name, directory=str(directory)),
+            in_process=name in IN_PROCESS,
         )
 
     @classmethod
@@ -163,15 +165,16 @@ class Target:
 
     # --- how to replay ----------------------------------------------------------------------
 
-    def command(self, profile: str, seed: int, only: str | None = None, *, processes: bool = False,
+    def command(self, profile: str, seed: int, only: str | None = None, *, branches: str = "both",
                 soak: float | None = None) -> str | None:
-        """The ``harel-ref certify`` command that runs the same searches again."""
+        """The ``harel-ref certify`` command that runs the same searches again, with the
+        branches where they ran (``both``, the default, needs no flag)."""
         if self.cli_args is None:
             return None
         args = ["harel-ref", "certify", *self.cli_args, *capability_flags(self.capabilities, self.declared)]
         args += ["--profile", profile, "--seed", str(seed)]
-        if processes:
-            args.append("--processes")
+        if branches != "both":
+            args.append(f"--{branches}")
         if soak:
             args += ["--soak", f"{soak:g}"]
         if only:
@@ -179,8 +182,9 @@ class Target:
         return shlex.join(args)
 
     def parallel_reproduction(self, search: str, program: Any, *, contention: bool, histories: bool,
-                              repeats: int, processes: bool) -> str:
-        """Runnable Python: run the shrunk program of a parallel search as the search did."""
+                              repeats: int, branches: str) -> str:
+        """Runnable Python: run the shrunk program of a parallel search as the search did, its
+        branches in ``branches`` (threads, processes or both, run by run)."""
         run = (f"check_program(factory, program, {self.capabilities!r}, is_async={self.is_async}, "
                f"repeats={repeats}, contention={contention}, histories={histories}")
         lines = [
@@ -191,7 +195,7 @@ class Target:
             "from harel_ref.stateful import Capabilities",
             "from harel_ref.stateful.parallel import Ack, Claim, Lapse, Nack, Program, Publish, check_program",
         ]
-        if not (processes and self.recipe is not None):
+        if branches == "threads" or self.recipe is None:
             return "\n".join([*lines, self.setup, "", f"program = {program}", run + ")"])
         recipe = repr(self.recipe)
         if self.recipe.bundled is not None:  # the files of the directory made below
@@ -207,7 +211,7 @@ class Target:
             setup,
             f"    with BranchProcesses({recipe}, is_async={self.is_async}, "
             f"protocol={self.capabilities.protocol!r}) as processes:",
-            f"        {run}, processes=processes)",
+            f"        {run}, processes=processes{', alternate=True' * (branches == 'both')})",
         ])
 
     def reproduction(self, prop: str, steps: list[str]) -> str:

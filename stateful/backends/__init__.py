@@ -14,7 +14,7 @@ from pathlib import Path
 
 from .._backend import Backend
 
-__all__ = ["BUNDLED", "clean_up", "load"]
+__all__ = ["BUNDLED", "IN_PROCESS", "clean_up", "load"]
 
 # name -> "module:function", a module of this package (imported on demand: drivers are optional)
 BUNDLED: dict[str, str] = {
@@ -52,6 +52,11 @@ BUNDLED: dict[str, str] = {
     "harel-sqs": "harel:harel_sqs",
     "harel-sqs-async": "harel:harel_sqs_async",
 }
+
+IN_PROCESS = frozenset({"memory", "memory-async", "harel-memory", "harel-memory-async"})
+"""The bundled transports whose storage lives in the process that opened it: their instances
+share it, other processes cannot see it (so the concurrent search runs their branches in
+threads without asking, SPEC.md C9)."""
 
 
 def load(name: str) -> Callable[[Path], Backend]:
