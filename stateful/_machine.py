@@ -52,7 +52,8 @@ from ._properties import (
 )
 
 __all__ = [
-    "FOCUS_RULES", "RULES", "Choices", "Divergence", "FakeClock", "TransportMachine", "claim_check",
+    "FOCUS_RULES", "RULES", "Choices", "ClockedTransport", "Divergence", "FakeClock", "MovingClock",
+    "TransportMachine", "claim_check",
     "describe_queue", "make_machine", "release_check", "show_outcomes",
 ]
 
@@ -217,6 +218,81 @@ class FakeClock:
 
     def __call__(self) -> float:
         return self.now
+
+
+class MovingClock(FakeClock):
+    """A clock moved by hand between calls that also moves on its own within one, as a real
+    clock does (SPEC.md R3a): the first reading in each call of the transport is ``now``, and
+    every later reading in the same call one :data:`TICK` later than the one before.  A
+    transport that reads the clock once per operation sees exactly what a frozen clock shows
+    it; one that acts on a later reading shows a lease or park a tick off, or takes a group a
+    tick early.  ``following``: read (and move) that clock's ``now`` instead of one of its own
+    (a branch of the concurrent search, whose clock the run freezes).  Readings that are not
+    numbers (bad input, R13) are answered as they are.
+
+    :class:`ClockedTransport` tells it where each call begins."""
+
+    def __init__(self, start: float = START, *, following: FakeClock | None = None) -> None:
+        self._following = following
+        self._now = start
+        self.reads = 0  # readings in the call under way
+
+    @property
+    def now(self) -> float:
+        return self._following.now if self._following is not None else self._now
+
+    @now.setter
+    def now(self, value: float) -> None:
+        if self._following is not None:
+            self._following.now = value
+        else:
+            self._now = value
+
+    def call_begins(self) -> None:
+        self.reads = 0
+
+    def __call__(self) -> float:
+        reading = self.now
+        if self.reads and type(reading) in (int, float):
+            reading = reading + self.reads * TICK
+        self.reads += 1
+        return reading
+
+
+class ClockedTransport:
+    """A transport (guarded, as :func:`~harel_ref.stateful._async.open_transport` opens it)
+    whose every call begins its :class:`MovingClock`'s readings anew.  Its calls must come one
+    at a time (the lockstep machine's, one branch's); an asyncio transport's are counted from
+    the moment each coroutine is made, which is the moment the one before it ended."""
+
+    def __init__(self, transport: Any, clock: MovingClock) -> None:
+        self._transport, self._clock = transport, clock
+
+    @property
+    def transport(self) -> ClockedTransport:
+        """The asyncio transport under a :class:`~harel_ref.stateful._async.BlockingTransport`,
+        clocked the same way (what the concurrent search awaits)."""
+        return ClockedTransport(self._transport.transport, self._clock)
+
+    def publish(self, *args: Any, **kwargs: Any) -> Any:
+        self._clock.call_begins()
+        return self._transport.publish(*args, **kwargs)
+
+    def claim(self, *args: Any, **kwargs: Any) -> Any:
+        self._clock.call_begins()
+        return self._transport.claim(*args, **kwargs)
+
+    def ack(self, *args: Any, **kwargs: Any) -> Any:
+        self._clock.call_begins()
+        return self._transport.ack(*args, **kwargs)
+
+    def nack(self, *args: Any, **kwargs: Any) -> Any:
+        self._clock.call_begins()
+        return self._transport.nack(*args, **kwargs)
+
+    def close(self) -> Any:
+        self._clock.call_begins()
+        return self._transport.close()
 
 
 # --- bad input (SPEC.md R13): each case names the call and the error it must raise ----------
@@ -415,7 +491,7 @@ class TransportMachine(RuleBasedStateMachine):
         caps = self.backend.capabilities
         self.wall = caps.clock == "wall"
         self.choices = Choices.of(caps)
-        self.clock = FakeClock()
+        self.clock = MovingClock()
         self.namespace = f"ns_{uuid.uuid4().hex[:12]}"
         self.loop = asyncio.new_event_loop() if self.backend.is_async else None
         self.model = QueueModel(caps.fairness, acks=self.model_acks or caps.acks, ties=self.ties)
@@ -442,8 +518,13 @@ class TransportMachine(RuleBasedStateMachine):
     # --- plumbing ---------------------------------------------------------------------------
 
     def _open(self) -> Any:
-        clock = time.time if self.wall else self.clock
-        return open_transport(self.backend.factory, clock, self.namespace, self.loop, self.backend.capabilities.protocol)
+        if self.wall:
+            return open_transport(self.backend.factory, time.time, self.namespace, self.loop,
+                                  self.backend.capabilities.protocol)
+        self.clock.call_begins()  # opening reads it too
+        opened = open_transport(self.backend.factory, self.clock, self.namespace, self.loop,
+                                self.backend.capabilities.protocol)
+        return ClockedTransport(opened, self.clock)
 
     def _instance(self, via: int) -> Any:
         return self.instances[via % len(self.instances)]

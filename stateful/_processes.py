@@ -238,7 +238,7 @@ def _worker(recipe: FactoryRecipe, number: int, pipe: Any, barriers: dict, is_as
 
 def _serve(recipe: FactoryRecipe, number: int, pipe: Any, barriers: dict, is_async: bool, protocol: str) -> None:
     from harel_ref.stateful._async import open_transport
-    from harel_ref.stateful._machine import FakeClock
+    from harel_ref.stateful._machine import ClockedTransport, FakeClock, MovingClock
     from harel_ref.stateful.parallel import _Calls, _Recorder, close_all
 
     try:
@@ -260,8 +260,10 @@ def _serve(recipe: FactoryRecipe, number: int, pipe: Any, barriers: dict, is_asy
                 continue
             _, namespace, frozen, ops, leases, visibility, delay, parties, moment = job
             wall = frozen is None  # the transport keeps its own time
-            clock = time.time if wall else FakeClock(frozen)
+            clock = time.time if wall else MovingClock(frozen)  # frozen at each call's first reading
             transport = open_transport(factory, clock, namespace, loop, protocol)
+            if not wall:
+                transport = ClockedTransport(transport, clock)
             try:
                 calls = _Calls(_Recorder(f"b{number}", wall), dict(leases), f"b{number}.", visibility, delay)
                 barriers[parties].wait(timeout=TIMEOUT)

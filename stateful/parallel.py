@@ -74,7 +74,7 @@ from ._async import TransportHung, open_transport, release_call_thread
 from ._backend import Capabilities
 from ._linearize import DRAIN_WORKER, check_linearizable
 from ._properties import DIAGNOSES, OVERLAP
-from ._machine import START, Divergence, FakeClock
+from ._machine import START, ClockedTransport, Divergence, FakeClock, MovingClock
 from ._timeline import timeline_svg, timeline_text
 from .history import Record
 
@@ -138,7 +138,12 @@ class Nack:
 
 @dataclass(frozen=True)
 class Lapse:
-    """Prefix only: the clock moves past every lease and park taken so far."""
+    """Prefix only: the clock moves past every lease and park taken so far; ``exact``: to the
+    end of the next one instead, where it is still live (R3) and a tick later lapsed, so that a
+    branch acting on a later reading of the clock than its first shows it (SPEC.md R3a).  On a
+    wall clock both sleep past every lease."""
+
+    exact: bool = False
 
 
 Op = Publish | Claim | Ack | Nack | Lapse
@@ -176,6 +181,8 @@ def _op_code(op: Op) -> str:
         return f"Ack({op.lease!r})"
     if isinstance(op, Nack):
         return f"Nack({op.lease!r})" if not op.delay else f"Nack({op.lease!r}, {op.delay!r})"
+    if isinstance(op, Lapse) and op.exact:
+        return "Lapse(exact=True)"
     return f"{type(op).__name__}()"
 
 
@@ -198,11 +205,13 @@ def programs(draw, *, parking: bool = True, max_branches: int = 3, groups: tuple
 
     Acks and nacks name a lease of the prefix or of an earlier claim of their own branch.  The
     draws lean towards what races: claims in the prefix, then branches that claim, or give
-    up a prefix lease, at the same time.  Two shapes of race begin a quarter of the programs
-    each (SPEC.md C9): a group that ends and begins again while others run (the prefix
+    up a prefix lease, at the same time.  Shapes of race begin five programs of eight (SPEC.md
+    C9): a quarter of them, a group that ends and begins again while others run (the prefix
     publishes a group's one message and claims it, one branch acks it, another publishes into
-    that group), and a lease given up twice at once (the prefix claims, two branches each ack
-    or nack that lease first)."""
+    that group); a quarter, a lease given up twice at once (the prefix claims, two branches each
+    ack or nack that lease first); an eighth, two claims at the exact end of a lease (the prefix
+    claims, then its clock stops there, ``Lapse(exact=True)``, where a claim that reads the
+    clock again after waiting for the other sees it lapsed, R3a)."""
     events = iter(f"e{n}" for n in range(1, 100))
     releases = [Ack, Ack, Nack] + ([lambda name: Nack(name, DELAY)] if parking else [])
 
@@ -212,36 +221,39 @@ def programs(draw, *, parking: bool = True, max_branches: int = 3, groups: tuple
     def release(names: list[str]) -> Op:
         return draw(st.sampled_from(releases))(draw(st.sampled_from(names)))
 
-    shape = draw(st.integers(0, 3))  # 0 and 1: free; the shapes last, so that shrinking leaves them out
-    again, twice = shape == 3, shape == 2
+    shape = draw(st.integers(0, 7))  # 0 to 2: free; the shapes last, so that shrinking leaves them out
+    at_end, twice, again = shape == 3, shape in (4, 5), shape in (6, 7)
     # The prefix's first publishes go to the groups in turn, so that a group often holds one
     # message, which a branch's ack may take away while another publishes into the group.
     first = draw(st.sampled_from(groups))
     turns = [first, *(group for group in groups if group != first)]
     published = 1 if again else draw(st.integers(1, 3))
     prefix: list[Op] = [Publish(turns[n % len(turns)], next(events)) for n in range(published)]
-    prefix_leases: list[str] = ["p0"] if again or twice else []
-    prefix += [Claim()] * (again or twice)
-    for _ in range(draw(st.integers(0, 3 - len(prefix_leases)))):
+    prefix_leases: list[str] = ["p0"] if again or twice or at_end else []
+    prefix += [Claim()] * len(prefix_leases)
+    for _ in range(draw(st.integers(0, 3 - len(prefix_leases) - at_end))):
         kind = draw(st.sampled_from(["claim", "claim", "claim", "lapse", "publish", "release"]))
         if kind == "publish":
             prefix.append(publish())
         elif kind == "lapse":
-            prefix.append(Lapse())
+            prefix.append(Lapse(exact=draw(st.booleans())))
         elif kind == "release" and prefix_leases:
             prefix.append(release(prefix_leases))
         else:
             prefix_leases.append(f"p{len(prefix_leases)}")
             prefix.append(Claim())
+    prefix += [Lapse(exact=True)] * at_end
     starts: list[list[Op]] = []
     if again:
         starts = [[Ack("p0")], [Publish(first, next(events))]]
     elif twice:
         starts = [[release(["p0"])], [release(["p0"])]]
+    elif at_end:
+        starts = [[Claim()], [Claim()]]
     branches = []
     for number in range(draw(st.integers(2, max_branches))):
         branch: list[Op] = starts[number] if number < len(starts) else []
-        own: list[str] = []
+        own: list[str] = [f"b{number}.0"] if branch and isinstance(branch[0], Claim) else []
         for _ in range(draw(st.integers(1 - len(branch), 4 - len(branch)))):
             kind = draw(st.sampled_from(["claim", "claim", "prefix lease", "prefix lease", "own lease", "publish",
                                          "publish"]))
@@ -389,10 +401,16 @@ class Bench:
         self.opened: list[Any] = []
 
     def instance(self, number: int) -> Any:
-        """Instance ``number`` (0: the first), opened on the namespace the first time."""
+        """Instance ``number`` (0: the first), opened on the namespace the first time.  A
+        branch's own instance (1 and up) reads a :class:`MovingClock` that follows the run's:
+        the frozen moment at its first reading in a call, a tick later at each further one."""
         while len(self.opened) <= number:
-            self.opened.append(open_transport(self.factory, self.clock, self.namespace, self.loop,
-                                              self.capabilities.protocol))
+            if self.wall or not self.opened:
+                clock = self.clock
+            else:
+                clock = MovingClock(following=self.clock)
+            opened = open_transport(self.factory, clock, self.namespace, self.loop, self.capabilities.protocol)
+            self.opened.append(ClockedTransport(opened, clock) if isinstance(clock, MovingClock) else opened)
         return self.opened[number]
 
     def now(self) -> float | None:
@@ -426,11 +444,20 @@ def run_program(
         first = bench.instance(0)
         leases: dict[str, Any] = {}
         prefix = _Calls(_Recorder("prefix", wall), leases, "p", visibility, delay)
+        ends: list[float] = []  # of the prefix's leases and parks
         for op in program.prefix:
             if isinstance(op, Lapse):
-                _pass_time(clock, wall, visibility)
+                upcoming = [end for end in ends if end >= clock.now] if op.exact and not wall else []
+                if upcoming:
+                    clock.now = min(upcoming)
+                else:
+                    _pass_time(clock, wall, visibility)
             else:
+                made = len(prefix.recorder.records)
                 prefix.run([op], first, now(), errors_raise=True)
+                if not wall and len(prefix.recorder.records) > made:
+                    if (end := _ends_at(op, prefix.recorder.records[-1], clock.now, visibility)) is not None:
+                        ends.append(end)
         frozen = now()
         branches = [
             _Calls(_Recorder(f"b{n}", wall), dict(leases), f"b{n}.", visibility, delay)
@@ -500,6 +527,15 @@ async def _together(coroutines, timeout: float | None = None) -> None:
         await asyncio.wait_for(asyncio.gather(*coroutines), timeout)
     except asyncio.TimeoutError:
         raise TimeoutError(f"calls did not finish within {timeout:g} s: the transport hangs under concurrency") from None
+
+
+def _ends_at(op: Op, record: Record, now: float, visibility: float) -> float | None:
+    """When the lease or park that prefix call ``op`` (answered as ``record``) took ends."""
+    if isinstance(op, Claim) and record.ok and record.result is not None:
+        return now + visibility
+    if isinstance(op, Nack) and op.delay and record.ok and record.result is not False:
+        return now + op.delay
+    return None
 
 
 def _all_ops(program: Program) -> list[Op]:

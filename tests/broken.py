@@ -10,7 +10,7 @@ import random
 
 from harel_ref.transport import InMemoryStore, InMemoryTransport, Lease
 from harel_ref.transport.memory import InMemoryCore
-from harel_ref.transport._base import check_claim_args, check_delay, check_lease
+from harel_ref.transport._base import check_claim_args, check_delay, check_lease, read_clock
 from harel_ref.transport._base import PARKED
 from harel_ref.stateful import Backend, Capabilities
 from harel_ref.stateful._machine import TICK
@@ -221,6 +221,32 @@ class ForgedLeaseAccepted(InMemoryTransport):
             return self._core.nack(lease, self._now(), delay)
 
 
+class ClaimReadsTheClockTwice(InMemoryTransport):
+    """claim decides what is claimable at one reading of the clock, then reads it again for the
+    lease's end: the lease also lasts the time between the two readings (R3a).  A frozen clock
+    answers both readings alike; the certifier's clock moves a tick between them, and the
+    lease is live a tick past claim time + visibility."""
+
+    def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
+        lease = super().claim(worker_id, visibility, min_priority, routing_keys)
+        if lease is not None:
+            with self._serial:
+                self.store.groups[lease.group_id].messages[0].until = read_clock(self._clock) + visibility
+        return lease
+
+
+class NackReadsTheClockTwice(InMemoryTransport):
+    """nack with a delay parks the message, then reads the clock again for the park's end: the
+    park also lasts the time between the two readings (R3a)."""
+
+    def nack(self, lease, delay=0):
+        parked = super().nack(lease, delay)
+        if parked and delay:
+            with self._serial:
+                self.store.groups[lease.group_id].messages[0].until = read_clock(self._clock) + delay
+        return parked
+
+
 class ClockUnchecked(InMemoryTransport):
     """The clock's answer is used as it comes: with NaN every lease looks lapsed (``now <=
     until`` is False), so two claims get the same head (R2, R13)."""
@@ -246,6 +272,8 @@ BROKEN = {
     "a bad delay frees the lease": (BadDelayFreesTheLease, "bad-input"),
     "a forged lease is accepted": (ForgedLeaseAccepted, "bad-input"),
     "the clock is not checked": (ClockUnchecked, "bad-input"),
+    "claim reads the clock twice": (ClaimReadsTheClockTwice, "lease-expiry"),
+    "nack reads the clock twice": (NackReadsTheClockTwice, "parking"),
 }
 
 
@@ -424,6 +452,54 @@ class AckDropsItsGroupApart(SqliteTransport):
                 return True
 
 
+class ClaimRereadsTheClockAfterWaiting(SqliteTransport):
+    """claim reads the clock, then takes SQLite's write lock (``BEGIN IMMEDIATE``) without the
+    driver's busy wait; when the lock is held it waits in Python, reads the clock again and
+    decides what is claimable at that reading, while the lease still ends at the first one
+    plus the visibility (R3a).  One call at a time it never waits, and reads once.  A claim
+    that waited for another's takes a group whose lease lapsed between its two readings,
+    which was live at the moment its own lease starts (R2 there)."""
+
+    def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
+        import sqlite3
+
+        from harel_ref.transport._sql import claim_statement, claimed, promote_statement
+
+        worker_id, visibility, min_priority, routing_keys = check_claim_args(
+            worker_id, visibility, min_priority, routing_keys)
+        with self._serial:
+            self._check_open()
+            token, first = new_token(worker_id), read_clock(self._clock)
+            decided = first
+            with self._errors("claim"):
+                self._conn.execute("PRAGMA busy_timeout = 0")
+                try:
+                    while True:
+                        try:
+                            self._conn.execute("BEGIN IMMEDIATE")
+                            break
+                        except sqlite3.OperationalError as exc:
+                            if "locked" not in str(exc) and "busy" not in str(exc):
+                                raise
+                            time.sleep(0.0005)
+                            decided = read_clock(self._clock)  # the time after the wait...
+                finally:
+                    self._conn.execute(f"PRAGMA busy_timeout = {int(self._busy_timeout * 1000)}")
+                try:
+                    statement = claim_statement(self._tables, token, decided, visibility, min_priority, routing_keys)
+                    ends = first + visibility  # ...but the lease's end from before it
+                    rows = self._conn.execute(statement.sql, (token, ends, *statement.params[2:])).fetchall()
+                    if not rows:
+                        promote = promote_statement(self._tables, decided)
+                        self._conn.execute(promote.sql, promote.params)
+                    self._conn.execute("COMMIT")
+                except BaseException:
+                    if self._conn.in_transaction:
+                        self._conn.execute("ROLLBACK")
+                    raise
+                return claimed(rows, token)
+
+
 class AckCheckThenDeleteAQuarterOfTheTime(AckCheckThenDelete):
     """:class:`AckCheckThenDelete` that holds its window open in one call of four (2 ms), as a
     check-then-delete ack over a network does now and then: two acks of one lease that start
@@ -440,6 +516,7 @@ CONCURRENCY_BROKEN = {
     "claim in a deferred transaction": (ClaimInDeferredTransaction, "contention"),
     "ack checks the token, then deletes by seq": (AckCheckThenDelete, "fencing"),
     "publish makes its group, then appends apart": (PublishGroupFirstApart, "no-loss"),
+    "claim reads the clock again after waiting": (ClaimRereadsTheClockAfterWaiting, "single-in-flight"),
 }
 
 NARROW_RACE = {"ack drops its emptied group apart": (AckDropsItsGroupApart, "no-loss")}
@@ -472,6 +549,7 @@ claim_in_deferred_transaction = _in_broken_dir(ClaimInDeferredTransaction)
 ack_check_then_delete = _in_broken_dir(AckCheckThenDelete)
 publish_group_first_apart = _in_broken_dir(PublishGroupFirstApart)
 ack_drops_its_group_apart = _in_broken_dir(AckDropsItsGroupApart)
+claim_rereads_the_clock_after_waiting = _in_broken_dir(ClaimRereadsTheClockAfterWaiting)
 ack_check_then_delete_a_quarter_of_the_time = _in_broken_dir(AckCheckThenDeleteAQuarterOfTheTime)
 
 IMPORTABLE = {
@@ -479,6 +557,7 @@ IMPORTABLE = {
     "claim in a deferred transaction": "broken:claim_in_deferred_transaction",
     "ack checks the token, then deletes by seq": "broken:ack_check_then_delete",
     "publish makes its group, then appends apart": "broken:publish_group_first_apart",
+    "claim reads the clock again after waiting": "broken:claim_rereads_the_clock_after_waiting",
 }
 """CONCURRENCY_BROKEN's variants as ``module:factory``, so that the certifier's branch processes
 build them (files in ``$HAREL_BROKEN_DIR``): what the default certification runs."""

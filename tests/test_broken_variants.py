@@ -37,3 +37,33 @@ def test_machine_catches_broken_variant(name):
         )
     expected = PLAIN_MACHINE_PROPERTIES.get(name, {broken_property})
     assert caught.value.property in expected, str(caught.value)
+
+
+def test_the_machines_clock_moves_a_tick_at_each_further_reading_in_one_call():
+    """SPEC.md R3a.  With a frozen clock a claim that reads it twice is the reference claim; with
+    the machine's clock its lease lasts a tick longer, and the claim one tick after its end
+    finds the group still held.  The reference, which reads once, frees it there either way."""
+    from broken import ClaimReadsTheClockTwice
+    from harel_ref.stateful._machine import TICK, FakeClock, MovingClock, ClockedTransport
+    from harel_ref.transport import InMemoryTransport
+
+    def second_claim(cls, clock):
+        transport = cls(clock=clock)
+        if isinstance(clock, MovingClock):
+            transport = ClockedTransport(transport, clock)
+        transport.publish("g1", "e1")
+        assert transport.claim("w1", 1.0) is not None
+        clock.now += 1.0 + TICK  # one tick after the lease's end
+        return transport.claim("w2", 1.0)
+
+    assert second_claim(InMemoryTransport, MovingClock(1000.0)) is not None
+    assert second_claim(ClaimReadsTheClockTwice, FakeClock(1000.0)) is not None  # one reading or two: alike
+    assert second_claim(ClaimReadsTheClockTwice, MovingClock(1000.0)) is None  # held a tick too long
+
+    clock = MovingClock(1000.0)
+    assert [clock(), clock(), clock()] == [1000.0, 1000.0 + TICK, 1000.0 + 2 * TICK]
+    clock.call_begins()
+    assert clock() == 1000.0
+    clock.now = "not a time"  # a bad reading the machine sets (R13) is answered as it is
+    clock.call_begins()
+    assert [clock(), clock()] == ["not a time", "not a time"]

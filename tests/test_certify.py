@@ -39,12 +39,19 @@ the lease would have lapsed) at 18 of seeds 0-19, not at 0 or 2.  Each gets seve
 must do."""
 
 
+FOUND_BY = {"nack reads the clock twice": "lease-expiry"}
+"""Variants whose failure another property's search finds: a park that ends a tick late shows
+only at its exact end, which the lease-expiry search probes (parking's own search judges within
+a tick of it).  The failure still counts against parking, the check it trips."""
+
+
 @pytest.mark.parametrize("name", sorted(BROKEN))
 def test_broken_variant_fails_the_property_it_breaks(name):
     _, broken = BROKEN[name]
     backend = broken_backend(name)
+    searched = [broken, *([FOUND_BY[name]] if name in FOUND_BY else [])]
     for run_seed in LUCKY.get(name, [0]):
-        report = certify(backend.factory, backend.capabilities, profile="quick", properties=[broken], seed=run_seed)
+        report = certify(backend.factory, backend.capabilities, profile="quick", properties=searched, seed=run_seed)
         verdict = report.verdict(broken)
         if verdict.verdict == "failed":
             break

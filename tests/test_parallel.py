@@ -136,9 +136,10 @@ def test_the_start_line_learns_how_long_branches_take_to_be_ready_and_to_call():
     assert line.lead == LEAD_BOUNDS[1]  # a slow opening does not make every run wait a minute
 
 
-def test_programs_lean_towards_the_shapes_of_two_races():
+def test_programs_lean_towards_the_shapes_of_three_races():
     """A quarter of the programs each (SPEC.md C9): a branch acks a group's only message while
-    another publishes into that group, and two branches give one prefix lease up at once."""
+    another publishes into that group, and two branches give one prefix lease up at once; an
+    eighth: two branches claim at the exact end of the prefix's lease (R3a)."""
     from hypothesis import Phase, given, seed, settings
 
     from harel_ref.stateful.parallel import programs
@@ -156,12 +157,14 @@ def test_programs_lean_towards_the_shapes_of_two_races():
             shapes.append("ends and begins again")
         elif one[0] in releases and other[0] in releases:
             shapes.append("given up twice")
+        elif program.prefix[-1] == Lapse(exact=True) and one[0] == other[0] == Claim():
+            shapes.append("two claims at a lease's end")
         else:
             shapes.append(None)
 
     draw()
-    for shape in ("ends and begins again", "given up twice"):
-        assert 0.2 <= shapes.count(shape) / len(shapes) <= 0.45, (shape, shapes.count(shape))
+    for shape, share in (("ends and begins again", 1 / 4), ("given up twice", 1 / 4), ("two claims at a lease's end", 1 / 8)):
+        assert share * 0.6 <= shapes.count(shape) / len(shapes) <= share * 1.8, (shape, shapes.count(shape))
 
 
 def test_processes_are_refused_for_storage_other_processes_cannot_see():
