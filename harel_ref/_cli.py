@@ -29,6 +29,7 @@ from typing import TextIO
 
 from harel_ref.certify import (
     DEFAULT_CALL_DEADLINE,
+    DEFAULT_SHRINK_LIMIT,
     EXIT_CODES,
     PROFILES,
     PROPERTIES,
@@ -40,7 +41,7 @@ from harel_ref.certify import (
     Report,
     certify,
 )
-from harel_ref.certify._signals import Terminated, signals_deferred, stop_on_signals, stopped_by
+from harel_ref.certify._signals import Terminated, last_resort, signals_deferred, stop_on_signals, stopped_by
 from harel_ref.certify._report import BRANCHES, LEVELS
 from harel_ref.certify._target import Target, remove_directory, scratch_directory
 
@@ -86,6 +87,9 @@ def build_parser() -> argparse.ArgumentParser:
     where.add_argument("--threads", dest="branches", action="store_const", const="threads",
                        help="run the branches of the concurrent search in threads (tasks, for an asyncio "
                        "transport), every run")
+    cert.add_argument("--shrink-limit", metavar="SECONDS", type=float, default=DEFAULT_SHRINK_LIMIT,
+                      help=f"seconds each search may spend shrinking a failure it found; then the failure is shown "
+                      f"as found, and the report says so (default {DEFAULT_SHRINK_LIMIT:g})")
     cert.add_argument("--jobs", metavar="N", type=jobs_type, default=None,
                       help="run N searches at once, each in a process of its own (default: the cores "
                       "available, or HAREL_REF_JOBS); the report is the same as one at a time")
@@ -208,33 +212,43 @@ def _certify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _usage(parser, f"--report-dir {args.report_dir!r}: {exc}")
     directory = None
     console = Console(sys.stdout, quiet=args.quiet)
-    try:
-        if args.target:
-            target = Target.from_spec(args.target, overrides, is_async=args.is_async)
-        else:
-            directory = scratch_directory()
-            target = Target.from_bundled(args.bundled or DEFAULT_BUNDLED, directory, overrides)
-        report = certify(
-            target.factory, profile=args.profile, seed=args.seed, properties=args.only,
-            time_budget=args.time_budget, processes={"processes": True, "threads": False}.get(args.branches), soak=args.soak,
-            level=args.level, call_deadline=args.call_deadline, progress=console, jobs=args.jobs, _target=target,
-        )
-    except BaseException as exc:
-        partial = getattr(exc, "report", None)
-        if partial is None and isinstance(exc, (CertificationError, ValueError, TypeError)):
-            return _usage(parser, str(exc))  # refused before any search ran
-        if partial is not None:  # stopped, or the certifier failed: the verdicts so far stand
-            with signals_deferred():  # a second signal does not leave the report half written
-                paths = partial.write(args.report_dir)
-            console.stopped(exc, *paths)
-        raise
-    finally:
-        with signals_deferred():  # nor the bundled transport's files half removed
-            _clean_up(directory, args.bundled)
-    with signals_deferred():
-        paths = report.write(args.report_dir)
-    console.summary(report, *paths)
-    return report.exit_code
+    def stuck(signum: int, handed: dict) -> None:
+        """The last resort of a run that did not stop (harel_ref.certify._signals): the report
+        so far, and the bundled transport's files removed."""
+        if (partial := handed.get("report")) is not None:
+            stop = Terminated("SIGTERM") if signum == signal.SIGTERM else KeyboardInterrupt()
+            console.stopped(stop, *partial.write(args.report_dir))
+        _clean_up(directory, args.bundled)
+
+    with last_resort(stuck):
+        try:
+            if args.target:
+                target = Target.from_spec(args.target, overrides, is_async=args.is_async)
+            else:
+                directory = scratch_directory()
+                target = Target.from_bundled(args.bundled or DEFAULT_BUNDLED, directory, overrides)
+            report = certify(
+                target.factory, profile=args.profile, seed=args.seed, properties=args.only,
+                time_budget=args.time_budget, processes={"processes": True, "threads": False}.get(args.branches), soak=args.soak,
+                level=args.level, call_deadline=args.call_deadline, shrink_limit=args.shrink_limit, progress=console,
+                jobs=args.jobs, _target=target,
+            )
+        except BaseException as exc:
+            partial = getattr(exc, "report", None)
+            if partial is None and isinstance(exc, (CertificationError, ValueError, TypeError)):
+                return _usage(parser, str(exc))  # refused before any search ran
+            if partial is not None:  # stopped, or the certifier failed: the verdicts so far stand
+                with signals_deferred():  # a second signal does not leave the report half written
+                    paths = partial.write(args.report_dir)
+                console.stopped(exc, *paths)
+            raise
+        finally:
+            with signals_deferred():  # nor the bundled transport's files half removed
+                _clean_up(directory, args.bundled)
+        with signals_deferred():
+            paths = report.write(args.report_dir)
+        console.summary(report, *paths)
+        return report.exit_code
 
 
 def _clean_up(directory: str | None, bundled: str | None) -> None:

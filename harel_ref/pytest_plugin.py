@@ -9,7 +9,8 @@ certification once and shows one test per property, named ``harel-certify::<prop
   SKIPPED, the reason saying which ("not applicable: ..." or "unknown: ...").
 
 Options: ``--harel-async``, ``--harel-profile``, ``--harel-seed``, ``--harel-only``,
-``--harel-time-budget``, ``--harel-processes``, ``--harel-soak``, ``--harel-level``,
+``--harel-time-budget``, ``--harel-processes``, ``--harel-threads``, ``--harel-shrink-limit``,
+``--harel-soak``, ``--harel-level``,
 ``--harel-call-deadline``, ``--harel-report-dir`` and ``--harel-capabilities`` (a comma list such as
 ``durable,shared,no-routing,fairness=ack,wall-clock,protocol=harel,acks=by-seq``), matching
 ``harel-ref certify``.  A property that failed but is not part of the chosen level (say fencing,
@@ -29,7 +30,7 @@ NODE = "harel-certify"
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     from harel_ref._cli import jobs_type, profile_type
-    from harel_ref.certify import DEFAULT_CALL_DEADLINE, PROFILES, PROPERTIES
+    from harel_ref.certify import DEFAULT_CALL_DEADLINE, DEFAULT_SHRINK_LIMIT, PROFILES, PROPERTIES
 
     group = parser.getgroup("harel-ref", "certify a harel transport (harel-ref)")
     group.addoption("--harel-transport", metavar="MODULE:FACTORY",
@@ -45,8 +46,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="certify only this property (repeatable)")
     group.addoption("--harel-time-budget", type=float, metavar="SECONDS",
                     help="a budget shared by the searches: no example starts after it, a failure found in time may take one more share to shrink; what was not searched is unknown")
-    group.addoption("--harel-processes", action="store_true",
-                    help="run the branches of the concurrent searches in separate processes")
+    group.addoption("--harel-processes", dest="harel_branches", action="store_const", const=True,
+                    help="run the branches of the concurrent search in separate processes, every run "
+                    "(by default every other run does, where that can be done)")
+    group.addoption("--harel-threads", dest="harel_branches", action="store_const", const=False,
+                    help="run the branches of the concurrent search in threads (tasks), every run")
+    group.addoption("--harel-shrink-limit", type=float, metavar="SECONDS", default=DEFAULT_SHRINK_LIMIT,
+                    help="seconds each search may spend shrinking a failure it found")
     group.addoption("--harel-jobs", type=jobs_type, metavar="N", default=None,
                     help="searches run at once, each in a process of its own (default: the cores available)")
     group.addoption("--harel-soak", type=float, metavar="SECONDS",
@@ -207,7 +213,7 @@ def _run(config: pytest.Config):
             seed=config.getoption("harel_seed"),
             properties=config.getoption("harel_only"),
             time_budget=config.getoption("harel_time_budget"),
-            processes=config.getoption("harel_processes"),
+            processes=config.getoption("harel_branches"), shrink_limit=config.getoption("harel_shrink_limit"),
             soak=config.getoption("harel_soak"),
             level=config.getoption("harel_level"),
             call_deadline=config.getoption("harel_call_deadline"),

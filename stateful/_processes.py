@@ -185,6 +185,10 @@ class BranchProcesses:
                 pass
         self._stop(grace)
 
+    def kill(self) -> None:
+        """End every worker at once, whatever it is doing (a certification that did not stop)."""
+        self._stop(0.0)
+
     def _stop(self, grace: float = 0.0) -> None:
         """Stop every worker (killed after ``grace`` seconds in all); the next run starts new ones."""
         deadline = time.monotonic() + grace

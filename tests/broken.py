@@ -745,3 +745,57 @@ def interrupted_on_nack(clock, namespace):
 
 
 interrupted_on_nack.capabilities = Capabilities(durable=True, shared=True)
+
+
+# --- Transports that keep a certification from stopping, or from ending (issue 21) -------------
+# The certifier must stop within seconds of SIGINT or SIGTERM, with its report written, wherever
+# the signal lands: while a failure is shrunk, inside a transport's event loop that swallows the
+# signal's exception.
+
+import os  # noqa: E402
+import signal  # noqa: E402
+
+
+class SlowNackToBack(NackToBack):
+    """:class:`NackToBack` whose every call takes 20 ms, as a server far away does: shrinking
+    its fifo failure takes Hypothesis many seconds (what the shrink limit is for)."""
+
+    def publish(self, *args, **kwargs):
+        time.sleep(0.02)
+        return super().publish(*args, **kwargs)
+
+    def claim(self, *args, **kwargs):
+        time.sleep(0.02)
+        return super().claim(*args, **kwargs)
+
+    def nack(self, *args, **kwargs):
+        time.sleep(0.02)
+        return super().nack(*args, **kwargs)
+
+
+class StuckInItsLoop(AsyncInMemoryTransport):
+    """An asyncio transport whose fifth claim blocks the event loop for ever and swallows every
+    exception raised there, a signal's too: no checkpoint of the certifier comes again.  It
+    sends the process SIGTERM as it gets stuck, so that the signal lands there."""
+
+    claims = 0
+
+    async def claim(self, *args, **kwargs):
+        StuckInItsLoop.claims += 1
+        if StuckInItsLoop.claims == 5:
+            sent = False
+            while True:
+                try:
+                    if not sent:
+                        sent = True
+                        os.kill(os.getpid(), signal.SIGTERM)  # its exception is raised here, and swallowed
+                    time.sleep(0.01)
+                except BaseException:
+                    pass
+        return await super().claim(*args, **kwargs)
+
+
+slow_nack_to_back = _memory_factory(SlowNackToBack)
+slow_nack_to_back.capabilities = Capabilities(durable=True, shared=True)
+stuck_in_its_loop = _async_memory_factory(StuckInItsLoop)
+stuck_in_its_loop.capabilities = Capabilities(durable=True, shared=True)

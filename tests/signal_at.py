@@ -26,7 +26,7 @@ from harel_ref import _cli
 from harel_ref.certify import _engine, _report
 from harel_ref.stateful import soak
 
-POINTS = ("first-property", "between-verdicts", "last-property", "soak", "closing", "report", "clean-up")
+POINTS = ("first-property", "between-verdicts", "last-property", "soak", "shrinking", "closing", "report", "clean-up")
 
 
 class _SignalOnDeletion:
@@ -73,6 +73,8 @@ def _arm(point: str, signum: int, how: str) -> None:
         _before(console, "finished", lambda self, verdict: verdict.property == chosen[1], send)
     elif point == "soak":  # as the soak opens its first transport
         _before(soak, "open_transport", lambda *args: True, send)
+    elif point == "shrinking":  # as a search that found a failure starts its first shrink step
+        _before(_engine._Search, "next_example", lambda search: search.first is not None, send)
     elif point == "closing":  # as the certifier ends its processes, after the searches
         _before(_engine, "_close_all", lambda *args: True, send)
     elif point == "report":

@@ -61,6 +61,21 @@ def test_broken_variant_fails_the_property_it_breaks(name):
     assert report.exit_code == 1
 
 
+def test_a_failure_whose_shrinking_reaches_the_shrink_limit_is_shown_as_found_and_says_so():
+    """SPEC.md C10: a transport whose every call takes 20 ms makes shrinking its failure take
+    many seconds; with a limit of 0.5 s the search stops shrinking, and the report shows the
+    failure as far as it got and why."""
+    from broken import slow_nack_to_back
+
+    report = certify(slow_nack_to_back, profile="quick", properties=["fifo"], shrink_limit=0.5, jobs=1)
+    verdict = report.verdict("fifo")
+    assert verdict.verdict == "failed", report.to_markdown()
+    assert verdict.failure.unshrunk == "the shrink limit (0.5 s)"
+    assert "Shrinking stopped at the shrink limit (0.5 s)" in report.to_markdown()
+    with pytest.raises(ValueError, match="shrink_limit must be a positive number"):
+        certify(slow_nack_to_back, properties=["fifo"], shrink_limit=0)
+
+
 def test_one_broken_property_leaves_the_others_passed():
     backend = broken_backend("unfenced ack")
     report = certify(backend.factory, backend.capabilities, profile="quick")

@@ -380,6 +380,46 @@ def test_a_signal_stops_a_run_whose_searches_are_in_other_processes(tmp_path, ho
     assert verdicts["close"] == "unknown" and set(verdicts.values()) <= {"unknown", "passed"}
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("how", ["raised", "swallowed"])
+def test_a_signal_stops_a_run_that_is_shrinking_a_failure(tmp_path, how):
+    """The signal lands as a search that found a failure begins to shrink it (each shrink step
+    is an example, and each example a checkpoint): the run stops there, with its report."""
+    reports = tmp_path / "reports"
+    command = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "signal_at.py"), "shrinking", "SIGTERM", how, "certify",
+         "broken:slow_nack_to_back", "--profile", "quick", "--only", "fifo", "--report-dir", str(reports),
+         "--jobs", "1"],
+        cwd=ROOT / "tests", capture_output=True, text=True, timeout=300,
+    )
+    assert command.returncode == 128 + signal.SIGTERM, command.stderr[-2000:]
+    verdicts, _ = _report(reports)
+    assert verdicts == {"fifo": "unknown"}
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_run_stuck_in_a_transports_event_loop_is_ended_with_its_report(tmp_path):
+    """SIGTERM lands inside an asyncio transport's call that blocks the event loop and swallows
+    every exception (tests/broken.py's StuckInItsLoop): no checkpoint comes again.  The last
+    resort ends the run a few seconds later (SPEC.md C8), the report so far written, the
+    scratch removed; without it the command would never end."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    reports = tmp_path / "reports"
+    command = subprocess.run(
+        [sys.executable, "-m", "harel_ref._cli", "certify", "broken:stuck_in_its_loop", "--profile", "quick",
+         "--only", "fifo", "--only", "close", "--report-dir", str(reports), "--jobs", "1"],
+        cwd=ROOT / "tests", capture_output=True, text=True, timeout=120, env={**os.environ, "TMPDIR": str(scratch)},
+    )
+    assert command.returncode == 128 + signal.SIGTERM, command.stderr[-2000:]
+    assert "has not stopped" in command.stderr, command.stderr[-2000:]
+    verdicts, _ = _report(reports)
+    assert verdicts == {"fifo": "unknown", "close": "unknown"}
+    assert "had not stopped by itself" in (reports / "REPORT.md").read_text()
+    assert list(scratch.iterdir()) == []
+    assert _processes_with(f"TMPDIR={scratch}") == []
+
+
 def test_a_signal_that_stopped_one_run_does_not_stop_the_next_in_a_thread(tmp_path):
     """The stop is recorded for the run it came in: a run after it, here in a thread (which
     cannot take signals), is not stopped by it."""

@@ -29,6 +29,7 @@ each verdict as it is reached.
 
 from ._engine import (
     DEFAULT_CALL_DEADLINE,
+    DEFAULT_SHRINK_LIMIT,
     PROFILES,
     PROPERTIES,
     Plan,
@@ -44,6 +45,7 @@ from ._target import CertificationError
 __all__ = [
     "CONTRACT",
     "DEFAULT_CALL_DEADLINE",
+    "DEFAULT_SHRINK_LIMIT",
     "EXIT_CODES",
     "LEVELS",
     "PROFILES",

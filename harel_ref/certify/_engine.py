@@ -60,6 +60,7 @@ import math
 import multiprocessing
 import os
 import shutil
+import signal
 import tempfile
 import time
 import traceback
@@ -92,13 +93,18 @@ from harel_ref.stateful.soak import soak as run_soak
 
 from ._jobs import SearchProcesses
 from ._report import LEVELS, Failure, PropertyVerdict, Report
-from ._signals import raise_if_stopped, signals_deferred, stop_on_signals, stopped_by
+from ._signals import STUCK_AFTER, last_resort, raise_if_stopped, signals_deferred, stop_on_signals, stopped_by
 from ._target import CertificationError, Target, detect_protocol
 
 __all__ = [
-    "DEFAULT_CALL_DEADLINE", "PROFILES", "PROPERTIES", "Plan", "Profile", "Progress", "certify", "default_jobs",
+    "DEFAULT_CALL_DEADLINE", "DEFAULT_SHRINK_LIMIT", "PROFILES", "PROPERTIES", "Plan", "Profile", "Progress", "certify", "default_jobs",
     "default_level", "focus_machine", "shared_properties",
 ]
+
+DEFAULT_SHRINK_LIMIT = 120.0
+"""Seconds a search may spend shrinking a failure it found before it shows the failure as found
+(SPEC.md C10).  A transport whose calls are slow (a wall clock, a server far away) made
+Hypothesis shrink one failure for over five minutes."""
 
 DEFAULT_CALL_DEADLINE = 30.0
 """Seconds a transport call may take before it is declared hung.  Not scaled by the profile:
@@ -279,8 +285,11 @@ class _Search:
     grace: float  # extra time to finish shrinking a failure already found
     limits: CallLimits = dataclasses.field(default_factory=CallLimits)  # the transport's calls
     on_example: Callable[[int], None] | None = None  # told the number of each example it starts
+    shrink_limit: float = math.inf  # seconds to shrink a failure, from the first example after it
     examples: int = 0
     cut_short: bool = False
+    shrink_cut: bool = False  # the shrink limit was reached
+    found_at: float | None = None  # time.monotonic() when shrinking began
     first: BaseException | None = None  # the first divergence or crash seen, before shrinking
     error: BaseException | None = None
     reached: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # situations met
@@ -297,6 +306,11 @@ class _Search:
         if now > self.deadline and (self.first is None or now > self.deadline + self.grace):
             self.cut_short = True
             raise _Stop
+        if self.first is not None:
+            self.found_at = now if self.found_at is None else self.found_at
+            if now > self.found_at + self.shrink_limit:
+                self.shrink_cut = True
+                raise _Stop
         self.examples += 1
         if self.on_example is not None:
             self.on_example(self.examples)
@@ -553,6 +567,7 @@ def certify(
     soak: float | None = None,
     level: str | None = None,
     call_deadline: float | None = DEFAULT_CALL_DEADLINE,
+    shrink_limit: float | None = DEFAULT_SHRINK_LIMIT,
     progress: Progress | Callable[[str, PropertyVerdict | None], None] | None = None,
     name: str | None = None,
     jobs: int | None = None,
@@ -587,6 +602,9 @@ def certify(
     - ``call_deadline``: seconds each call of the transport may take (opening it too) before
       it is declared hung, a failure of the property being searched (default
       :data:`DEFAULT_CALL_DEADLINE`; None: no deadline, calls run on the caller's thread).
+    - ``shrink_limit``: seconds each search may spend shrinking a failure it found (default
+      :data:`DEFAULT_SHRINK_LIMIT`; None: as long as Hypothesis takes).  When it is reached the
+      failure is shown as it was found, and the report says why.
     - ``progress``: a :class:`Progress` told what happens as it happens (or a callable
       ``progress(property, verdict)``, called with None as a property's searches start and
       with its verdict when they end).
@@ -613,7 +631,8 @@ def certify(
     unknown = [p for p in chosen if p not in PROPERTIES]
     if unknown:
         raise ValueError(f"unknown properties {unknown}; choose from {list(PROPERTIES)}")
-    for option, value in (("time_budget", time_budget), ("soak", soak), ("call_deadline", call_deadline)):
+    for option, value in (("time_budget", time_budget), ("soak", soak), ("call_deadline", call_deadline),
+                          ("shrink_limit", shrink_limit)):
         if value is not None and not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
             raise ValueError(f"{option} must be a positive number of seconds (or None), got {value!r}")
     if jobs is not None and (type(jobs) is not int or jobs < 1):
@@ -626,7 +645,20 @@ def certify(
         if not callable(progress):
             raise TypeError(f"progress must be a harel_ref.certify.Progress or a callable, got {progress!r}")
         progress = _CallbackProgress(progress)
-    with stop_on_signals(), limit_calls(call_deadline) as limits:
+
+    def stuck(signum: int, handed: dict[str, Any]) -> None:
+        """The last resort of a run that did not stop (harel_ref.certify._signals): the report
+        so far for the caller, and no process or scratch left behind."""
+        name = signal.Signals(signum).name
+        handed["report"] = run.report(f"the certification was stopped by {name}, and had not stopped by itself "
+                                      f"{STUCK_AFTER:g} s later (a transport's call that let no signal through)")
+        if pool is not None:
+            pool.kill()
+        if searchers is not None:
+            searchers.terminate()
+        shutil.rmtree(hypothesis_home, ignore_errors=True)
+
+    with stop_on_signals(), last_resort(stuck), limit_calls(call_deadline) as limits:
         target = _target if _target is not None else Target.from_factory(factory, capabilities, is_async)
         target = detect_protocol(target)
         caps = target.capabilities
@@ -643,7 +675,7 @@ def certify(
         hypothesis_home = tempfile.mkdtemp(prefix="harel-ref-hypothesis-")
         run = _Certification(target, profile, seed, chosen, tasks, time_budget, None, soak, limits,
                              progress or Progress(), name, level or default_level(caps), jobs, None, hypothesis_home,
-                             branches)
+                             branches, shrink_limit)
         try:
             if jobs > 1:  # spawned now, so that they import while the preflight runs
                 searchers = SearchProcesses(target, jobs, _run_task, _clean_up_process)
@@ -683,7 +715,7 @@ def certify(
             ))
             run = _Certification(target, profile, seed, chosen, tasks, time_budget, pool, soak, limits,
                                  progress, name, level or default_level(caps), jobs, searchers, hypothesis_home,
-                                 branches)
+                                 branches, shrink_limit)
             searching = True
             report = run.all()
         except BaseException as stop:
@@ -903,7 +935,7 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
     lockstep = kind == SHARED or (kind in PROPERTIES and PROPERTIES[kind].search == "lockstep")
     shown = "lockstep" if kind in PROPERTIES and lockstep else kind
     total = profile.shared_examples if kind == SHARED else profile.max_examples if lockstep else profile.programs
-    search = _Search(deadline=began + share, grace=share, limits=limits,
+    search = _Search(deadline=began + share, grace=share, limits=limits, shrink_limit=context["shrink_limit"],
                      on_example=lambda done: event("searching", task.prop, shown, done, total))
     if lockstep:
         _run_search(focus_machine(target.factory, kind, caps, is_async=target.is_async), profile, context["seed"],
@@ -938,7 +970,8 @@ class _Certification:
     def __init__(self, target: Target, profile: Profile, run_seed: int, chosen: list[str], tasks: list[_Task],
                  time_budget: float | None, pool: BranchProcesses | None, soak_seconds: float | None,
                  limits: CallLimits, progress: Progress, name: str | None, level: str, jobs: int,
-                 searchers: SearchProcesses | None, hypothesis_home: str, branches: str = "threads") -> None:
+                 searchers: SearchProcesses | None, hypothesis_home: str, branches: str = "threads",
+                 shrink_limit: float | None = None) -> None:
         self.target, self.caps, self.profile, self.seed = target, target.capabilities, profile, run_seed
         self.chosen, self.tasks, self.pool, self.soak_seconds = chosen, tasks, pool, soak_seconds
         self.progress, self.name, self.level, self.searchers = progress, name, level, searchers
@@ -946,6 +979,7 @@ class _Certification:
         self.context = dict(
             profile=profile, seed=run_seed, soak=soak_seconds, call_deadline=limits.deadline, jobs=jobs,
             hypothesis_home=hypothesis_home, branches=branches if pool is not None else "threads",
+            shrink_limit=math.inf if shrink_limit is None else shrink_limit,
             end=math.inf if time_budget is None else self.started + time_budget,
             budgeted=sum(task.kind != "soak" and not task.standby for task in tasks),
         )
@@ -1275,6 +1309,9 @@ def _judge(prop, search: _Search, target: Target, profile: Profile, run_seed: in
         found = [search.first]  # shrinking was cut short by the time budget: no steps to show
     failures = [_failure(prop, error, flaky, target, profile, run_seed, branches)
                 for error in found if not isinstance(error, HypothesisException)]
+    if search.shrink_cut:
+        failures = [dataclasses.replace(failure, unshrunk=f"the shrink limit ({search.shrink_limit:g} s)")
+                    for failure in failures]
     return "failed", "", failures
 
 

@@ -192,6 +192,13 @@ class SearchProcesses:
                 yield "died", number, WorkerDied(f"the search process ended with exit code {process.exitcode}")
             self._spawn()
 
+    def terminate(self) -> None:
+        """SIGTERM every worker, without waiting: each removes what its transports made and
+        ends on its own (a certification that did not stop, and is about to exit)."""
+        for process in self._workers.values():
+            if process.is_alive():
+                process.terminate()
+
     def close(self) -> None:
         """End the workers.  Idle ones are told to stop; busy ones (a stopped certification)
         are interrupted as Ctrl-C would, so that they still clean up, and ended if they do not

@@ -78,6 +78,7 @@ class Failure:
     timeline: str = ""  # a concurrent failure's history, a line per call ("<<" marks the culprits)
     timeline_svg: str = ""  # the same as a picture (written beside REPORT.md)
     history: tuple[dict[str, Any], ...] = ()  # the records of the calls the timeline shows
+    unshrunk: str = ""  # what stopped its shrinking before the end ("the shrink limit (120 s)"), if anything
 
     def summary(self) -> str:
         text = f"{self.step}: the model allows {self.expected}; the transport answered {self.answered}"
@@ -267,6 +268,9 @@ class Report:
                 "and their leases):", "", f"![timeline of the {verdict.property} failure]({timeline_file(f.property)})",
                 "", "```", f.timeline, "```",
             ]
+        if f.unshrunk:
+            lines += ["", f"(Shrinking stopped at {f.unshrunk}: the counterexample is shown as it was found, or as "
+                      "far as it had been shrunk; `--shrink-limit` gives it more time.)"]
         if f.reproduction:
             lines += ["", "Runnable reproduction (the shrunk steps):", "", "```python", f.reproduction, "```"]
         elif f.steps:  # a program that made the transport raise outside a judged call
@@ -276,7 +280,7 @@ class Report:
         elif f.check in STOPS:
             lines += ["", f"(The search stopped when the transport {f.check}: it is not called again after "
                       "that, so the example was not shrunk; replay with the command below.)"]
-        else:
+        elif not f.unshrunk:
             lines += ["", "(Shrinking was cut short by the time budget; replay with the command below.)"]
         if f.replay:
             lines += ["", f"Replay this search: `{f.replay}`"]

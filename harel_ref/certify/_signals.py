@@ -14,18 +14,32 @@ SIGINT and SIGTERM are recorded and then raised (as ``KeyboardInterrupt`` and
 (:func:`raise_if_stopped`): before each example and program, while it waits for search
 processes, and before it returns a report.  A swallowed signal stops the run at the next
 checkpoint, a fraction of a second later, with the same exception the handler raised.
+
+A checkpoint may never come: a transport's asyncio call that blocks its event loop and
+swallows the exception, a call in C that lets no signal through.  So the first stop signal
+also starts a timer: if the run is still inside :func:`stop_on_signals` :data:`STUCK_AFTER`
+seconds later, the *last resorts* registered with :func:`last_resort` run in the timer's thread
+(the engine's hands over the report so far and ends its processes, the command's writes the
+report and removes its files), and the process exits ``128 +`` the signal's number.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import signal
+import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from typing import Any
 
-__all__ = ["Terminated", "raise_if_stopped", "signals_deferred", "stop_on_signals", "stopped_by"]
+__all__ = ["Terminated", "last_resort", "raise_if_stopped", "signals_deferred", "stop_on_signals", "stopped_by"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+STUCK_AFTER = 6.0
+"""Seconds a run may take to stop by itself after a stop signal before the last resorts end it
+(SPEC.md C8: a run stops within 10 s)."""
 
 
 class Terminated(KeyboardInterrupt):
@@ -35,6 +49,8 @@ class Terminated(KeyboardInterrupt):
 
 _received: list[int] = []  # the stop signals that arrived while stop_on_signals() was in force
 _deferring = 0  # how many signals_deferred() blocks the main thread is inside
+_resorts: list[Callable[[int, dict[str, Any]], None]] = []  # last_resort() actions, outermost first
+_timer: threading.Timer | None = None  # started by the first stop signal of the run
 
 
 def _exception(signum: int) -> KeyboardInterrupt:
@@ -42,9 +58,42 @@ def _exception(signum: int) -> KeyboardInterrupt:
 
 
 def _record_and_raise(signum: int, frame: object) -> None:
+    global _timer
     _received.append(signum)
+    if _timer is None:
+        _timer = threading.Timer(STUCK_AFTER, _stuck, args=(signum,))
+        _timer.daemon = True
+        _timer.start()
     if not _deferring:
         raise _exception(signum)
+
+
+def _stuck(signum: int) -> None:
+    """The run did not stop within :data:`STUCK_AFTER` seconds: the last resorts, innermost
+    first (each may leave something in ``handed`` for the next), then the exit."""
+    name = signal.Signals(signum).name
+    print(f"harel-ref: {name} came {STUCK_AFTER:g} s ago and the run has not stopped (a transport's call that "
+          "lets no signal through?): writing the report so far and exiting", file=sys.stderr, flush=True)
+    handed: dict[str, Any] = {}
+    for action in reversed(list(_resorts)):
+        try:
+            action(signum, handed)
+        except BaseException as exc:  # the next one, and the exit, must still come
+            print(f"harel-ref: a last resort failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
+    os._exit(128 + signum)
+
+
+@contextlib.contextmanager
+def last_resort(action: Callable[[int, dict[str, Any]], None]) -> Iterator[None]:
+    """While inside, ``action(signum, handed)`` runs in the timer's thread if a run stopped by a
+    signal has not stopped :data:`STUCK_AFTER` seconds later (see the module docstring).  The
+    innermost runs first; ``handed`` carries what one leaves to the next (the engine's leaves
+    the report so far as ``handed["report"]``)."""
+    _resorts.append(action)
+    try:
+        yield
+    finally:
+        _resorts.remove(action)
 
 
 @contextlib.contextmanager
@@ -57,10 +106,12 @@ def stop_on_signals() -> Iterator[None]:
     this does nothing; the outermost one forgets the signals of a run before it, puts the
     handlers back as it leaves, and then raises a signal that came after the last checkpoint
     (unless the block already ends with an exception)."""
+    global _timer
     if not _in_main_thread() or _installed():
         yield
         return
     _received.clear()
+    _timer = None
     previous = {}
     for signum in STOP_SIGNALS:
         if signal.getsignal(signum) in (signal.SIG_DFL, signal.default_int_handler):
@@ -71,6 +122,8 @@ def stop_on_signals() -> Iterator[None]:
         with signals_deferred():  # signal.signal runs a pending handler first: recorded, not raised
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
+            if _timer is not None:  # the run stopped by itself
+                _timer.cancel()
     _raise_recorded()
 
 
