@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import signal
 import sys
 import time
 from collections.abc import Sequence
@@ -41,7 +40,8 @@ from harel_ref.certify import (
     Report,
     certify,
 )
-from harel_ref.certify._signals import Terminated, last_resort, signals_deferred, stop_on_signals, stopped_by
+from harel_ref.certify._memory import DEFAULT_MEMORY_LIMIT, parse_size
+from harel_ref.certify._signals import describe, exit_status, last_resort, signals_deferred, stop_on_signals, stopping
 from harel_ref.certify._report import BRANCHES, LEVELS
 from harel_ref.certify._target import Target, remove_directory, scratch_directory
 
@@ -90,6 +90,10 @@ def build_parser() -> argparse.ArgumentParser:
     cert.add_argument("--shrink-limit", metavar="SECONDS", type=float, default=DEFAULT_SHRINK_LIMIT,
                       help=f"seconds each search may spend shrinking a failure it found; then the failure is shown "
                       f"as found, and the report says so (default {DEFAULT_SHRINK_LIMIT:g})")
+    cert.add_argument("--memory-limit", metavar="SIZE", type=memory_type, default=DEFAULT_MEMORY_LIMIT,
+                      help=f"how much memory the certification's processes may take beyond what they held as it "
+                      f"began (2G, 500M, or none); past it the run stops with its report so far, exit 3 "
+                      f"(default {DEFAULT_MEMORY_LIMIT >> 20} MiB: 4 GiB, or half the machine's memory)")
     cert.add_argument("--jobs", metavar="N", type=jobs_type, default=None,
                       help="run N searches at once, each in a process of its own (default: the cores "
                       "available, or HAREL_REF_JOBS); the report is the same as one at a time")
@@ -161,6 +165,14 @@ def profile_type(text: str) -> str:
     return text
 
 
+def memory_type(text: str) -> int | None:
+    """``--memory-limit SIZE``: bytes, ``2G``, ``500M``, or ``none``."""
+    try:
+        return parse_size(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
 def jobs_type(text: str) -> int:
     """``--jobs N``: a whole number of at least 1."""
     if not (text.strip().isdigit() and int(text) >= 1):
@@ -188,11 +200,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         try:
             with stop_on_signals():
                 return _certify(parser, args)
-        except KeyboardInterrupt as stop:  # SIGINT or SIGTERM, wherever it came
-            if getattr(stop, "report", None) is None:  # else the console said where the report is
+        except KeyboardInterrupt as stop:  # SIGINT, SIGTERM or the memory limit, wherever it came
+            partial = getattr(stop, "report", None)
+            if partial is None:  # else the console said where the report is
                 print(f"harel-ref certify: stopped by {type(stop).__name__}", file=sys.stderr)
-            return 128 + (signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT)
+            return _stopped_status(stop, partial)
     parser.error(f"unknown command {args.command!r}")  # pragma: no cover - argparse refuses first
+
+
+def _stopped_status(stop: KeyboardInterrupt, partial) -> int:
+    """What a stopped run exits with: ``128 +`` a signal's number; for the memory limit, the
+    report so far's code (3, unknown, or 1 if a property failed before the limit came)."""
+    if getattr(stop, "exit_status", None) is not None and partial is not None:
+        return partial.exit_code
+    return exit_status(stop)
 
 
 def _certify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
@@ -212,12 +233,12 @@ def _certify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         return _usage(parser, f"--report-dir {args.report_dir!r}: {exc}")
     directory = None
     console = Console(sys.stdout, quiet=args.quiet)
-    def stuck(signum: int, handed: dict) -> None:
+    def stuck(stop: KeyboardInterrupt, handed: dict) -> None:
         """The last resort of a run that did not stop (harel_ref.certify._signals): the report
         so far, and the bundled transport's files removed."""
         if (partial := handed.get("report")) is not None:
-            stop = Terminated("SIGTERM") if signum == signal.SIGTERM else KeyboardInterrupt()
             console.stopped(stop, *partial.write(args.report_dir))
+        handed["exit_status"] = _stopped_status(stop, partial)
         _clean_up(directory, args.bundled)
 
     with last_resort(stuck):
@@ -230,7 +251,8 @@ def _certify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
             report = certify(
                 target.factory, profile=args.profile, seed=args.seed, properties=args.only,
                 time_budget=args.time_budget, processes={"processes": True, "threads": False}.get(args.branches), soak=args.soak,
-                level=args.level, call_deadline=args.call_deadline, shrink_limit=args.shrink_limit, progress=console,
+                level=args.level, call_deadline=args.call_deadline, shrink_limit=args.shrink_limit,
+                memory_limit=args.memory_limit, progress=console,
                 jobs=args.jobs, _target=target,
             )
         except BaseException as exc:
@@ -260,7 +282,7 @@ def _clean_up(directory: str | None, bundled: str | None) -> None:
         from harel_ref.stateful.backends.rqlite import drop_opened_tables
 
         try:  # a stopped run does not wait long for a cluster that does not answer
-            drop_opened_tables(timeout=1.0 if stopped_by() else 10.0)
+            drop_opened_tables(timeout=1.0 if stopping() else 10.0)
         except Exception as exc:
             print(f"harel-ref certify: warning: the rqlite tables it made were not all dropped: "
                   f"{type(exc).__name__}: {exc}", file=sys.stderr)
@@ -350,8 +372,9 @@ class Console(Progress):
         """The certification was stopped, or failed: where the verdicts so far are."""
         self._clear()
         self.stream.flush()
-        print(f"harel-ref certify: stopped by {type(error).__name__}; the report so far: {md_path} and {json_path}",
-              file=sys.stderr)
+        why = f" ({describe(error)})" if getattr(error, "why", None) else ""
+        print(f"harel-ref certify: stopped by {type(error).__name__}{why}; the report so far: {md_path} and "
+              f"{json_path}", file=sys.stderr)
 
     def summary(self, report: Report, json_path: Path, md_path: Path) -> None:
         """After the verdicts: the outcome, the report, the replays (and, when quiet, the

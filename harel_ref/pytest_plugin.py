@@ -10,6 +10,7 @@ certification once and shows one test per property, named ``harel-certify::<prop
 
 Options: ``--harel-async``, ``--harel-profile``, ``--harel-seed``, ``--harel-only``,
 ``--harel-time-budget``, ``--harel-processes``, ``--harel-threads``, ``--harel-shrink-limit``,
+``--harel-memory-limit``,
 ``--harel-soak``, ``--harel-level``,
 ``--harel-call-deadline``, ``--harel-report-dir`` and ``--harel-capabilities`` (a comma list such as
 ``durable,shared,no-routing,fairness=ack,wall-clock,protocol=harel,acks=by-seq``), matching
@@ -29,8 +30,9 @@ NODE = "harel-certify"
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
-    from harel_ref._cli import jobs_type, profile_type
+    from harel_ref._cli import jobs_type, memory_type, profile_type
     from harel_ref.certify import DEFAULT_CALL_DEADLINE, DEFAULT_SHRINK_LIMIT, PROFILES, PROPERTIES
+    from harel_ref.certify._memory import DEFAULT_MEMORY_LIMIT
 
     group = parser.getgroup("harel-ref", "certify a harel transport (harel-ref)")
     group.addoption("--harel-transport", metavar="MODULE:FACTORY",
@@ -53,6 +55,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="run the branches of the concurrent search in threads (tasks), every run")
     group.addoption("--harel-shrink-limit", type=float, metavar="SECONDS", default=DEFAULT_SHRINK_LIMIT,
                     help="seconds each search may spend shrinking a failure it found")
+    group.addoption("--harel-memory-limit", type=memory_type, metavar="SIZE", default=DEFAULT_MEMORY_LIMIT,
+                    help="memory the certification's processes may take beyond what they held as it began "
+                    "(2G, 500M, none); past it the run stops with its report so far")
     group.addoption("--harel-jobs", type=jobs_type, metavar="N", default=None,
                     help="searches run at once, each in a process of its own (default: the cores available)")
     group.addoption("--harel-soak", type=float, metavar="SECONDS",
@@ -214,6 +219,7 @@ def _run(config: pytest.Config):
             properties=config.getoption("harel_only"),
             time_budget=config.getoption("harel_time_budget"),
             processes=config.getoption("harel_branches"), shrink_limit=config.getoption("harel_shrink_limit"),
+            memory_limit=config.getoption("harel_memory_limit"),
             soak=config.getoption("harel_soak"),
             level=config.getoption("harel_level"),
             call_deadline=config.getoption("harel_call_deadline"),

@@ -607,3 +607,11 @@ def test_a_message_out_of_order_is_fifos_though_a_message_of_the_same_text_was_a
     finally:
         machine.teardown()
     assert failed.value.check == "fifo" and "'a'" in failed.value.answered, failed.value
+
+
+def test_memory_limit_must_be_a_whole_number_of_bytes():
+    from broken import slow_nack_to_back
+
+    for bad in (0, -1, 1.5, "2G", True):
+        with pytest.raises(ValueError, match="memory_limit must be a whole number of bytes"):
+            certify(slow_nack_to_back, properties=["fifo"], memory_limit=bad)

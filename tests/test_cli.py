@@ -420,6 +420,61 @@ def test_a_run_stuck_in_a_transports_event_loop_is_ended_with_its_report(tmp_pat
     assert _processes_with(f"TMPDIR={scratch}") == []
 
 
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="the memory limit reads /proc (Linux)")
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_run_whose_memory_keeps_growing_is_stopped_at_its_memory_limit(tmp_path, jobs):
+    """A transport that keeps a mebibyte of every publish (tests/broken.py's HoardsMemory), in
+    the certifying process (``--jobs 1``) or in a search process of it: past ``--memory-limit``
+    the run stops as a signal stops it (SPEC.md C11), exit 3, the verdicts unknown with the
+    reason, and no process left."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    reports = tmp_path / "reports"
+    command = subprocess.run(
+        [sys.executable, "-m", "harel_ref._cli", "certify", "broken:hoards_memory", "--profile", "quick",
+         "--only", "fifo", "--only", "close", "--memory-limit", "256M", "--report-dir", str(reports), "--jobs", jobs],
+        cwd=ROOT / "tests", capture_output=True, text=True, timeout=120, env={**os.environ, "TMPDIR": str(scratch)},
+    )
+    assert command.returncode == 3, command.stderr[-2000:]
+    assert "stopped by MemoryLimitReached" in command.stderr, command.stderr[-2000:]
+    verdicts, data = _report(reports)
+    assert verdicts == {"fifo": "unknown", "close": "unknown"}
+    assert "over the limit of 256 MiB (--memory-limit)" in data["properties"][0]["reason"]
+    assert _processes_with(f"TMPDIR={scratch}") == []
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_signal_that_lands_while_memory_grows_stops_the_run_with_its_report(tmp_path):
+    """SIGTERM lands in a publish that takes a mebibyte each time, and its exception is
+    swallowed there (tests/broken.py's HoardsMemoryAndIsStopped): the next checkpoint stops the
+    run, with its report, before the memory limit would."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    reports = tmp_path / "reports"
+    command = subprocess.run(
+        [sys.executable, "-m", "harel_ref._cli", "certify", "broken:hoards_memory_and_is_stopped", "--profile",
+         "quick", "--only", "fifo", "--only", "close", "--report-dir", str(reports), "--jobs", "1"],
+        cwd=ROOT / "tests", capture_output=True, text=True, timeout=120, env={**os.environ, "TMPDIR": str(scratch)},
+    )
+    assert command.returncode == 128 + signal.SIGTERM, command.stderr[-2000:]
+    assert "stopped by Terminated" in command.stderr, command.stderr[-2000:]
+    verdicts, _ = _report(reports)
+    assert verdicts == {"fifo": "unknown", "close": "unknown"}
+    assert _processes_with(f"TMPDIR={scratch}") == []
+
+
+def test_memory_limit_option(tmp_path, capsys):
+    """Sizes as people write them; anything else is a usage error that says what a size is."""
+    assert main(["certify", "--bundled", "memory", "--profile", "quick", "--only", "close", "--memory-limit",
+                 "none", "--report-dir", str(tmp_path)]) == 0
+    assert main(["certify", "--bundled", "memory", "--profile", "quick", "--only", "close", "--memory-limit",
+                 "1.5GiB", "--report-dir", str(tmp_path)]) == 0
+    for bad in ("0", "-1G", "2T", "lots"):
+        with pytest.raises(SystemExit):
+            main(["certify", f"--memory-limit={bad}"])
+        assert "expected a size such as 2G, 500M or 'none'" in capsys.readouterr().err
+
+
 def test_a_signal_that_stopped_one_run_does_not_stop_the_next_in_a_thread(tmp_path):
     """The stop is recorded for the run it came in: a run after it, here in a thread (which
     cannot take signals), is not stopped by it."""

@@ -39,12 +39,14 @@ from ._engine import (
     default_level,
     focus_machine,
 )
+from ._memory import DEFAULT_MEMORY_LIMIT, MemoryLimitReached
 from ._report import CONTRACT, EXIT_CODES, LEVELS, VERDICTS, Failure, PropertyVerdict, Report
 from ._target import CertificationError
 
 __all__ = [
     "CONTRACT",
     "DEFAULT_CALL_DEADLINE",
+    "DEFAULT_MEMORY_LIMIT",
     "DEFAULT_SHRINK_LIMIT",
     "EXIT_CODES",
     "LEVELS",
@@ -53,6 +55,7 @@ __all__ = [
     "VERDICTS",
     "CertificationError",
     "Failure",
+    "MemoryLimitReached",
     "Plan",
     "Profile",
     "Progress",

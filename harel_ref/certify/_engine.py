@@ -60,7 +60,6 @@ import math
 import multiprocessing
 import os
 import shutil
-import signal
 import tempfile
 import time
 import traceback
@@ -93,7 +92,8 @@ from harel_ref.stateful.soak import soak as run_soak
 
 from ._jobs import SearchProcesses
 from ._report import LEVELS, Failure, PropertyVerdict, Report
-from ._signals import STUCK_AFTER, last_resort, raise_if_stopped, signals_deferred, stop_on_signals, stopped_by
+from ._memory import DEFAULT_MEMORY_LIMIT, MemoryLimitReached, memory_limit as limit_memory
+from ._signals import STUCK_AFTER, describe, last_resort, raise_if_stopped, signals_deferred, stop_on_signals, stopping
 from ._target import CertificationError, Target, detect_protocol
 
 __all__ = [
@@ -568,6 +568,7 @@ def certify(
     level: str | None = None,
     call_deadline: float | None = DEFAULT_CALL_DEADLINE,
     shrink_limit: float | None = DEFAULT_SHRINK_LIMIT,
+    memory_limit: int | None = DEFAULT_MEMORY_LIMIT,
     progress: Progress | Callable[[str, PropertyVerdict | None], None] | None = None,
     name: str | None = None,
     jobs: int | None = None,
@@ -605,6 +606,9 @@ def certify(
     - ``shrink_limit``: seconds each search may spend shrinking a failure it found (default
       :data:`DEFAULT_SHRINK_LIMIT`; None: as long as Hypothesis takes).  When it is reached the
       failure is shown as it was found, and the report says why.
+    - ``memory_limit``: bytes the certification's processes may take beyond what they held
+      as it began (default :data:`DEFAULT_MEMORY_LIMIT`; None: no limit).  Past it the run stops
+      as a signal stops it, by :class:`MemoryLimitReached`, with the report so far (SPEC.md C11).
     - ``progress``: a :class:`Progress` told what happens as it happens (or a callable
       ``progress(property, verdict)``, called with None as a property's searches start and
       with its verdict when they end).
@@ -635,6 +639,8 @@ def certify(
                           ("shrink_limit", shrink_limit)):
         if value is not None and not (isinstance(value, (int, float)) and value > 0 and math.isfinite(value)):
             raise ValueError(f"{option} must be a positive number of seconds (or None), got {value!r}")
+    if memory_limit is not None and (type(memory_limit) is not int or memory_limit < 1):
+        raise ValueError(f"memory_limit must be a whole number of bytes >= 1 (or None), got {memory_limit!r}")
     if jobs is not None and (type(jobs) is not int or jobs < 1):
         raise ValueError(f"jobs must be a whole number >= 1 (or None: the cores available), got {jobs!r}")
     if level is not None and level not in LEVELS:
@@ -646,19 +652,18 @@ def certify(
             raise TypeError(f"progress must be a harel_ref.certify.Progress or a callable, got {progress!r}")
         progress = _CallbackProgress(progress)
 
-    def stuck(signum: int, handed: dict[str, Any]) -> None:
+    def stuck(stop: KeyboardInterrupt, handed: dict[str, Any]) -> None:
         """The last resort of a run that did not stop (harel_ref.certify._signals): the report
         so far for the caller, and no process or scratch left behind."""
-        name = signal.Signals(signum).name
-        handed["report"] = run.report(f"the certification was stopped by {name}, and had not stopped by itself "
-                                      f"{STUCK_AFTER:g} s later (a transport's call that let no signal through)")
+        handed["report"] = run.report(f"the certification was stopped by {describe(stop)}, and had not stopped by "
+                                      f"itself {STUCK_AFTER:g} s later (a transport's call that let no signal through)")
         if pool is not None:
             pool.kill()
         if searchers is not None:
             searchers.terminate()
         shutil.rmtree(hypothesis_home, ignore_errors=True)
 
-    with stop_on_signals(), last_resort(stuck), limit_calls(call_deadline) as limits:
+    with stop_on_signals(), last_resort(stuck), limit_memory(memory_limit), limit_calls(call_deadline) as limits:
         target = _target if _target is not None else Target.from_factory(factory, capabilities, is_async)
         target = detect_protocol(target)
         caps = target.capabilities
@@ -737,7 +742,7 @@ def _close_all(pool: BranchProcesses | None, searchers: SearchProcesses | None, 
     """End a certification's branch and search processes, and remove its Hypothesis home.  A
     run stopped by a signal gives a branch 2 s, not 10, to finish: it stops within seconds."""
     if pool is not None:
-        pool.close(grace=2.0 if stopped_by() else 10.0)
+        pool.close(grace=2.0 if stopping() else 10.0)
     if searchers is not None:
         searchers.close()
     shutil.rmtree(hypothesis_home, ignore_errors=True)
@@ -749,7 +754,9 @@ def _give_report(stop: BaseException, run: _Certification) -> None:
     those after it unknown.  Made with signals deferred, so that a second one cannot cut it."""
     with signals_deferred():
         why = f"the certification was stopped by {type(stop).__name__}"
-        if not isinstance(stop, (KeyboardInterrupt, SystemExit)):
+        if isinstance(stop, MemoryLimitReached):
+            why = f"the certification was stopped by {describe(stop)}"
+        elif not isinstance(stop, (KeyboardInterrupt, SystemExit)):
             why = f"the certifier failed: {type(stop).__name__}: {stop}"
         stop.report = run.report(why)
 

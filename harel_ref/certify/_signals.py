@@ -21,10 +21,16 @@ also starts a timer: if the run is still inside :func:`stop_on_signals` :data:`S
 seconds later, the *last resorts* registered with :func:`last_resort` run in the timer's thread
 (the engine's hands over the report so far and ends its processes, the command's writes the
 report and removes its files), and the process exits ``128 +`` the signal's number.
+
+The certifier may stop a run itself, from another thread: :func:`stop_from_thread` (the memory
+limit's watch, harel_ref.certify._memory).  Its exception is raised in the main thread as a
+signal's would be (Python's ``interrupt_main``), and it is recorded, checked at the
+checkpoints and backed by the same timer.
 """
 
 from __future__ import annotations
 
+import _thread
 import contextlib
 import os
 import signal
@@ -33,7 +39,8 @@ import threading
 from collections.abc import Callable, Iterator
 from typing import Any
 
-__all__ = ["Terminated", "last_resort", "raise_if_stopped", "signals_deferred", "stop_on_signals", "stopped_by"]
+__all__ = ["Terminated", "describe", "exit_status", "last_resort", "raise_if_stopped", "signals_deferred",
+           "stop_from_thread", "stop_on_signals", "stopped_by", "stopping"]
 
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
@@ -48,8 +55,10 @@ class Terminated(KeyboardInterrupt):
 
 
 _received: list[int] = []  # the stop signals that arrived while stop_on_signals() was in force
+_requested: list[KeyboardInterrupt] = []  # a stop asked for by stop_from_thread() meanwhile
+_waking = False  # stop_from_thread() is interrupting the main thread: the SIGINT handler raises its stop
 _deferring = 0  # how many signals_deferred() blocks the main thread is inside
-_resorts: list[Callable[[int, dict[str, Any]], None]] = []  # last_resort() actions, outermost first
+_resorts: list[Callable[[KeyboardInterrupt, dict[str, Any]], None]] = []  # last_resort() actions, outermost first
 _timer: threading.Timer | None = None  # started by the first stop signal of the run
 
 
@@ -57,38 +66,62 @@ def _exception(signum: int) -> KeyboardInterrupt:
     return Terminated("SIGTERM") if signum == signal.SIGTERM else KeyboardInterrupt()
 
 
+def describe(stop: KeyboardInterrupt) -> str:
+    """What stopped a run, for a report: ``SIGTERM``, ``SIGINT``, or the ``why`` of a stop the
+    certifier asked for (:func:`stop_from_thread`)."""
+    return getattr(stop, "why", None) or ("SIGTERM" if isinstance(stop, Terminated) else "SIGINT")
+
+
+def exit_status(stop: KeyboardInterrupt) -> int:
+    """What a command stopped by ``stop`` exits with: ``128 +`` the signal's number, or the
+    ``exit_status`` of a stop the certifier asked for."""
+    if (status := getattr(stop, "exit_status", None)) is not None:
+        return status
+    return 128 + (signal.SIGTERM if isinstance(stop, Terminated) else signal.SIGINT)
+
+
 def _record_and_raise(signum: int, frame: object) -> None:
-    global _timer
+    global _waking
+    if _waking and signum == signal.SIGINT and _requested:  # stop_from_thread's interruption
+        _waking = False
+        if not _deferring:
+            raise _requested[0]
+        return
     _received.append(signum)
-    if _timer is None:
-        _timer = threading.Timer(STUCK_AFTER, _stuck, args=(signum,))
-        _timer.daemon = True
-        _timer.start()
+    _start_timer(_exception(signum))
     if not _deferring:
         raise _exception(signum)
 
 
-def _stuck(signum: int) -> None:
+def _start_timer(stop: KeyboardInterrupt) -> None:
+    global _timer
+    if _timer is None:
+        _timer = threading.Timer(STUCK_AFTER, _stuck, args=(stop,))
+        _timer.daemon = True
+        _timer.start()
+
+
+def _stuck(stop: KeyboardInterrupt) -> None:
     """The run did not stop within :data:`STUCK_AFTER` seconds: the last resorts, innermost
     first (each may leave something in ``handed`` for the next), then the exit."""
-    name = signal.Signals(signum).name
-    print(f"harel-ref: {name} came {STUCK_AFTER:g} s ago and the run has not stopped (a transport's call that "
-          "lets no signal through?): writing the report so far and exiting", file=sys.stderr, flush=True)
+    print(f"harel-ref: stopped by {describe(stop)} {STUCK_AFTER:g} s ago, the run has not stopped (a transport's "
+          "call that lets no signal through?): writing the report so far and exiting", file=sys.stderr, flush=True)
     handed: dict[str, Any] = {}
     for action in reversed(list(_resorts)):
         try:
-            action(signum, handed)
+            action(stop, handed)
         except BaseException as exc:  # the next one, and the exit, must still come
             print(f"harel-ref: a last resort failed: {type(exc).__name__}: {exc}", file=sys.stderr, flush=True)
-    os._exit(128 + signum)
+    os._exit(handed.get("exit_status", exit_status(stop)))
 
 
 @contextlib.contextmanager
-def last_resort(action: Callable[[int, dict[str, Any]], None]) -> Iterator[None]:
-    """While inside, ``action(signum, handed)`` runs in the timer's thread if a run stopped by a
-    signal has not stopped :data:`STUCK_AFTER` seconds later (see the module docstring).  The
-    innermost runs first; ``handed`` carries what one leaves to the next (the engine's leaves
-    the report so far as ``handed["report"]``)."""
+def last_resort(action: Callable[[KeyboardInterrupt, dict[str, Any]], None]) -> Iterator[None]:
+    """While inside, ``action(stop, handed)`` runs in the timer's thread if a run stopped (by a
+    signal, or by :func:`stop_from_thread`) has not stopped :data:`STUCK_AFTER` seconds later
+    (see the module docstring); ``stop`` is the exception that was raised.  The innermost runs
+    first; ``handed`` carries what one leaves to the next (the engine's leaves the report so
+    far as ``handed["report"]``, the command's may set ``handed["exit_status"]``)."""
     _resorts.append(action)
     try:
         yield
@@ -111,6 +144,7 @@ def stop_on_signals() -> Iterator[None]:
         yield
         return
     _received.clear()
+    _requested.clear()
     _timer = None
     previous = {}
     for signum in STOP_SIGNALS:
@@ -157,6 +191,29 @@ def stopped_by() -> int | None:
     return _received[0] if _received and _installed() else None
 
 
+def stopping() -> bool:
+    """Whether the run under way was stopped, by a signal or by :func:`stop_from_thread`: what
+    it closes, it closes without waiting long."""
+    return bool((_received or _requested) and _installed())
+
+
+def stop_from_thread(stop: KeyboardInterrupt) -> bool:
+    """Stop the run under way (inside :func:`stop_on_signals`, in the main thread) from another
+    thread: ``stop`` is raised in the main thread at once (as a SIGINT's exception would be),
+    and again at each checkpoint, and the last resorts come :data:`STUCK_AFTER` seconds later
+    if it has not stopped.  Returns False, doing nothing, when no run is under way or it is
+    already stopping."""
+    global _waking
+    if not _installed() or _received or _requested:
+        return False
+    _requested.append(stop)
+    _start_timer(stop)
+    if signal.getsignal(signal.SIGINT) is _record_and_raise:
+        _waking = True
+        _thread.interrupt_main(signal.SIGINT)
+    return True
+
+
 def raise_if_stopped() -> None:
     """A checkpoint: raise the stop again if a signal came, whether or not its exception got
     through.  Only while a :func:`stop_on_signals` is in force: a signal that stopped an
@@ -168,3 +225,5 @@ def raise_if_stopped() -> None:
 def _raise_recorded() -> None:
     if _received:
         raise _exception(_received[0])
+    if _requested:
+        raise _requested[0]
