@@ -5,6 +5,7 @@
 - Certifications run their searches one at a time (HAREL_REF_JOBS=1) unless a test asks.
 - In CI (``CI`` set) nothing may be skipped: a skipped test or module (a missing extra, server
   or binary) is reported as a failure, with the skip's reason.
+- SIGINT is Python's default, even in a suite started as a background job (which ignores it).
 - Every module of the project is imported here, up front.  Hypothesis draws some values from
   the literals of the local modules loaded so far, so without this a derandomized search could
   find a different example depending on which tests ran earlier in the same xdist worker.
@@ -35,6 +36,16 @@ if not os.environ.get("TMPDIR") and os.access("/dev/shm", os.W_OK):
 # pytest -n auto already keeps every core busy: a certification a test makes runs its searches
 # one at a time (and so do the commands tests start), unless the test asks for jobs itself.
 os.environ.setdefault("HAREL_REF_JOBS", "1")
+
+# A suite started in the background by a non-interactive shell (``pytest ... &`` in a script)
+# inherits SIGINT ignored, and so does every command it starts: the certifier leaves an
+# inherited SIG_IGN alone (SPEC.md C8), so the tests that send SIGINT, as a terminal's Ctrl-C
+# does, would see it lost.  Here SIGINT is Python's default whatever started the suite, and
+# the commands tests start inherit the default.
+import signal  # noqa: E402
+
+if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 
 sys.path.insert(0, str(Path(__file__).parent))
 
