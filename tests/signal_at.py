@@ -3,7 +3,8 @@
     python tests/signal_at.py POINT SIGNAL HOW certify ARGS...
 
 The signal is sent by the process to itself (``os.kill``), which Python handles before
-``os.kill`` returns: the signal lands exactly at POINT, whatever the machine's speed.
+``os.kill`` returns: the signal lands exactly at POINT, whatever the machine's speed.  As it
+ends, it says on stderr how long the run took to stop after the signal.
 
 POINT is one of :data:`POINTS`.  SIGNAL is ``SIGINT`` or ``SIGTERM``.  HOW is:
 
@@ -20,6 +21,7 @@ from __future__ import annotations
 import os
 import signal
 import sys
+import time
 from collections.abc import Callable
 
 from harel_ref import _cli
@@ -37,7 +39,11 @@ class _SignalOnDeletion:
         os.kill(os.getpid(), self.signum)
 
 
+_SENT: list[float] = []  # time.monotonic() as the first signal was sent
+
+
 def _send(signum: int, how: str) -> None:
+    _SENT.append(time.monotonic())
     if how == "swallowed":
         _SignalOnDeletion(signum)  # deleted at once: the handler's exception is ignored
     else:
@@ -90,4 +96,8 @@ def _arm(point: str, signum: int, how: str) -> None:
 if __name__ == "__main__":
     point, name, how, *argv = sys.argv[1:]
     _arm(point, getattr(signal, name), how)
-    sys.exit(_cli.main(argv))
+    try:
+        sys.exit(_cli.main(argv))
+    finally:  # how long the run took to stop, for docs/concurrency.md's measurements
+        if _SENT:
+            print(f"signal_at: the run stopped {time.monotonic() - _SENT[0]:.2f} s after the signal", file=sys.stderr)

@@ -2,6 +2,7 @@
 counterexamples that replay, capabilities that gate, budgets that cut short."""
 
 import json
+from pathlib import Path
 import sys
 import threading
 import time
@@ -615,3 +616,35 @@ def test_memory_limit_must_be_a_whole_number_of_bytes():
     for bad in (0, -1, 1.5, "2G", True):
         with pytest.raises(ValueError, match="memory_limit must be a whole number of bytes"):
             certify(slow_nack_to_back, properties=["fifo"], memory_limit=bad)
+
+
+@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="the memory limit reads /proc (Linux)")
+def test_the_memory_limit_counts_what_the_certification_started_not_what_was_there():
+    """A process the caller started before the certification (a server a test suite runs) may
+    grow during it: that is not the certification's memory (SPEC.md C11).  Here one grows by
+    300 MiB as the first search starts, and a 200 MiB limit does not stop the run."""
+    import subprocess
+    from harel_ref.certify import MemoryLimitReached
+
+    grower = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; sys.stdin.readline(); held = b'x' * (300 << 20); "
+         "print('holding', flush=True); time.sleep(300)"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def progress(prop, verdict):
+        if verdict is None and grower.stdin is not None:  # the first search begins: it grows now
+            grower.stdin.write("grow\n")
+            grower.stdin.close()
+            grower.stdin = None
+            assert grower.stdout.readline() == "holding\n"
+
+    backend = load("memory")(None)
+    try:
+        report = certify(backend.factory, backend.capabilities, profile="quick", properties=["close", "fifo"],
+                         memory_limit=200 << 20, progress=progress, jobs=1)
+    except MemoryLimitReached as stop:
+        pytest.fail(f"stopped by the memory of a process it did not start: {stop}")
+    finally:
+        grower.kill()
+        grower.wait()
+    assert report.verdict("close").verdict == report.verdict("fifo").verdict == "passed"

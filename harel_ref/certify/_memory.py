@@ -4,7 +4,8 @@ A transport may keep what it is given for ever, or a search may hold more than i
 certification reported by a user grew to 6 GB while it shrank a failure, until the machine
 had no memory left for anything else.  So while a certification runs, a thread watches the
 resident memory of its process and of every process it started (search processes, branch
-processes), every :data:`POLL` seconds.  When they hold more than ``limit`` bytes beyond what
+processes; not those that were there before it, such as a server a test suite started),
+every :data:`POLL` seconds.  When they hold more than ``limit`` bytes beyond what
 they held as the certification began, the run is stopped as a signal stops it
 (:func:`harel_ref.certify._signals.stop_from_thread`): the exception is
 :class:`MemoryLimitReached`, the report so far is written, the processes are ended, and the
@@ -26,7 +27,8 @@ from pathlib import Path
 
 from ._signals import stop_from_thread, stopping
 
-__all__ = ["DEFAULT_MEMORY_LIMIT", "MemoryLimitReached", "memory_limit", "parse_size", "resident_bytes"]
+__all__ = ["DEFAULT_MEMORY_LIMIT", "MemoryLimitReached", "descendants", "memory_limit", "parse_size",
+           "resident_bytes"]
 
 POLL = 0.25
 """Seconds between two readings of the memory: a transport that takes a gigabyte a second is
@@ -81,10 +83,8 @@ def parse_size(text: str) -> int | None:
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
-def resident_bytes(root: int) -> int | None:
-    """The resident memory of process ``root`` and all its descendants, in bytes (None where
-    ``/proc`` does not tell)."""
-    page = os.sysconf("SC_PAGE_SIZE")
+def descendants(root: int) -> set[int]:
+    """The processes under process ``root``: its children, theirs, and so on."""
     children: dict[int, list[int]] = {}
     for stat in _PROC.glob("[0-9]*/stat"):
         try:
@@ -92,16 +92,24 @@ def resident_bytes(root: int) -> int | None:
         except (OSError, IndexError):
             continue  # it ended meanwhile
         children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    total, pending = 0, [root]
+    found, pending = set(), list(children.get(root, []))
     while pending:
-        pid = pending.pop()
+        found.add(pid := pending.pop())
+        pending += children.get(pid, [])
+    return found
+
+
+def resident_bytes(root: int, leaving: set[int] = frozenset()) -> int | None:
+    """The resident memory of process ``root`` and its descendants but those in ``leaving``, in
+    bytes (None where ``/proc`` does not tell)."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    total = 0
+    for pid in [root, *(descendants(root) - leaving)]:
         try:
             total += int((_PROC / str(pid) / "statm").read_text().split()[1]) * page
         except (OSError, IndexError, ValueError):
             if pid == root:
-                return None
-            continue
-        pending += children.get(pid, [])
+                return None  # no /proc: nothing to read
     return total
 
 
@@ -110,7 +118,9 @@ def memory_limit(limit: int | None) -> Iterator[None]:
     """While inside, stop the run under way (see the module docstring) when its processes hold
     ``limit`` bytes more than as it began.  Nothing is watched with no limit, outside a run that
     takes signals (``_signals.stop_on_signals``, in the main thread), or without ``/proc``."""
-    baseline = resident_bytes(os.getpid()) if limit is not None else None
+    root = os.getpid()
+    before = descendants(root) if limit is not None and (_PROC / str(root)).exists() else set()
+    baseline = resident_bytes(root, before) if limit is not None else None
     if baseline is None or threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -118,7 +128,7 @@ def memory_limit(limit: int | None) -> Iterator[None]:
 
     def watch() -> None:
         while not done.wait(POLL):
-            used = resident_bytes(os.getpid())
+            used = resident_bytes(root, before)
             if used is not None and used - baseline > limit and not stopping():
                 stop_from_thread(MemoryLimitReached(used - baseline, limit))
                 return
