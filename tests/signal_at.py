@@ -28,7 +28,8 @@ from harel_ref import _cli
 from harel_ref.certify import _engine, _report
 from harel_ref.stateful import soak
 
-POINTS = ("first-property", "between-verdicts", "last-property", "soak", "shrinking", "closing", "report", "clean-up")
+POINTS = ("first-property", "between-verdicts", "last-property", "soak", "shrinking", "found", "closing", "report",
+          "clean-up")
 
 
 class _SignalOnDeletion:
@@ -65,6 +66,22 @@ def _before(owner: object, name: str, when: Callable[..., bool], signal_now: Cal
     setattr(owner, name, patched)
 
 
+def _after(owner: object, name: str, when: Callable[..., bool], signal_now: Callable[[], None]) -> None:
+    """Patch ``owner.name`` to call ``signal_now()`` after the first call for which
+    ``when(*args)`` holds (the signal lands as that call has returned)."""
+    original = getattr(owner, name)
+    sent = []
+
+    def patched(*args, **kwargs):
+        answer = original(*args, **kwargs)
+        if not sent and when(*args):
+            sent.append(True)
+            signal_now()
+        return answer
+
+    setattr(owner, name, patched)
+
+
 def _arm(point: str, signum: int, how: str) -> None:
     """Make the signal land at ``point``."""
     send = lambda: _send(signum, how)  # noqa: E731
@@ -81,6 +98,8 @@ def _arm(point: str, signum: int, how: str) -> None:
         _before(soak, "open_transport", lambda *args: True, send)
     elif point == "shrinking":  # as a search that found a failure starts its first shrink step
         _before(_engine._Search, "next_example", lambda search: search.first is not None, send)
+    elif point == "found":  # as the certifying process hears that a search found a failure (wherever it runs)
+        _after(_engine._Certification, "event", lambda self, number, name, *args: name == "found", send)
     elif point == "closing":  # as the certifier ends its processes, after the searches
         _before(_engine, "_close_all", lambda *args: True, send)
     elif point == "report":

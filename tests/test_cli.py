@@ -376,15 +376,29 @@ def test_a_signal_stops_a_run_whose_searches_are_in_other_processes(tmp_path, ho
     """With ``--jobs 2`` the certifying process waits for its search processes: a signal that
     lands there (swallowed or not) stops the run, and the search processes with it.  Later
     searches run beside close's, so they may have ended first: only close's verdict is fixed."""
-    verdicts, _ = _run_stopped_at(tmp_path, "first-property", signal.SIGTERM, how, STOPPED_PROPERTIES, "--jobs", "2")
+    verdicts, err = _run_stopped_at(tmp_path, "first-property", signal.SIGTERM, how, STOPPED_PROPERTIES, "--jobs", "2")
     assert verdicts["close"] == "unknown" and set(verdicts.values()) <= {"unknown", "passed"}
+    assert "search process(es) had not stopped" not in err, err[-2000:]
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_run_started_with_sigint_ignored_still_stops_its_search_processes_at_once(tmp_path):
+    """A certification started as a background job of a script inherits SIGINT ignored, and
+    its search processes with it; SIGINT is how the certifier tells them to stop, so they take
+    it anyway: none is left to be ended after its grace (5 s, which every stop cost before).
+    The searches are thorough ones, far longer than the grace."""
+    verdicts, err = _run_stopped_at(tmp_path, "first-property", signal.SIGTERM, "raised", STOPPED_PROPERTIES,
+                                    "--jobs", "2", "--profile", "thorough", ignoring_sigint=True)  # searches of minutes
+    assert verdicts["close"] == "unknown"
+    assert "search process(es) had not stopped" not in err, err[-2000:]
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 @pytest.mark.parametrize("how", ["raised", "swallowed"])
 def test_a_signal_stops_a_run_that_is_shrinking_a_failure(tmp_path, how):
     """The signal lands as a search that found a failure begins to shrink it (each shrink step
-    is an example, and each example a checkpoint): the run stops there, with its report."""
+    is an example, and each example a checkpoint): the run stops there, with its report, and
+    the failure is in it as it was found (SPEC.md C10)."""
     reports = tmp_path / "reports"
     command = subprocess.run(
         [sys.executable, str(ROOT / "tests" / "signal_at.py"), "shrinking", "SIGTERM", how, "certify",
@@ -393,8 +407,31 @@ def test_a_signal_stops_a_run_that_is_shrinking_a_failure(tmp_path, how):
         cwd=ROOT / "tests", capture_output=True, text=True, timeout=300,
     )
     assert command.returncode == 128 + signal.SIGTERM, command.stderr[-2000:]
-    verdicts, _ = _report(reports)
-    assert verdicts == {"fifo": "unknown"}
+    verdicts, data = _report(reports)
+    assert verdicts == {"fifo": "failed"}
+    assert data["properties"][0]["failure"]["unshrunk"] == "the run's stop (stopped by Terminated)"
+    assert "Shrinking stopped at the run's stop (stopped by Terminated)" in (reports / "REPORT.md").read_text()
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+@pytest.mark.parametrize("jobs", ["1", "2"])
+def test_a_failure_found_before_the_stop_is_reported_as_found(tmp_path, jobs):
+    """The signal lands as the certifying process hears that fifo's search found a failure,
+    which it is about to shrink, here or in a search process: the report shows the failure as
+    it was found, not an unknown verdict (SPEC.md C10)."""
+    reports = tmp_path / "reports"
+    command = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "signal_at.py"), "found", "SIGINT", "raised", "certify",
+         "broken:slow_nack_to_back", "--profile", "quick", "--only", "fifo", "--only", "close", "--report-dir",
+         str(reports), "--jobs", jobs],
+        cwd=ROOT / "tests", capture_output=True, text=True, timeout=300,
+    )
+    assert command.returncode == 128 + signal.SIGINT, command.stderr[-2000:]
+    assert ("searches: 2 at once, each in a process of its own" in command.stdout) == (jobs == "2")
+    verdicts, data = _report(reports)
+    assert verdicts == {"fifo": "failed", "close": "unknown"}
+    failure = data["properties"][0]["failure"]
+    assert failure["unshrunk"] == "the run's stop (stopped by KeyboardInterrupt)" and failure["property"] == "fifo"
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
@@ -497,9 +534,11 @@ def test_a_signal_that_stopped_one_run_does_not_stop_the_next_in_a_thread(tmp_pa
     assert report.verdict("fifo").verdict == "passed"
 
 
-def _run_stopped_at(tmp_path, point, stop, how, properties, *options):
+def _run_stopped_at(tmp_path, point, stop, how, properties, *options, ignoring_sigint=False):
     """Certify the bundled sqlite on ``properties`` with ``stop`` sent at ``point``; check that
-    it exits as stopped and leaves nothing; the report's verdicts, and what it wrote to stderr."""
+    it exits as stopped and leaves nothing; the report's verdicts, and what it wrote to stderr.
+    ``ignoring_sigint``: the command starts with SIGINT ignored, as a background job does."""
+    ignore = (lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if ignoring_sigint else None
     scratch = tmp_path / "tmp"
     scratch.mkdir()
     reports = tmp_path / "reports"
@@ -509,6 +548,7 @@ def _run_stopped_at(tmp_path, point, stop, how, properties, *options):
          "certify", "--bundled", "sqlite", "--profile", "quick", *only, "--report-dir", str(reports),
          "--jobs", "1", *options],
         cwd=ROOT, capture_output=True, text=True, env={**os.environ, "TMPDIR": str(scratch)}, timeout=120,
+        preexec_fn=ignore,
     )
     assert command.returncode == 128 + stop, command.stderr[-2000:]
     stopped_by = "KeyboardInterrupt" if stop == signal.SIGINT else "Terminated"

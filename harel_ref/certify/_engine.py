@@ -56,6 +56,7 @@ import asyncio
 import collections
 import contextlib
 import dataclasses
+import functools
 import math
 import multiprocessing
 import os
@@ -285,6 +286,7 @@ class _Search:
     grace: float  # extra time to finish shrinking a failure already found
     limits: CallLimits = dataclasses.field(default_factory=CallLimits)  # the transport's calls
     on_example: Callable[[int], None] | None = None  # told the number of each example it starts
+    on_found: Callable[[], None] | None = None  # told once, as the example that found ``first`` ends
     shrink_limit: float = math.inf  # seconds to shrink a failure, from the first example after it
     examples: int = 0
     cut_short: bool = False
@@ -293,6 +295,15 @@ class _Search:
     first: BaseException | None = None  # the first divergence or crash seen, before shrinking
     error: BaseException | None = None
     reached: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # situations met
+    told_found: bool = False
+
+    def found(self) -> None:
+        """The example (or program) that found ``first`` has ended: tell ``on_found``, once.  What
+        it found is what the report shows if the run is stopped while it is shrunk."""
+        if self.first is not None and not self.told_found:
+            self.told_found = True
+            if self.on_found is not None:
+                self.on_found()
 
     def next_example(self) -> None:
         """Count the example about to start, or raise :class:`_Stop`: the transport broke (it
@@ -347,6 +358,7 @@ def _watched(machine: type, search: _Search) -> type:
                 search.reached.update(self.reached)
                 if discard is not None:  # the example's storage is not needed again
                     discard(self.namespace)
+                search.found()
 
         def _diverge(self, *args, **kwargs):
             divergence = super()._diverge(*args, **kwargs)
@@ -438,6 +450,7 @@ def _run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed
                 exc.add_note(f"program:\n{program}")
             if search.first is None:
                 search.first = exc
+                search.found()
             raise
 
     test = given(programs(parking=caps.parking, groups=Choices.of(caps).groups[:2]))(concurrent)
@@ -944,6 +957,12 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
     total = profile.shared_examples if kind == SHARED else profile.max_examples if lockstep else profile.programs
     search = _Search(deadline=began + share, grace=share, limits=limits, shrink_limit=context["shrink_limit"],
                      on_example=lambda done: event("searching", task.prop, shown, done, total))
+
+    def found() -> None:  # the failure as found, for a report made while it is shrunk (a stopped run)
+        _, _, failures = _judge(kind, search, target, profile, context["seed"], context["branches"])
+        event("found", _Found("failed", "", time.monotonic() - began, search.examples, failures))
+
+    search.on_found = found
     if lockstep:
         _run_search(focus_machine(target.factory, kind, caps, is_async=target.is_async), profile, context["seed"],
                     search, total)
@@ -995,6 +1014,7 @@ class _Certification:
         self.covered = {tasks[n].prop for n in self.standby}  # the properties the shared search covers
         self.found: dict[int, _Found] = {}  # task number -> what that search found
         self.running: set[int] = set()
+        self.unshrunk: dict[int, _Found] = {}  # task number -> the failure it found, before shrinking
         self.told = 0  # verdicts told to progress, in order
 
     def all(self) -> Report:
@@ -1007,16 +1027,22 @@ class _Certification:
         raise_if_stopped()  # a signal whose exception Python swallowed (see _signals)
         return self.report()
 
-    def run_here(self, numbers: Iterable[int], started) -> None:
-        def event(name: str, *args: Any) -> None:
+    def event(self, number: int, name: str, *args: Any) -> None:
+        """What search ``number`` tells as it goes: a :class:`Progress` method's name and its
+        arguments, or ``"found"`` and its failure before shrinking (:meth:`report`)."""
+        if name == "found":
+            self.unshrunk[number] = args[0]
+        else:
             getattr(self.progress, name)(*args)
 
+    def run_here(self, numbers: Iterable[int], started) -> None:
         for number in numbers:
             if number in self.found:  # a standby search the shared search made needless
                 continue
             raise_if_stopped()
             self.running.add(number)
             self.tell(number)
+            event = functools.partial(self.event, number)
             self.found[number] = _run_task(self.target, self.context, self.tasks[number], started, event, self.pool)
             self.running.discard(number)
             if number == self.shared:
@@ -1037,7 +1063,7 @@ class _Certification:
                       searchers.started)
         for kind, number, detail in searchers.outcomes():
             if kind == "event":
-                getattr(self.progress, detail[0])(*detail[1:])
+                self.event(number, *detail)
                 continue
             if kind == "died":
                 detail = _Found("unknown", f"{detail}: a search process died while searching", 0.0, 0)
@@ -1165,6 +1191,14 @@ class _Certification:
                 for p in order}
 
     def report(self, why: str | None = None) -> Report:
+        """The report: of the whole run, or (``why`` it stopped) of the run so far, where a
+        search stopped while it shrank a failure shows that failure as it was found."""
+        if why is not None:
+            for number in sorted(self.running & self.unshrunk.keys()):
+                found = self.unshrunk[number]
+                stopped = [dataclasses.replace(failure, unshrunk=f"the run's stop ({why.removeprefix('the certification was ')})") for failure in found.failures]
+                self.found[number] = dataclasses.replace(found, failures=stopped)
+                self.running.discard(number)
         verdicts = self.verdicts(why)
         return Report(
             transport=self.name or self.target.name,

@@ -54,21 +54,22 @@ def _main_hidden() -> Iterator[None]:
         sys.modules["__main__"] = main
 
 
-def _join_all(processes: Iterable[Any], grace: float) -> None:
+def _join_all(processes: Iterable[Any], grace: float) -> int:
     """Wait for ``processes`` to end, ``grace`` seconds in all; then end those left, SIGTERM
-    first and SIGKILL a second later."""
+    first and SIGKILL a second later.  Returns how many had to be ended."""
     processes = list(processes)
     deadline = time.monotonic() + grace
     for process in processes:
         process.join(timeout=max(0.0, deadline - time.monotonic()))
-    for process in processes:
-        if process.is_alive():
-            process.terminate()
+    left = [process for process in processes if process.is_alive()]
+    for process in left:
+        process.terminate()
     for process in processes:
         process.join(timeout=1.0)
         if process.is_alive():
             process.kill()
             process.join()
+    return len(left)
 
 
 class WorkerDied(Exception):
@@ -77,6 +78,11 @@ class WorkerDied(Exception):
 
 def _serve(target: Any, run: Callable, clean_up: Callable, tasks, results, started) -> None:
     """A worker: build the factory, then run searches until told to stop (a None task)."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        # Inherited from a certifier started as a background job (which must not die of the
+        # terminal's Ctrl-C): SIGINT is how close() stops this process, so it is taken here,
+        # else every stopped run would wait out CLOSE_GRACE.
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     with stop_on_signals():  # the parent's SIGINT at close stops a search even if Python swallows it
         try:
             _serve_tasks(target, run, clean_up, tasks, results, started)
@@ -209,7 +215,9 @@ class SearchProcesses:
             for process in self._workers.values():
                 if process.is_alive():
                     os.kill(process.pid, signal.SIGINT)
-        _join_all(self._workers.values(), grace=CLOSE_GRACE)
+        if ended := _join_all(self._workers.values(), grace=CLOSE_GRACE):
+            print(f"harel-ref: warning: {ended} search process(es) had not stopped {CLOSE_GRACE:g} s after they were "
+                  "told, and were ended (SIGTERM)", file=sys.stderr)
         for channel in (self._tasks, self._results):
             channel.close()
             channel.cancel_join_thread()

@@ -269,8 +269,9 @@ class Report:
                 "", "```", f.timeline, "```",
             ]
         if f.unshrunk:
+            more = "; `--shrink-limit` gives it more time" if "shrink limit" in f.unshrunk else ""
             lines += ["", f"(Shrinking stopped at {f.unshrunk}: the counterexample is shown as it was found, or as "
-                      "far as it had been shrunk; `--shrink-limit` gives it more time.)"]
+                      f"far as it had been shrunk{more}.)"]
         if f.reproduction:
             lines += ["", "Runnable reproduction (the shrunk steps):", "", "```python", f.reproduction, "```"]
         elif f.steps:  # a program that made the transport raise outside a judged call
