@@ -13,7 +13,9 @@ POINT is one of :data:`POINTS`.  SIGNAL is ``SIGINT`` or ``SIGTERM``.  HOW is:
   and goes on, as it did when a SIGTERM landed in Hypothesis's garbage-collection callback and
   the run went on to exit 0;
 - ``twice``: raised at POINT, and sent again as the certifier closes its processes (an
-  impatient second Ctrl-C).
+  impatient second Ctrl-C);
+- ``group``: sent to the whole process group, the search processes too, as a terminal's
+  Ctrl-C is.
 """
 
 from __future__ import annotations
@@ -45,7 +47,9 @@ _SENT: list[float] = []  # time.monotonic() as the first signal was sent
 
 def _send(signum: int, how: str) -> None:
     _SENT.append(time.monotonic())
-    if how == "swallowed":
+    if how == "group":
+        os.killpg(os.getpgrp(), signum)
+    elif how == "swallowed":
         _SignalOnDeletion(signum)  # deleted at once: the handler's exception is ignored
     else:
         os.kill(os.getpid(), signum)

@@ -481,6 +481,50 @@ def test_a_run_whose_memory_keeps_growing_is_stopped_at_its_memory_limit(tmp_pat
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_stop_asked_from_another_thread_wakes_the_main_thread_where_it_waits():
+    """The memory limit's watch stops a run from its own thread, while the main thread may be
+    blocked waiting for a transport's call.  A real signal wakes it there, and the stop's own
+    exception is raised (Python's ``interrupt_main`` would leave a wait without a timeout
+    waiting for ever, until the last resort ended the process)."""
+    command = subprocess.run([sys.executable, "-c", WAITS_FOR_EVER], capture_output=True, text=True, timeout=120)
+    assert command.returncode == 0 and command.stdout == "woken by MemoryLimitReached\n", command.stderr[-2000:]
+
+
+WAITS_FOR_EVER = """
+import threading
+from harel_ref.certify import MemoryLimitReached
+from harel_ref.certify._signals import stop_from_thread, stop_on_signals
+
+try:
+    with stop_on_signals():
+        threading.Timer(0.1, stop_from_thread, args=(MemoryLimitReached(1 << 30, 1 << 20),)).start()
+        threading.Event().wait()  # never set, no timeout: only the stop ends it
+except MemoryLimitReached as stop:
+    print(f"woken by {type(stop).__name__}")
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_background_run_lets_the_terminals_ctrl_c_pass_its_search_processes_too(tmp_path):
+    """Started with SIGINT ignored (a background job of a script), a run goes on when the
+    terminal's Ctrl-C reaches its whole process group: its search processes ignore it too (the
+    certifier stops them with SIGTERM), so every verdict is reached."""
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    reports = tmp_path / "reports"
+    command = subprocess.run(
+        [sys.executable, str(ROOT / "tests" / "signal_at.py"), "first-property", "SIGINT", "group", "certify",
+         "--bundled", "sqlite", "--profile", "quick", "--only", "close", "--only", "fifo", "--only", "bad-input",
+         "--report-dir", str(reports), "--jobs", "2"],
+        cwd=ROOT, capture_output=True, text=True, env={**os.environ, "TMPDIR": str(scratch)}, timeout=300,
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN), start_new_session=True,
+    )
+    assert command.returncode == 0, command.stderr[-2000:]
+    assert _report(reports)[0] == {"close": "passed", "fifo": "passed", "bad-input": "passed"}
+    assert list(scratch.iterdir()) == []
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
 def test_a_signal_that_lands_while_memory_grows_stops_the_run_with_its_report(tmp_path):
     """SIGTERM lands in a publish that takes a mebibyte each time, and its exception is
     swallowed there (tests/broken.py's HoardsMemoryAndIsStopped): the next checkpoint stops the

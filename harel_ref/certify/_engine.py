@@ -65,7 +65,7 @@ import tempfile
 import time
 import traceback
 import uuid
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -676,7 +676,8 @@ def certify(
             searchers.terminate()
         shutil.rmtree(hypothesis_home, ignore_errors=True)
 
-    with stop_on_signals(), last_resort(stuck), limit_memory(memory_limit), limit_calls(call_deadline) as limits:
+    with stop_on_signals(), last_resort(stuck), limit_memory(memory_limit) as end_memory_watch, \
+            limit_calls(call_deadline) as limits:
         target = _target if _target is not None else Target.from_factory(factory, capabilities, is_async)
         target = detect_protocol(target)
         caps = target.capabilities
@@ -742,6 +743,7 @@ def certify(
             raise
         finally:
             with signals_deferred():  # a signal now is raised once all is closed and removed
+                end_memory_watch()  # a limit crossed until now is raised just below, with the report
                 _close_all(pool, searchers, hypothesis_home)
         try:
             raise_if_stopped()  # one that came during the clean-up
@@ -898,7 +900,7 @@ def _run_task(target: Target, context: dict[str, Any], task: _Task, started, eve
         earlier: list[Failure] = []
         reached: collections.Counter = collections.Counter()
         while True:  # the shared concurrent search, again with what failed taken as broken
-            found = _search_once(target, context, task, share, limits, event, pool, ignore)
+            found = _search_once(target, context, task, share, limits, event, pool, ignore, earlier)
             broken = frozenset(failure.property for failure in earlier + found.failures)
             if ignore:
                 found.note = f" (searched again with {', '.join(sorted(ignore))} taken as broken)"
@@ -912,6 +914,9 @@ def _run_task(target: Target, context: dict[str, Any], task: _Task, started, eve
             earlier += found.failures
             reached += collections.Counter(found.reached)
             ignore = broken
+            # What a stop before the next pass finds anything reports: these, shrunk, and the
+            # properties the next pass judges unknown.
+            event("found", _Found("unknown", "", time.monotonic() - began, 0, list(earlier), earlier=len(earlier)))
 
 
 @contextlib.contextmanager
@@ -948,9 +953,12 @@ def _hypothesis_apart(home: str) -> Iterator[None]:
 
 
 def _search_once(target: Target, context: dict[str, Any], task: _Task, share: float, limits: CallLimits,
-                 event: Callable, pool: BranchProcesses | None, ignore: frozenset[str] = frozenset()) -> _Found:
+                 event: Callable, pool: BranchProcesses | None, ignore: frozenset[str] = frozenset(),
+                 earlier: Sequence[Failure] = ()) -> _Found:
     """One run of a lockstep or parallel search, with ``share`` seconds to search (and as
-    many again to shrink a failure found in time)."""
+    many again to shrink a failure found in time).  ``earlier``: the failures passes of the
+    concurrent search before this one found (told with this one's, as found, see
+    :meth:`_Certification.report`)."""
     began, kind, profile, caps = time.monotonic(), task.kind, context["profile"], target.capabilities
     lockstep = kind == SHARED or (kind in PROPERTIES and PROPERTIES[kind].search == "lockstep")
     shown = "lockstep" if kind in PROPERTIES and lockstep else kind
@@ -960,7 +968,8 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
 
     def found() -> None:  # the failure as found, for a report made while it is shrunk (a stopped run)
         _, _, failures = _judge(kind, search, target, profile, context["seed"], context["branches"])
-        event("found", _Found("failed", "", time.monotonic() - began, search.examples, failures))
+        event("found", _Found("failed", "", time.monotonic() - began, search.examples, [*earlier, *failures],
+                              earlier=len(earlier)))
 
     search.on_found = found
     if lockstep:
@@ -1195,9 +1204,12 @@ class _Certification:
         search stopped while it shrank a failure shows that failure as it was found."""
         if why is not None:
             for number in sorted(self.running & self.unshrunk.keys()):
-                found = self.unshrunk[number]
-                stopped = [dataclasses.replace(failure, unshrunk=f"the run's stop ({why.removeprefix('the certification was ')})") for failure in found.failures]
-                self.found[number] = dataclasses.replace(found, failures=stopped)
+                found = self.unshrunk[number]  # those before found.earlier were shrunk (_run_task)
+                stop = f"the run's stop ({why.removeprefix('the certification was ')})"
+                stopped = [dataclasses.replace(failure, unshrunk=stop) for failure in found.failures[found.earlier:]]
+                self.found[number] = dataclasses.replace(
+                    found, failures=[*found.failures[:found.earlier], *stopped],
+                    reason=found.reason if found.verdict != "unknown" else f"interrupted: {why}")
                 self.running.discard(number)
         verdicts = self.verdicts(why)
         return Report(

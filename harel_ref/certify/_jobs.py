@@ -78,12 +78,7 @@ class WorkerDied(Exception):
 
 def _serve(target: Any, run: Callable, clean_up: Callable, tasks, results, started) -> None:
     """A worker: build the factory, then run searches until told to stop (a None task)."""
-    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
-        # Inherited from a certifier started as a background job (which must not die of the
-        # terminal's Ctrl-C): SIGINT is how close() stops this process, so it is taken here,
-        # else every stopped run would wait out CLOSE_GRACE.
-        signal.signal(signal.SIGINT, signal.default_int_handler)
-    with stop_on_signals():  # the parent's SIGINT at close stops a search even if Python swallows it
+    with stop_on_signals():  # the parent's SIGTERM at close stops a search even if Python swallows it
         try:
             _serve_tasks(target, run, clean_up, tasks, results, started)
         except KeyboardInterrupt:
@@ -207,14 +202,16 @@ class SearchProcesses:
 
     def close(self) -> None:
         """End the workers.  Idle ones are told to stop; busy ones (a stopped certification)
-        are interrupted as Ctrl-C would, so that they still clean up, and ended if they do not
-        within a few seconds."""
+        get SIGTERM, which a worker takes as a stop and still cleans up (not SIGINT: a
+        certifier started as a background job inherits SIGINT ignored, as its workers do, so
+        that the terminal's Ctrl-C passes them by), and are ended if they do not stop within
+        a few seconds."""
         for _ in self._workers:
             self._tasks.put(None)
         if self._pending:
             for process in self._workers.values():
                 if process.is_alive():
-                    os.kill(process.pid, signal.SIGINT)
+                    os.kill(process.pid, signal.SIGTERM)
         if ended := _join_all(self._workers.values(), grace=CLOSE_GRACE):
             print(f"harel-ref: warning: {ended} search process(es) had not stopped {CLOSE_GRACE:g} s after they were "
                   "told, and were ended (SIGTERM)", file=sys.stderr)

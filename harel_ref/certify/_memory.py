@@ -22,10 +22,10 @@ import contextlib
 import os
 import re
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Set
 from pathlib import Path
 
-from ._signals import stop_from_thread, stopping
+from ._signals import signals_deferred, stop_from_thread, stopping
 
 __all__ = ["DEFAULT_MEMORY_LIMIT", "MemoryLimitReached", "descendants", "memory_limit", "parse_size",
            "resident_bytes"]
@@ -83,8 +83,9 @@ def parse_size(text: str) -> int | None:
 _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 
 
-def descendants(root: int) -> set[int]:
-    """The processes under process ``root``: its children, theirs, and so on."""
+def descendants(root: int, leaving: Set[int] = frozenset()) -> set[int]:
+    """The processes under process ``root``: its children, theirs, and so on; but not those in
+    ``leaving``, nor any process under them."""
     children: dict[int, list[int]] = {}
     for stat in _PROC.glob("[0-9]*/stat"):
         try:
@@ -94,17 +95,18 @@ def descendants(root: int) -> set[int]:
         children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
     found, pending = set(), list(children.get(root, []))
     while pending:
-        found.add(pid := pending.pop())
-        pending += children.get(pid, [])
+        if (pid := pending.pop()) not in leaving:
+            found.add(pid)
+            pending += children.get(pid, [])
     return found
 
 
-def resident_bytes(root: int, leaving: set[int] = frozenset()) -> int | None:
-    """The resident memory of process ``root`` and its descendants but those in ``leaving``, in
-    bytes (None where ``/proc`` does not tell)."""
+def resident_bytes(root: int, leaving: Set[int] = frozenset()) -> int | None:
+    """The resident memory of process ``root`` and its descendants but those in ``leaving`` and
+    under them, in bytes (None where ``/proc`` does not tell)."""
     page = os.sysconf("SC_PAGE_SIZE")
     total = 0
-    for pid in [root, *(descendants(root) - leaving)]:
+    for pid in [root, *descendants(root, leaving)]:
         try:
             total += int((_PROC / str(pid) / "statm").read_text().split()[1]) * page
         except (OSError, IndexError, ValueError):
@@ -114,29 +116,34 @@ def resident_bytes(root: int, leaving: set[int] = frozenset()) -> int | None:
 
 
 @contextlib.contextmanager
-def memory_limit(limit: int | None) -> Iterator[None]:
+def memory_limit(limit: int | None) -> Iterator[Callable[[], None]]:
     """While inside, stop the run under way (see the module docstring) when its processes hold
     ``limit`` bytes more than as it began.  Nothing is watched with no limit, outside a run that
-    takes signals (``_signals.stop_on_signals``, in the main thread), or without ``/proc``."""
+    takes signals (``_signals.stop_on_signals``, in the main thread), or without ``/proc``.
+    Gives a function that ends the watch before the block does (once the verdicts are in)."""
     root = os.getpid()
     if limit is None or threading.current_thread() is not threading.main_thread() or not (_PROC / str(root)).exists():
-        yield
+        yield lambda: None
         return
     before = descendants(root)  # not the certification's: a server a test suite started, say
     baseline = resident_bytes(root, before) or 0
     done = threading.Event()
 
-    def watch() -> None:
+    def watch() -> None:  # in its own thread
         while not done.wait(POLL):
             used = resident_bytes(root, before)
             if used is not None and used - baseline > limit and not stopping():
                 stop_from_thread(MemoryLimitReached(used - baseline, limit))
                 return
 
+    def end() -> None:
+        with signals_deferred():  # a limit crossed as the watch ends is raised at the next checkpoint
+            done.set()
+            watcher.join()
+
     watcher = threading.Thread(target=watch, name="harel-ref-memory", daemon=True)
     watcher.start()
     try:
-        yield
+        yield end
     finally:
-        done.set()
-        watcher.join()
+        end()

@@ -23,14 +23,14 @@ seconds later, the *last resorts* registered with :func:`last_resort` run in the
 report and removes its files), and the process exits ``128 +`` the signal's number.
 
 The certifier may stop a run itself, from another thread: :func:`stop_from_thread` (the memory
-limit's watch, harel_ref.certify._memory).  Its exception is raised in the main thread as a
-signal's would be (Python's ``interrupt_main``), and it is recorded, checked at the
-checkpoints and backed by the same timer.
+limit's watch, harel_ref.certify._memory).  It sends the main thread a real stop signal
+(``pthread_kill``, which, unlike ``interrupt_main``, also breaks a blocking wait such as the
+wait for a transport's call), whose handler raises the stop's own exception; and the stop is
+recorded, checked at the checkpoints and backed by the same timer.
 """
 
 from __future__ import annotations
 
-import _thread
 import contextlib
 import os
 import signal
@@ -56,10 +56,11 @@ class Terminated(KeyboardInterrupt):
 
 _received: list[int] = []  # the stop signals that arrived while stop_on_signals() was in force
 _requested: list[KeyboardInterrupt] = []  # a stop asked for by stop_from_thread() meanwhile
-_waking = False  # stop_from_thread() is interrupting the main thread: the SIGINT handler raises its stop
+_waking: int | None = None  # the signal stop_from_thread() sent the main thread: its handler raises the stop
 _deferring = 0  # how many signals_deferred() blocks the main thread is inside
 _resorts: list[Callable[[KeyboardInterrupt, dict[str, Any]], None]] = []  # last_resort() actions, outermost first
 _timer: threading.Timer | None = None  # started by the first stop signal of the run
+_timer_lock = threading.RLock()  # a signal's handler (main thread) and stop_from_thread (another) may race
 
 
 def _exception(signum: int) -> KeyboardInterrupt:
@@ -82,8 +83,8 @@ def exit_status(stop: KeyboardInterrupt) -> int:
 
 def _record_and_raise(signum: int, frame: object) -> None:
     global _waking
-    if _waking and signum == signal.SIGINT and _requested:  # stop_from_thread's interruption
-        _waking = False
+    if _waking == signum and _requested:  # stop_from_thread's wake-up call
+        _waking = None
         if not _deferring:
             raise _requested[0]
         return
@@ -95,10 +96,11 @@ def _record_and_raise(signum: int, frame: object) -> None:
 
 def _start_timer(stop: KeyboardInterrupt) -> None:
     global _timer
-    if _timer is None:
-        _timer = threading.Timer(STUCK_AFTER, _stuck, args=(stop,))
-        _timer.daemon = True
-        _timer.start()
+    with _timer_lock:
+        if _timer is None:
+            _timer = threading.Timer(STUCK_AFTER, _stuck, args=(stop,))
+            _timer.daemon = True
+            _timer.start()
 
 
 def _stuck(stop: KeyboardInterrupt) -> None:
@@ -139,12 +141,13 @@ def stop_on_signals() -> Iterator[None]:
     this does nothing; the outermost one forgets the signals of a run before it, puts the
     handlers back as it leaves, and then raises a signal that came after the last checkpoint
     (unless the block already ends with an exception)."""
-    global _timer
+    global _timer, _waking
     if not _in_main_thread() or _installed():
         yield
         return
     _received.clear()
     _requested.clear()
+    _waking = None
     _timer = None
     previous = {}
     for signum in STOP_SIGNALS:
@@ -156,8 +159,9 @@ def stop_on_signals() -> Iterator[None]:
         with signals_deferred():  # signal.signal runs a pending handler first: recorded, not raised
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
-            if _timer is not None:  # the run stopped by itself
-                _timer.cancel()
+            with _timer_lock:
+                if _timer is not None:  # the run stopped by itself
+                    _timer.cancel()
     _raise_recorded()
 
 
@@ -199,7 +203,7 @@ def stopping() -> bool:
 
 def stop_from_thread(stop: KeyboardInterrupt) -> bool:
     """Stop the run under way (inside :func:`stop_on_signals`, in the main thread) from another
-    thread: ``stop`` is raised in the main thread at once (as a SIGINT's exception would be),
+    thread: ``stop`` is raised in the main thread at once (as a signal's exception would be),
     and again at each checkpoint, and the last resorts come :data:`STUCK_AFTER` seconds later
     if it has not stopped.  Returns False, doing nothing, when no run is under way or it is
     already stopping."""
@@ -208,9 +212,12 @@ def stop_from_thread(stop: KeyboardInterrupt) -> bool:
         return False
     _requested.append(stop)
     _start_timer(stop)
-    if signal.getsignal(signal.SIGINT) is _record_and_raise:
-        _waking = True
-        _thread.interrupt_main(signal.SIGINT)
+    # A stop signal whose handler is ours: SIGINT, or SIGTERM where SIGINT was inherited ignored.
+    for signum in STOP_SIGNALS:
+        if signal.getsignal(signum) is _record_and_raise:
+            _waking = signum
+            signal.pthread_kill(threading.main_thread().ident, signum)
+            break
     return True
 
 
