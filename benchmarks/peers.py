@@ -43,7 +43,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
+import math
 import os
+import re
 import sqlite3
 import statistics
 import sys
@@ -78,19 +81,35 @@ def main() -> None:
     parser.add_argument("--scale", type=float, default=1.0, help="latency: scenario sizes times this (0.1 to try it out)")
     parser.add_argument("--no-rqlite", action="store_true", help="leave out the rqlite columns")
     parser.add_argument("--only", choices=["throughput", "latency", "profile"], help="run one of the tables")
+    parser.add_argument("--peers", type=re.compile, default=None,
+                        help="throughput: only the peers whose name matches this regular expression (with the raw limit)")
+    parser.add_argument("--synchronous", default="FULL,NORMAL", type=levels,
+                        help="the PRAGMA synchronous levels to measure at, each in turn (default FULL,NORMAL)")
     args = parser.parse_args()
 
     print(f"# {time.strftime('%Y-%m-%d %H:%M')}, python {sys.version.split()[0]}, "
           f"sqlite {sqlite3.sqlite_version}, {os.cpu_count()} cores, {load()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="harel-ref-peers-") as tmp:
-        if args.only in (None, "throughput"):
-            throughput_table(Path(tmp), args)
+        for level in args.synchronous:
+            if args.only in (None, "throughput"):
+                throughput_table(Path(tmp), args, level)
+            if args.only in (None, "profile"):
+                where_time_goes(Path(tmp), args.messages, level)
         if args.only in (None, "profile"):
-            where_time_goes(Path(tmp), args.messages)
             python_parts()
-        if args.only in (None, "latency"):
-            latency_table(Path(tmp), args)
+            wal_frames(Path(tmp))
+        for level in args.synchronous:
+            if args.only in (None, "latency"):
+                latency_table(Path(tmp), args, level)
     print(f"\n# done, {load()}")
+
+
+def levels(text: str) -> list[str]:
+    """``--synchronous``: FULL, NORMAL or EXTRA, comma-separated."""
+    chosen = [level.strip().upper() for level in text.split(",")]
+    if not chosen or any(level not in ("FULL", "NORMAL", "EXTRA") for level in chosen):
+        raise argparse.ArgumentTypeError(f"expected FULL, NORMAL or EXTRA, comma-separated; got {text!r}")
+    return chosen
 
 
 def load() -> str:
@@ -225,8 +244,15 @@ def libsql_connect(path: str) -> Any:
     return libsql.connect(path, isolation_level=None)
 
 
-def open_harel_ref(kind: str, directory: Path, backlog: Backlog) -> Queue:
-    """harel-ref's transport ``kind`` ("sqlite", "libsql", "rqlite") holding ``backlog``."""
+def at_level(conn: Any, level: str) -> None:
+    """Set ``PRAGMA synchronous`` on a peer's connection (harel 0.9.0 and the plain queues have no
+    option for it; harel-ref's transports take ``synchronous=``)."""
+    conn.execute(f"PRAGMA synchronous = {level}")
+
+
+def open_harel_ref(kind: str, directory: Path, backlog: Backlog, level: str = "FULL") -> Queue:
+    """harel-ref's transport ``kind`` ("sqlite", "libsql", "rqlite") holding ``backlog``, its
+    commits at ``synchronous=level`` (rqlite keeps its own settings)."""
     if kind == "rqlite":
         prefix = f"bench_{uuid.uuid4().hex[:12]}"
         transport = RqliteTransport.from_url(RQLITE, prefix=prefix)
@@ -237,10 +263,10 @@ def open_harel_ref(kind: str, directory: Path, backlog: Backlog) -> Queue:
     transport_class, connect = {"sqlite": (SqliteTransport, sqlite_connect), "libsql": (LibsqlTransport, libsql_connect)}[kind]
     transport_class(path).close()  # creates the schema
     load_sqlite(path, backlog, connect)
-    return harel_ref_queue(transport_class(path))
+    return harel_ref_queue(transport_class(path, synchronous=level))
 
 
-def open_harel(kind: str, directory: Path, backlog: Backlog, page_size: int | None = None) -> Queue:
+def open_harel(kind: str, directory: Path, backlog: Backlog, level: str = "FULL", page_size: int | None = None) -> Queue:
     """harel 0.9.0's transport ``kind`` ("sqlite", "libsql") holding ``backlog``, in a file of
     SQLite's default page size (as harel makes it), or of ``page_size`` bytes."""
     from harel.engine.transport.libsql import LibsqlTransport as HarelLibsql
@@ -255,7 +281,9 @@ def open_harel(kind: str, directory: Path, backlog: Backlog, page_size: int | No
         conn.close()
     transport_class(str(path))  # creates the schema
     load_sqlite(path, backlog, connect)
-    return harel_queue(transport_class(str(path)))
+    transport = transport_class(str(path))
+    at_level(transport._conn, level)
+    return harel_queue(transport)
 
 
 def drop_rqlite(urls: str, tables: list[str]) -> None:
@@ -272,11 +300,15 @@ def drop_rqlite(urls: str, tables: list[str]) -> None:
 # in lockstep, every peer meets the same drift.
 
 
-def harel_ref_drainer(kind: str) -> Callable[[Path, Backlog], Queue]:
-    return lambda directory, backlog: open_harel_ref(kind, directory, backlog)
+def harel_ref_drainer(kind: str, level: str) -> Callable[[Path, Backlog], Queue]:
+    return lambda directory, backlog: open_harel_ref(kind, directory, backlog, level)
 
 
-def harel_ref_async_drainer(kind: str) -> Callable[[Path, Backlog], Any]:
+def harel_drainer(kind: str, level: str, page_size: int | None = None) -> Callable[[Path, Backlog], Queue]:
+    return lambda directory, backlog: open_harel(kind, directory, backlog, level, page_size)
+
+
+def harel_ref_async_drainer(kind: str, level: str) -> Callable[[Path, Backlog], Any]:
     def open_async(directory: Path, backlog: Backlog) -> AsyncQueue:
         path = directory / f"harel-ref-async-{kind}-{uuid.uuid4().hex[:8]}.db"
         transport_class, connect = {"sqlite": (AsyncSqliteTransport, sqlite_connect),
@@ -284,7 +316,29 @@ def harel_ref_async_drainer(kind: str) -> Callable[[Path, Backlog], Any]:
         loop = asyncio.new_event_loop()
         loop.run_until_complete(loop.run_until_complete(transport_class.create(path)).close())
         load_sqlite(path, backlog, connect)
-        return AsyncQueue(loop, loop.run_until_complete(transport_class.create(path)))
+        return AsyncQueue(loop, loop.run_until_complete(transport_class.create(path, synchronous=level)))
+    return open_async
+
+
+def harel_async_drainer(kind: str, level: str) -> Callable[[Path, Backlog], Any]:
+    """harel 0.9.0's async twin: over aiosqlite (SQLite), or its sync transport in
+    ``asyncio.to_thread`` (libSQL)."""
+    def open_async(directory: Path, backlog: Backlog) -> AsyncQueue:
+        from harel.engine.aio_transport.libsql import AsyncLibsqlTransport as HarelAsyncLibsql
+        from harel.engine.aio_transport.sqlite import AsyncSqliteTransport as HarelAsyncSqlite
+
+        path = str(directory / f"harel-async-{kind}-{uuid.uuid4().hex[:8]}.db")
+        transport_class, connect = {"sqlite": (HarelAsyncSqlite, sqlite_connect),
+                                    "libsql": (HarelAsyncLibsql, libsql_connect)}[kind]
+        loop = asyncio.new_event_loop()
+        loop.run_until_complete(loop.run_until_complete(transport_class.create(path)).close())
+        load_sqlite(Path(path), backlog, connect)
+        transport = loop.run_until_complete(transport_class.create(path))
+        if kind == "sqlite":
+            loop.run_until_complete(transport._conn.execute(f"PRAGMA synchronous = {level}"))
+        else:
+            at_level(transport._t._conn, level)
+        return AsyncQueue(loop, transport)
     return open_async
 
 
@@ -310,10 +364,11 @@ class AsyncQueue:
         self.loop.close()
 
 
-def persist_queue_drainer(directory: Path, backlog: Backlog) -> Queue:
+def persist_queue_drainer(directory: Path, backlog: Backlog, level: str) -> Queue:
     import persistqueue
 
     queue = persistqueue.SQLiteAckQueue(str(directory / f"persist-queue-{uuid.uuid4().hex[:8]}"), auto_commit=True)
+    at_level(queue._conn, level)
     for n in range(backlog.messages):
         queue.put({"kind": "bench", "n": n})
 
@@ -326,7 +381,8 @@ def persist_queue_drainer(directory: Path, backlog: Backlog) -> Queue:
     return Queue(claim, queue.ack, queue.close)
 
 
-def litequeue_drainer(directory: Path, backlog: Backlog) -> Queue:
+def litequeue_drainer(directory: Path, backlog: Backlog, level: str) -> Queue:
+    """litequeue at its own ``synchronous=NORMAL``, whatever ``level``."""
     import litequeue
 
     queue = litequeue.LiteQueue(str(directory / f"litequeue-{uuid.uuid4().hex[:8]}.db"))
@@ -335,7 +391,7 @@ def litequeue_drainer(directory: Path, backlog: Backlog) -> Queue:
     return Queue(queue.pop, lambda message: queue.done(message.message_id), queue.close)
 
 
-def raw_drainer(directory: Path, backlog: Backlog) -> Queue:
+def raw_drainer(directory: Path, backlog: Backlog, level: str) -> Queue:
     """harel-ref's own statements, run by plain sqlite3 with nothing around them: no argument
     checks, no lock, no Lease, one constant token.  Per message: the claim's one statement (and
     the promotion of lapsed groups when it finds nothing), then the ack's one statement.  A
@@ -350,6 +406,7 @@ def raw_drainer(directory: Path, backlog: Backlog) -> Queue:
     conn = sqlite3.connect(str(path), isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA busy_timeout = 5000")
+    at_level(conn, level)
 
     def claim() -> Any:
         now = time.time()
@@ -365,12 +422,13 @@ def raw_drainer(directory: Path, backlog: Backlog) -> Queue:
     return Queue(claim, ack, conn.close)
 
 
-def floor_drainer(directory: Path, backlog: Backlog) -> Queue:
+def floor_drainer(directory: Path, backlog: Backlog, level: str) -> Queue:
     """The least any SQLite queue with acks does: two write transactions of one statement per
     message, on a job table without groups (lease the oldest free row, then delete it)."""
     conn = sqlite3.connect(str(directory / f"floor-{uuid.uuid4().hex[:8]}.db"), isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA busy_timeout = 5000")
+    at_level(conn, level)
     conn.execute("CREATE TABLE jobs (seq INTEGER PRIMARY KEY, event TEXT NOT NULL, locked_by TEXT, lock_expiry REAL)")
     conn.execute("BEGIN")
     conn.executemany("INSERT INTO jobs (event) VALUES (?)", [('{"kind": "bench"}',)] * backlog.messages)
@@ -424,39 +482,76 @@ def drain_together(directory: Path, backlog: Backlog, openers: dict[str, Callabl
     return {name: done[name] / seconds[name] for name in queues}
 
 
-def throughput_table(directory: Path, args: argparse.Namespace) -> None:
+HAREL = "harel 0.9.0 SqliteTransport (unfenced)"
+TWINS = {  # an async transport -> the sync transport of its backend, from the same project
+    "harel-ref AsyncSqliteTransport": REFERENCE,
+    "harel-ref AsyncLibsqlTransport": "harel-ref LibsqlTransport",
+    "harel 0.9.0 AsyncSqliteTransport (aiosqlite)": HAREL,
+    "harel 0.9.0 AsyncLibsqlTransport (to_thread)": "harel 0.9.0 LibsqlTransport",
+}
+
+
+def throughput_table(directory: Path, args: argparse.Namespace, level: str) -> dict[str, float]:
+    """The throughput table at ``synchronous=level``; the median msg/s of each peer."""
     backlog = Backlog(args.groups, args.messages // args.groups)
     openers: dict[str, Callable[[Path, Backlog], Any]] = {
-        REFERENCE: harel_ref_drainer("sqlite"),
-        "harel-ref AsyncSqliteTransport": harel_ref_async_drainer("sqlite"),
-        "harel-ref LibsqlTransport": harel_ref_drainer("libsql"),
-        "harel-ref AsyncLibsqlTransport": harel_ref_async_drainer("libsql"),
+        REFERENCE: harel_ref_drainer("sqlite", level),
+        "harel-ref AsyncSqliteTransport": harel_ref_async_drainer("sqlite", level),
+        "harel-ref LibsqlTransport": harel_ref_drainer("libsql", level),
+        "harel-ref AsyncLibsqlTransport": harel_ref_async_drainer("libsql", level),
     }
     if available("harel"):
-        openers["harel 0.9.0 SqliteTransport (unfenced)"] = lambda directory, backlog: open_harel("sqlite", directory, backlog)
-        openers[f"harel 0.9.0 SqliteTransport, in a file of {PAGE_SIZE}-byte pages"] = (
-            lambda directory, backlog: open_harel("sqlite", directory, backlog, PAGE_SIZE))
+        openers[HAREL] = harel_drainer("sqlite", level)
+        openers[f"harel 0.9.0 SqliteTransport, in a file of {PAGE_SIZE}-byte pages"] = harel_drainer("sqlite", level, PAGE_SIZE)
+        openers["harel 0.9.0 AsyncSqliteTransport (aiosqlite)"] = harel_async_drainer("sqlite", level)
+        openers["harel 0.9.0 LibsqlTransport"] = harel_drainer("libsql", level)
+        openers["harel 0.9.0 AsyncLibsqlTransport (to_thread)"] = harel_async_drainer("libsql", level)
+    plain = {RAW: raw_drainer, "floor: a job table without groups, two one-statement transactions": floor_drainer}
     if available("persistqueue"):
-        openers["persist-queue SQLiteAckQueue (no groups)"] = persist_queue_drainer
+        plain["persist-queue SQLiteAckQueue (no groups)"] = persist_queue_drainer
     if available("litequeue"):
-        openers["litequeue (no groups, synchronous=NORMAL)"] = litequeue_drainer
-    openers[RAW] = raw_drainer
-    openers["floor: a job table without groups, two one-statement transactions"] = floor_drainer
+        plain["litequeue (no groups, synchronous=NORMAL always)"] = litequeue_drainer
+    for name, drainer in plain.items():
+        openers[name] = functools.partial(drainer, level=level)
+    if args.peers is not None:
+        openers = {name: opener for name, opener in openers.items() if name == RAW or args.peers.search(name)}
 
-    print(f"\n# throughput: claim+ack until empty, {backlog.messages:,} messages, {backlog.groups} groups, "
-          f"one worker, all peers drained in lockstep ({args.chunk} at a time); {args.rounds} rounds", flush=True)
+    print(f"\n# throughput at synchronous={level}: claim+ack until empty, {backlog.messages:,} messages, "
+          f"{backlog.groups} groups, one worker, all peers drained in lockstep ({args.chunk} at a time); "
+          f"{args.rounds} rounds", flush=True)
     results: dict[str, list[float]] = {name: [] for name in openers}
     for round_number in range(args.rounds):
         for name, rate in drain_together(directory, backlog, openers, args.chunk).items():
             results[name].append(rate)
         print(f"#   round {round_number + 1} of {args.rounds} done, {load()}", flush=True)
-    reference, raw = statistics.median(results[REFERENCE]), statistics.median(results[RAW])
-    print(f"\n| claim+ack until empty, {backlog.messages:,} messages, {backlog.groups} groups, one worker "
-          f"| msg/s, median (range) | vs harel-ref SQLite | vs raw limit |")
-    print("|---|---|---|---|")
+    medians = {name: statistics.median(values) for name, values in results.items()}
+    reference, raw = medians.get(REFERENCE, math.nan), medians[RAW]
+    print(f"\n| synchronous={level}: claim+ack until empty, {backlog.messages:,} messages, {backlog.groups} groups, "
+          f"one worker | msg/s, median (range) | vs harel-ref SQLite | vs raw limit | async vs its sync |")
+    print("|---|---|---|---|---|")
     for name, values in results.items():
-        median = statistics.median(values)
-        print(f"| {name} | {spread(values, '{:,.0f}')} | {median / reference:.2f} | {median / raw:.2f} |")
+        twin = f"{medians[name] / medians[TWINS[name]]:.2f}" if TWINS.get(name) in medians else ""
+        print(f"| {name} | {spread(values, '{:,.0f}')} | {medians[name] / reference:.2f} | "
+              f"{medians[name] / raw:.2f} | {twin} |")
+    print_goals(medians, level)
+    return medians
+
+
+def print_goals(medians: dict[str, float], level: str) -> None:
+    """Issue 22's goals for this table, each with its figure: the ratios to read first."""
+    goals = [(f"{REFERENCE} vs {HAREL}", REFERENCE, HAREL, 1.0), (f"{REFERENCE} vs the raw limit", REFERENCE, RAW, 0.85)]
+    for twin, sync in TWINS.items():
+        if twin.startswith("harel-ref"):
+            goals.append((f"{twin} vs its sync transport", twin, sync, 0.8))
+            harel_twin = twin.replace("harel-ref", "harel 0.9.0")
+            harel_twin = next((name for name in TWINS if name.startswith(harel_twin)), harel_twin)
+            goals.append((f"{twin} vs {harel_twin}", twin, harel_twin, 1.0))
+    print(f"\n| synchronous={level}: goal | ratio | at least | met |")
+    print("|---|---|---|---|")
+    for label, name, other, least in goals:
+        if name in medians and other in medians:
+            ratio = medians[name] / medians[other]
+            print(f"| {label} | {ratio:.2f} | {least:.2f} | {'yes' if ratio >= least else '**no**'} |")
 
 
 # --- Where the time goes ---------------------------------------------------------------------------
@@ -504,7 +599,7 @@ STATEMENT_LABELS = {
 }
 
 
-def where_time_goes(directory: Path, messages: int) -> None:
+def where_time_goes(directory: Path, messages: int, level: str) -> None:
     """One worker's claim+ack on harel-ref SqliteTransport, split into the time spent inside
     sqlite3, statement by statement, and the rest (Python: argument checks, the token, the
     plan, the lock)."""
@@ -512,7 +607,7 @@ def where_time_goes(directory: Path, messages: int) -> None:
     queue_path = directory / f"profile-{uuid.uuid4().hex[:8]}.db"
     SqliteTransport(queue_path).close()
     load_sqlite(queue_path, backlog, sqlite_connect)
-    transport = SqliteTransport(queue_path)
+    transport = SqliteTransport(queue_path, synchronous=level)
     seconds: dict[str, float] = {}
     transport._conn = TimedConnection(transport._conn, seconds)
     start = time.perf_counter()
@@ -525,13 +620,61 @@ def where_time_goes(directory: Path, messages: int) -> None:
     transport.close()
     per = {label: value / done * 1e6 for label, value in seconds.items()}
     inside = sum(per.values())
-    print(f"\n| where a claim+ack goes, harel-ref SqliteTransport, {done:,} messages | µs per message | share |")
+    print(f"\n| synchronous={level}: where a claim+ack goes, harel-ref SqliteTransport, {done:,} messages | µs per message | share |")
     print("|---|---|---|")
     for label, value in sorted(per.items(), key=lambda item: -item[1]):
         print(f"| {label} | {value:,.1f} | {value / (total / done * 1e6):.0%} |")
     python = total / done * 1e6 - inside
     print(f"| Python: checks, token, statements, lock, driver calls | {python:,.1f} | {python / (total / done * 1e6):.0%} |")
     print(f"| total | {total / done * 1e6:,.1f} | 100% |")
+
+
+def wal_frames(directory: Path, count: int = 1_000) -> None:
+    """WAL frames (pages) written per claim and per ack, each counted from the growth of the
+    WAL file with checkpoints off: what a commit writes, and at FULL syncs."""
+    backlog = Backlog(500, 20)
+
+    def harel_ref(path: Path) -> Any:
+        SqliteTransport(path).close()
+        load_sqlite(path, backlog, sqlite_connect)
+        return SqliteTransport(path)
+
+    def harel(path: Path, page_size: int | None = None) -> Any:
+        from harel.engine.transport.sqlite import SqliteTransport as HarelSqlite
+
+        if page_size is not None:
+            conn = sqlite_connect(str(path))
+            conn.execute(f"PRAGMA page_size = {page_size}")
+            conn.execute("PRAGMA journal_mode = WAL").fetchall()
+            conn.close()
+        HarelSqlite(str(path))
+        load_sqlite(path, backlog, sqlite_connect)
+        return HarelSqlite(str(path))
+
+    contenders = {"harel-ref SqliteTransport": harel_ref}
+    if available("harel"):
+        contenders["harel 0.9.0 SqliteTransport (4096-byte pages, as it makes a file)"] = harel
+        contenders[f"harel 0.9.0 SqliteTransport, {PAGE_SIZE}-byte pages"] = lambda path: harel(path, PAGE_SIZE)
+    print(f"\n| WAL frames written, mean of {count:,} claim+acks (checkpoints off) | per claim | per ack | bytes per claim+ack |")
+    print("|---|---|---|---|")
+    for name, opener in contenders.items():
+        path = directory / f"frames-{uuid.uuid4().hex[:8]}.db"
+        transport = opener(path)
+        transport._conn.execute("PRAGMA wal_autocheckpoint = 0")
+        transport._conn.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+        page = transport._conn.execute("PRAGMA page_size").fetchone()[0]
+        wal = Path(f"{path}-wal")
+        claimed = acked = 0
+        for _ in range(count):
+            before = wal.stat().st_size
+            lease = transport.claim("bench", 60.0)
+            middle = wal.stat().st_size
+            transport.ack(lease)
+            claimed, acked = claimed + middle - before, acked + wal.stat().st_size - middle
+        transport.close()
+        frame = page + 24  # each frame is a page and its 24-byte header
+        print(f"| {name} | {claimed / count / frame:.2f} | {acked / count / frame:.2f} | "
+              f"{(claimed + acked) / count:,.0f} |")
 
 
 def python_parts(calls: int = 20_000) -> None:
@@ -602,7 +745,7 @@ KINDS = {"harel-ref": ("sqlite", "libsql", "rqlite"), "harel 0.9.0": ("sqlite", 
 seeds' three requests, which benchmarks/rqlite_claim.py measures against harel-ref's one."""
 
 
-def latency_table(directory: Path, args: argparse.Namespace) -> None:
+def latency_table(directory: Path, args: argparse.Namespace, level: str) -> None:
     kinds = ["sqlite", "libsql"] + ([] if args.no_rqlite or not rqlite_is_up() else ["rqlite"])
     openers: dict[str, Callable[[str, Path, Backlog], Queue]] = {"harel-ref": open_harel_ref}
     if available("harel"):
@@ -611,9 +754,9 @@ def latency_table(directory: Path, args: argparse.Namespace) -> None:
     columns = [f"{who} {kind}" for kind in kinds for who in openers if kind in KINDS[who]]
     medians: dict[str, dict[str, list[float]]] = {}
     for scenario, backlog in scenarios.items():
-        print(f"\n# latency {scenario}: {backlog.messages:,} messages, loading ...", flush=True)
+        print(f"\n# latency {scenario} at synchronous={level}: {backlog.messages:,} messages, loading ...", flush=True)
         started = time.perf_counter()
-        queues = {f"{who} {kind}": opener(kind, directory, backlog)
+        queues = {f"{who} {kind}": opener(kind, directory, backlog, level)
                   for kind in kinds for who, opener in openers.items() if kind in KINDS[who]}
         print(f"#   loaded in {time.perf_counter() - started:.0f} s", flush=True)
         try:
@@ -622,7 +765,7 @@ def latency_table(directory: Path, args: argparse.Namespace) -> None:
             for queue in queues.values():
                 queue.close()
 
-    print(f"\n| claim latency, median of {args.samples} × {args.rounds} rounds (µs) | "
+    print(f"\n| synchronous={level}: claim latency, median of {args.samples} × {args.rounds} rounds (µs) | "
           + " | ".join(columns) + " |")
     print("|---|" + "---|" * len(columns))
     first = next(iter(medians))

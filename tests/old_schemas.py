@@ -34,6 +34,23 @@ def seeds_schema(prefix: str = "") -> list[str]:
     ]
 
 
+def first_v5_triggers(prefix: str = "") -> list[str]:
+    """The claim's two triggers of the first release of schema version 5 (each updated the
+    group's row: one set ``claimable_at``, the other ``last_claimed_at``), in place of the
+    current ones.  The same meaning, so the version number stayed 5."""
+    messages, groups, _ = names(prefix)
+    return [
+        f"DROP TRIGGER {messages}_claim_blocks_group",
+        f"DROP TRIGGER {messages}_nack_sets_group",
+        f"CREATE TRIGGER {messages}_lease_blocks_group AFTER UPDATE OF locked_by, lock_expiry ON {messages} BEGIN"
+        f" UPDATE {groups} SET claimable_at = CASE WHEN NEW.locked_by IS NULL THEN {FREE} ELSE NEW.lock_expiry END"
+        f" WHERE group_id = NEW.group_id; END",
+        f"CREATE TRIGGER {messages}_claim_stamps_group AFTER UPDATE OF leased_at ON {messages} BEGIN"
+        f" UPDATE {groups} SET last_claimed_at = NEW.leased_at WHERE group_id = NEW.group_id;"
+        f" UPDATE {groups} SET claimable_at = {FREE} WHERE claimable_at >= 0 AND claimable_at < NEW.leased_at; END",
+    ]
+
+
 def v4_schema(prefix: str = "") -> list[str]:
     """Schema version 4: the seeds' tables plus routing_key, its index and the meta table."""
     messages, groups, meta = names(prefix)

@@ -100,6 +100,9 @@ OPEN_CASES = {
     "clock 5 (not callable)": (TypeError, dict(clock=5)),
     "busy_timeout -1": (ValueError, dict(busy_timeout=-1)),
     "busy_timeout '5'": (TypeError, dict(busy_timeout="5")),
+    "synchronous 'OFF' (an OS crash could corrupt the file)": (ValueError, dict(synchronous="OFF")),
+    "synchronous 'fast'": (ValueError, dict(synchronous="fast")),
+    "synchronous 1": (TypeError, dict(synchronous=1)),
 }
 
 

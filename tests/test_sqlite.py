@@ -23,6 +23,7 @@ import libsql
 import pytest
 
 from harel_ref.transport import (
+    AsyncLibsqlTransport,
     AsyncSqliteTransport,
     Lease,
     LibsqlTransport,
@@ -39,7 +40,7 @@ from harel_ref.transport._sql import (
     nack_statement,
     promote_statement,
 )
-from old_schemas import EXPECTED_CLAIMABLE_AT, NOW, check_upgraded_v4, seeds_schema, v4_with_data
+from old_schemas import EXPECTED_CLAIMABLE_AT, NOW, check_upgraded_v4, first_v5_triggers, seeds_schema, v4_with_data
 from harel_ref.stateful.history import History, RecordingTransport, check, drain, load
 
 TRANSPORTS = {"sqlite": SqliteTransport, "libsql": LibsqlTransport}
@@ -177,7 +178,7 @@ def test_upgrade_from_version_4_keeps_every_message_and_every_lease(driver, tmp_
     assert "harel_transport_groups_by_last_claimed" not in schema and "harel_transport_groups_by_routing_key" not in schema
     assert schema["harel_transport_groups_claim_order"] == "index"
     assert [name for name, kind in schema.items() if kind == "trigger"] == [
-        "harel_transport_messages_lease_blocks_group", "harel_transport_messages_claim_stamps_group",
+        "harel_transport_messages_claim_blocks_group", "harel_transport_messages_nack_sets_group",
         "harel_transport_messages_delete_frees_group"]
     assert "leased_at" in [row[1] for row in rows(driver, path, "PRAGMA table_info(harel_transport_messages)")]
     check_upgraded_v4(queue, clock)
@@ -185,6 +186,47 @@ def test_upgrade_from_version_4_keeps_every_message_and_every_lease(driver, tmp_
     TRANSPORTS[driver](path).close()  # opening an up-to-date database again changes nothing
     assert dict(rows(driver, path, "SELECT name, type FROM sqlite_master")) == schema
     assert rows(driver, path, "SELECT count(*) FROM harel_transport_groups") == [(0,)]
+
+
+def test_the_first_version_5_triggers_are_replaced_and_every_lease_kept(driver, tmp_path):
+    """A file made by the first release of version 5 has the claim's two triggers; opening it
+    replaces them with the one that does both (same version: same meaning).  A lease taken
+    under the old triggers still blocks its group and acks; a park still holds its group."""
+    path = tmp_path / "first-v5.db"
+    clock = Clock(100.0)
+    with TRANSPORTS[driver](path, clock=clock) as queue:
+        for group, event in [("g1", "a"), ("g1", "b"), ("g2", "c"), ("g3", "d")]:
+            queue.publish(group, event)
+    conn = CONNECT[driver](path)
+    for statement in first_v5_triggers():
+        conn.execute(statement)
+    # Under the old triggers, the statements the transports send: lease g1's head, park g2's.
+    t = Tables.named()
+    held = _run_statement(conn, claim_statement(t, "w:old", 100.0, 30.0, 0, None))[0]
+    parked = _run_statement(conn, claim_statement(t, "w:park", 100.0, 30.0, 0, None))[0]
+    _run_statement(conn, nack_statement(t, Lease(parked[1].decode(), "c", parked[0], "w:park"), 100.0, 500.0))
+    conn.close()
+
+    with TRANSPORTS[driver](path, clock=clock) as queue:
+        triggers = sorted(name for name, kind in rows(driver, path, "SELECT name, type FROM sqlite_master") if kind == "trigger")
+        assert triggers == ["harel_transport_messages_claim_blocks_group", "harel_transport_messages_delete_frees_group",
+                            "harel_transport_messages_nack_sets_group"]
+        lease = queue.claim("w", 30.0)  # g1 is held, g2 parked: only g3 is free
+        assert (lease.group_id, lease.event) == ("g3", "d")
+        assert queue.claim("w", 30.0) is None
+        assert queue.ack(Lease(held[1].decode(), held[2].decode(), held[0], "w:old"))  # the old lease acks
+        assert queue.claim("w", 30.0).event == "b"
+    schema = rows(driver, path, "SELECT name, sql FROM sqlite_master ORDER BY name")
+    TRANSPORTS[driver](path).close()  # opening it again changes nothing
+    assert rows(driver, path, "SELECT name, sql FROM sqlite_master ORDER BY name") == schema
+
+
+def _run_statement(conn, statement):
+    cursor = conn.execute(statement.sql, statement.params)
+    try:
+        return cursor.fetchall()
+    finally:
+        cursor.close()
 
 
 def test_a_newer_schema_is_refused(driver, tmp_path):
@@ -279,10 +321,11 @@ def test_durable_fenced_and_text_exact(driver, tmp_path):
     queue.close()
 
 
-def test_async_sqlite_transport(tmp_path):
+@pytest.mark.parametrize("synchronous", ["FULL", "NORMAL"])  # in the connection's thread; on the loop
+def test_async_sqlite_transport(tmp_path, synchronous):
     async def scenario():
         clock = Clock()
-        queue = await AsyncSqliteTransport.create(tmp_path / "q.db", clock=clock)
+        queue = await AsyncSqliteTransport.create(tmp_path / "q.db", clock=clock, synchronous=synchronous)
         await asyncio.gather(*(queue.publish(f"g{i % 3}", f"e{i}") for i in range(12)))
         leases = await asyncio.gather(*(queue.claim("w", 5) for _ in range(4)))
         assert sorted(lease.group_id for lease in leases if lease) == ["g0", "g1", "g2"]
@@ -300,9 +343,10 @@ def test_async_sqlite_transport(tmp_path):
 
 
 def test_a_cancelled_async_claim_still_ends_its_transaction(tmp_path):
-    """Cancelling a call mid-transaction must not leave the write lock held nor the
-    connection stuck inside BEGIN (aiosqlite keeps executing in its thread): the transaction
-    runs to its end, then the cancellation is reported."""
+    """At FULL each call runs in the connection's thread, which goes on after its caller is
+    cancelled: the call must still end (here it waits for the lock, then leases), leaving
+    neither the write lock held nor the connection inside a transaction, and the next call
+    waits for it."""
     path = str(tmp_path / "q.db")
     blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
 
@@ -329,6 +373,97 @@ def test_a_cancelled_async_claim_still_ends_its_transaction(tmp_path):
     later = SqliteTransport(path, clock=lambda: 106.0)  # the lost lease has lapsed: "e" is back
     assert later.claim("w", 5.0).event == "e"
     later.close()
+
+
+ON_THE_LOOP = {  # the async twins whose calls run on the event loop, and a connection of their driver
+    "sqlite": (lambda path: AsyncSqliteTransport.create(path, synchronous="NORMAL", busy_timeout=30.0),
+               lambda path: sqlite3.connect(path, isolation_level=None, timeout=0)),
+    "libsql": (lambda path: AsyncLibsqlTransport.create(path, busy_timeout=30.0),
+               lambda path: libsql.connect(path, isolation_level=None, timeout=0)),
+}
+
+
+@pytest.mark.parametrize("driver_name", sorted(ON_THE_LOOP))
+def test_a_twin_on_the_loop_awaits_a_held_lock_and_the_loop_runs_on(tmp_path, driver_name):
+    """A call of a twin that runs on the loop (AsyncSqliteTransport at NORMAL, AsyncLibsqlTransport)
+    waits for another connection's write lock by awaiting: other tasks run meanwhile.  Cancelled
+    while it waits, the call has written nothing, and close() is safe at once (a libsql
+    connection used after close would panic).  A call that waits until the lock is released
+    then goes through."""
+    path = str(tmp_path / "q.db")
+    create, connect = ON_THE_LOOP[driver_name]
+
+    async def main():
+        queue = await create(path)
+        blocker = connect(path)
+        blocker.execute("BEGIN IMMEDIATE")
+        publish = asyncio.ensure_future(queue.publish("g1", "cancelled while it waited"))
+        ticks = 0
+        for _ in range(50):  # the loop runs other tasks while the publish waits for the lock
+            await asyncio.sleep(0.002)
+            ticks += 1
+        assert not publish.done() and ticks == 50
+        publish.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await publish
+        waiting = asyncio.ensure_future(queue.publish("g2", "waited, then written"))
+        await asyncio.sleep(0.05)
+        blocker.execute("ROLLBACK")
+        await waiting
+        await queue.close()
+        blocker.close()
+
+    asyncio.run(main())
+    assert events_in(driver_name, path) == ["waited, then written"]
+
+
+def test_synchronous_is_set_on_the_connection(driver, tmp_path):
+    """``synchronous`` reaches the connection, for each transport and twin; the default is FULL."""
+    async def twin_level(level):
+        create = AsyncSqliteTransport.create if driver == "sqlite" else AsyncLibsqlTransport.create
+        queue = await create(tmp_path / f"async-{level}.db", **({} if level is None else {"synchronous": level}))
+        try:
+            return queue._sync._conn.execute("PRAGMA synchronous").fetchall()[0][0]
+        finally:
+            await queue.close()
+
+    codes = {"NORMAL": 1, "FULL": 2, "EXTRA": 3, None: 2}
+    for level, code in codes.items():
+        options = {} if level is None else {"synchronous": level.lower() if level == "EXTRA" else level}
+        with TRANSPORTS[driver](tmp_path / f"{level}.db", **options) as queue:
+            assert queue._conn.execute("PRAGMA synchronous").fetchall()[0][0] == code, level
+        assert asyncio.run(twin_level(level)) == code, level
+
+
+@pytest.mark.parametrize("synchronous", ["FULL", "NORMAL"])
+def test_the_async_sqlite_twin_keeps_its_wal_small(tmp_path, synchronous):
+    """At FULL the calls, and SQLite's automatic checkpoints with them, run in the connection's
+    thread.  At NORMAL the calls run on the loop, where a checkpoint's syncs must not: the
+    connection never checkpoints on its own, and a checkpoint runs in a thread every
+    CHECKPOINT_EVERY calls.  Either way the WAL stays small; without the checkpoints these
+    2,400 claim+acks and 2,400 publishes leave over 40 MB of it."""
+    path = tmp_path / "q.db"
+    with SqliteTransport(path) as loader:
+        for number in range(1200):
+            loader.publish(f"g{number % 50}", f"e{number}")
+    wal = Path(f"{path}-wal")
+
+    async def main():
+        queue = await AsyncSqliteTransport.create(path, synchronous=synchronous)
+        automatic = 0 if synchronous == "NORMAL" else 1000  # SQLite's own interval, in pages
+        assert queue._sync._conn.execute("PRAGMA wal_autocheckpoint").fetchall() == [(automatic,)]
+        largest = 0
+        for _ in range(2):
+            for _ in range(1200):
+                await queue.ack(await queue.claim("w", 60.0))
+            largest = max(largest, wal.stat().st_size)
+            for number in range(1200):
+                await queue.publish(f"g{number % 50}", f"again {number}")
+        await queue.close()
+        return largest
+
+    largest = asyncio.run(main())
+    assert largest < 6_000_000, f"the WAL grew to {largest:,} bytes: no checkpoint ran"
 
 
 def test_not_a_database(driver, tmp_path):

@@ -4,7 +4,7 @@ Both backends speak SQLite's dialect and differ only in their driver, so every s
 here, once.  An operation is written as a *plan*: a generator that yields :class:`Statement`
 objects and is sent back each statement's answer (the rows of a ``fetch`` statement, else
 None), then returns the operation's result.  :func:`run` executes a plan on a DB-API connection
-(``sqlite3``, ``libsql``); :func:`run_async` does the same on an ``aiosqlite`` connection.  The
+(``sqlite3``, ``libsql``); :func:`run_on_loop` does the same on the event loop's thread.  The
 plans hold the logic; the runners hold the transaction and nothing else.
 
 Schema (the seeds' tables, plus ``routing_key``, ``claimable_at`` and ``leased_at``)::
@@ -45,9 +45,11 @@ claim, and version 4).  So each group carries ``claimable_at``, the time its hea
 claimed: ``FREE`` (-1) when the head is free, else the end of its lease or park.  Triggers on
 the messages table keep it, in the same statement as the write:
 
-- ``<p>..._lease_blocks_group``: leasing, parking or freeing a head sets it;
-- ``<p>..._claim_stamps_group``: a claim (which sets ``leased_at = now``) stamps the group's
-  ``last_claimed_at`` and promotes the lapsed groups (below);
+- ``<p>..._claim_blocks_group``: a claim (which sets ``leased_at = now``) blocks the group
+  until its lease ends and stamps its ``last_claimed_at``, in one update of its row, then
+  promotes the lapsed groups (below);
+- ``<p>..._nack_sets_group``: a nack (which leaves ``leased_at`` alone) frees the group or
+  parks it until the park ends;
 - ``<p>..._delete_frees_group``: deleting a message frees its group, or drops it when that was
   its last message.
 
@@ -93,7 +95,8 @@ from ._base import (
     StorageError,
     check_clock,
 )
-from ._shell import Shell
+from ._shell import AsyncShell, Shell, run_steps, run_steps_async
+from ._thread import ConnectionThread
 
 __all__ = [
     "FREE",
@@ -101,12 +104,14 @@ __all__ = [
     "PARKED",
     "SCHEMA_VERSION",
     "Plan",
+    "AsyncSqlTransport",
     "SqlCore",
     "Statement",
     "SyncSqlTransport",
     "Tables",
     "ack_statement",
     "check_busy_timeout",
+    "check_synchronous",
     "claim_statement",
     "claimed",
     "claim_params",
@@ -121,10 +126,8 @@ __all__ = [
     "promote_lapsed_sql",
     "promote_statement",
     "publish_plan",
-    "execute_alone",
-    "execute_alone_async",
     "run",
-    "run_async",
+    "run_on_loop",
     "storage_errors",
 ]
 
@@ -215,6 +218,27 @@ def check_busy_timeout(busy_timeout: object) -> float:
     return float(busy_timeout)
 
 
+SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
+"""The values of ``PRAGMA synchronous`` a transport takes; ``FULL`` (SQLite's default) is its own.
+
+In WAL mode, ``FULL`` syncs the WAL at every commit: a claim or an ack that returned survives a
+power cut.  ``NORMAL`` syncs only at checkpoints: a commit still survives a crash of the
+process, and the file is never corrupted, but the last commits before a power cut or an OS
+crash may be rolled back (a message acked may come back; one claimed may be claimed again,
+which the lease already allows).  ``OFF`` is refused: without syncs an OS crash can corrupt
+the file, and a queue is the wrong place for that trade."""
+
+
+def check_synchronous(synchronous: object) -> str:
+    """``synchronous`` as SQLite spells it (upper case), or an error naming the choices."""
+    if not isinstance(synchronous, str):
+        raise TypeError(f"synchronous must be a str, one of {', '.join(SYNCHRONOUS)}; got {synchronous!r:.80}")
+    if synchronous.upper() not in SYNCHRONOUS:
+        refused = " (OFF is refused: an OS crash could corrupt the file)" if synchronous.upper() == "OFF" else ""
+        raise ValueError(f"synchronous must be one of {', '.join(SYNCHRONOUS)}{refused}; got {synchronous!r:.80}")
+    return synchronous.upper()
+
+
 # --- Schema ---------------------------------------------------------------------------------
 
 
@@ -228,13 +252,16 @@ than with 4096).  An existing file keeps its page size: SQLite changes it only i
 """
 
 
-def connection_pragmas(busy_timeout: float, *, wal: bool = True) -> list[Statement]:
+def connection_pragmas(busy_timeout: float, *, wal: bool = True, synchronous: str = "FULL") -> list[Statement]:
     """Per-connection settings, run outside any transaction (journal_mode cannot change inside).
 
     ``page_size`` comes before ``journal_mode``: switching a new file to WAL writes its header,
-    after which its page size is fixed.
+    after which its page size is fixed.  ``synchronous`` was checked by :func:`check_synchronous`.
     """
-    pragmas = [Statement(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}", fetch=True)]
+    pragmas = [
+        Statement(f"PRAGMA busy_timeout = {int(busy_timeout * 1000)}", fetch=True),
+        Statement(f"PRAGMA synchronous = {synchronous}"),
+    ]
     if wal:
         pragmas.append(Statement(f"PRAGMA page_size = {PAGE_SIZE}"))
         pragmas.append(Statement("PRAGMA journal_mode = WAL", fetch=True))
@@ -244,12 +271,12 @@ def connection_pragmas(busy_timeout: float, *, wal: bool = True) -> list[Stateme
 def open_plan(t: Tables) -> Plan[None]:
     """Create the tables, or bring older ones up to ``SCHEMA_VERSION``.  Run in a transaction.
 
-    Tables already at ``SCHEMA_VERSION`` cost two reads and no write; new ones one read, then
-    writes only (rqlite sends them in one request).
+    Tables already at ``SCHEMA_VERSION``, with this release's triggers, cost two reads and no
+    write; new ones one read, then writes only (rqlite sends them in one request).
     """
     existing = yield from _existing_tables(t)
     version = (yield from _stored_version(t)) if t.meta in existing else None
-    if version == SCHEMA_VERSION:
+    if version == SCHEMA_VERSION and _CLAIM_TRIGGER in existing:
         return
     if version is not None and version > SCHEMA_VERSION:
         raise StorageError(
@@ -290,20 +317,25 @@ def open_plan(t: Tables) -> Plan[None]:
         f" ON {t.groups} (routing_key, claimable_at, last_claimed_at) WHERE routing_key IS NOT NULL"
     )
     yield Statement(f"CREATE INDEX IF NOT EXISTS {t.messages}_by_group ON {t.messages} (group_id, seq)")
+    # The first release of version 5 kept the group with two triggers on a claim, each updating
+    # its row (and moving its index entry); one does it now.  Same meaning, so same version.
+    yield Statement(f"DROP TRIGGER IF EXISTS {t.messages}_lease_blocks_group")
+    yield Statement(f"DROP TRIGGER IF EXISTS {t.messages}_claim_stamps_group")
     yield Statement(
-        f"CREATE TRIGGER IF NOT EXISTS {t.messages}_lease_blocks_group"
-        f" AFTER UPDATE OF locked_by, lock_expiry ON {t.messages} BEGIN"
+        f"CREATE TRIGGER IF NOT EXISTS {t.messages}{_CLAIM_TRIGGER}"
+        f" AFTER UPDATE OF leased_at ON {t.messages} BEGIN"
+        f" UPDATE {t.groups} SET last_claimed_at = NEW.leased_at, claimable_at = NEW.lock_expiry"
+        f" WHERE group_id = NEW.group_id;"
+        f" UPDATE {t.groups} SET claimable_at = {FREE}"
+        f" WHERE claimable_at >= 0 AND claimable_at < NEW.leased_at;"
+        f" END"
+    )
+    yield Statement(  # a claim sets leased_at, a nack never does
+        f"CREATE TRIGGER IF NOT EXISTS {t.messages}_nack_sets_group"
+        f" AFTER UPDATE OF locked_by, lock_expiry ON {t.messages} WHEN NEW.leased_at IS OLD.leased_at BEGIN"
         f" UPDATE {t.groups}"
         f" SET claimable_at = CASE WHEN NEW.locked_by IS NULL THEN {FREE} ELSE NEW.lock_expiry END"
         f" WHERE group_id = NEW.group_id;"
-        f" END"
-    )
-    yield Statement(
-        f"CREATE TRIGGER IF NOT EXISTS {t.messages}_claim_stamps_group"
-        f" AFTER UPDATE OF leased_at ON {t.messages} BEGIN"
-        f" UPDATE {t.groups} SET last_claimed_at = NEW.leased_at WHERE group_id = NEW.group_id;"
-        f" UPDATE {t.groups} SET claimable_at = {FREE}"
-        f" WHERE claimable_at >= 0 AND claimable_at < NEW.leased_at;"
         f" END"
     )
     yield Statement(
@@ -320,16 +352,23 @@ def open_plan(t: Tables) -> Plan[None]:
     )
 
 
+_CLAIM_TRIGGER = "_claim_blocks_group"
+"""The suffix of the claim's trigger: present when the triggers are this release's."""
+
+
 def _existing_tables(t: Tables) -> Plan[set[str]]:
-    """Which of the three tables exist already.  SQLite's table names ignore case, so tables
-    made under ``Foo`` are this prefix's under ``foo`` too."""
+    """Which of the three tables exist already, and ``_CLAIM_TRIGGER`` if the claim's trigger
+    does.  SQLite's names ignore case, so tables made under ``Foo`` are this prefix's under
+    ``foo`` too."""
     names = (t.messages, t.groups, t.meta)
+    trigger = f"{t.messages}{_CLAIM_TRIGGER}".lower()
     rows = yield Statement(
-        "SELECT lower(name) FROM sqlite_master WHERE type = 'table' AND lower(name) IN (?, ?, ?)",
-        tuple(name.lower() for name in names), fetch=True,
+        "SELECT lower(name) FROM sqlite_master"
+        " WHERE (type = 'table' AND lower(name) IN (?, ?, ?)) OR (type = 'trigger' AND lower(name) = ?)",
+        (*(name.lower() for name in names), trigger), fetch=True,
     )
     found = {row[0] for row in rows}
-    return {name for name in names if name.lower() in found}
+    return {name for name in names if name.lower() in found} | ({_CLAIM_TRIGGER} if trigger in found else set())
 
 
 def _stored_version(t: Tables) -> Plan[int | None]:
@@ -382,7 +421,7 @@ def promote_lapsed_sql(t: Tables) -> str:
 
     A lapse writes nothing at the moment it happens; the claim moves the groups that lapsed
     since into the FREE range of the index.  A claim that leases does it in its trigger
-    (``<p>..._claim_stamps_group``); a claim that finds nothing runs this statement.
+    (``<p>..._claim_blocks_group``); a claim that finds nothing runs this statement.
     """
     return f"UPDATE {t.groups} SET claimable_at = {FREE} WHERE claimable_at >= 0 AND claimable_at < ?"
 
@@ -509,22 +548,41 @@ def run(conn: Any, plan: Plan[T], *, transaction: bool, lock_wait: float = 0.0) 
     With ``transaction``, inside ``BEGIN IMMEDIATE ... COMMIT``, rolled back on any error.
     Without, each statement commits on its own (SQLite makes one statement atomic).
 
-    ``lock_wait``: for a driver whose own busy handler must be off (libsql, see there), how
-    many seconds to keep retrying a statement that starts a transaction (``BEGIN IMMEDIATE``,
-    or each statement of a plan run without one) while the database is locked, sleeping in
-    Python between tries.  Such a statement did nothing when it failed, so a retry cannot act
-    twice.
+    ``lock_wait``: for a connection whose driver does not wait for the write lock itself
+    (libsql, see there, and an asyncio twin running on the loop), how many seconds to keep
+    retrying a statement that starts a transaction (``BEGIN IMMEDIATE``, or each statement of a
+    plan run without one) while the database is locked, sleeping between tries.  Such a
+    statement did nothing when it failed, so a retry cannot act twice.
     """
+    return run_steps(_carried_out(conn, plan, transaction, lock_wait), time.sleep)
+
+
+async def run_on_loop(conn: Any, plan: Plan[T], *, transaction: bool, lock_wait: float) -> T:
+    """:func:`run` on the event loop's own thread: the statements run there, and only the
+    pauses while the database is locked are awaited (``asyncio.sleep``).  A caller cancelled
+    during a pause leaves nothing done by the statement it was retrying, and never a
+    transaction open: a pause comes only before ``BEGIN IMMEDIATE`` succeeds, or between two
+    statements that each committed on their own."""
+    return await run_steps_async(_carried_out(conn, plan, transaction, lock_wait), asyncio.sleep)
+
+
+def _carried_out(conn: Any, plan: Plan[T], transaction: bool, lock_wait: float) -> Generator[float, None, T]:
+    """The work of :func:`run` as steps: each step yielded is a pause (seconds) to sleep before
+    retrying a statement that found the database locked; the driver sleeps it its own way."""
+    if transaction:
+        yield from _alone(conn, _BEGIN, lock_wait)
     try:
-        if transaction:
-            execute_alone(conn, _BEGIN, lock_wait)
-        try:
-            statement = plan.send(None)
-            while True:
-                answer = _execute(conn, statement) if transaction else execute_alone(conn, statement, lock_wait)
+        answer = None
+        while True:
+            try:
                 statement = plan.send(answer)
-        except StopIteration as done:
-            result = done.value
+            except StopIteration as done:
+                result = done.value
+                break
+            if transaction:
+                answer = _execute(conn, statement)
+            else:
+                answer = yield from _alone(conn, statement, lock_wait)
         if transaction:
             _execute(conn, _COMMIT)
         return result
@@ -548,9 +606,9 @@ def _execute(conn: Any, statement: Statement) -> Any:
         cursor.close()
 
 
-def execute_alone(conn: Any, statement: Statement, lock_wait: float = 0.0) -> Any:
+def _alone(conn: Any, statement: Statement, lock_wait: float) -> Generator[float, None, Any]:
     """One statement in its own transaction (autocommit), retried while the database is locked
-    for up to ``lock_wait`` seconds (see :func:`run`); its rows if ``fetch``, else None."""
+    for up to ``lock_wait`` seconds, yielding each pause; its rows if ``fetch``, else None."""
     if not lock_wait:
         return _execute(conn, statement)
     deadline, pause = time.monotonic() + lock_wait, 0.001
@@ -560,69 +618,8 @@ def execute_alone(conn: Any, statement: Statement, lock_wait: float = 0.0) -> An
         except Exception as exc:
             if not _says_locked(exc) or time.monotonic() + pause > deadline:
                 raise
-        time.sleep(pause)  # releases the GIL: the holder of the lock can finish
+        yield pause  # the driver sleeps, letting the holder of the lock finish
         pause = min(pause * 2, 0.05)
-
-
-async def run_async(conn: Any, plan: Plan[T], *, transaction: bool) -> T:
-    """:func:`run` for an ``aiosqlite`` connection (the same steps, awaited).
-
-    Each statement is one trip to aiosqlite's thread (``execute_fetchall``).  The plan runs to
-    its end (COMMIT or ROLLBACK) even if the caller is cancelled meanwhile: aiosqlite executes
-    each statement in its own thread whatever happens to the awaiting coroutine, so a
-    transaction abandoned half-way would keep the write lock and leave the connection inside a
-    transaction.  The cancellation is passed on once the plan is done.  Without ``transaction``
-    each statement commits on its own, so a plan stopped between two statements leaves nothing
-    half-done: it runs unshielded, without a task of its own.
-    """
-    if not transaction:
-        return await _run_plan_async(conn, plan, False)
-    task = asyncio.ensure_future(_run_plan_async(conn, plan, transaction))
-    cancelled: asyncio.CancelledError | None = None
-    while True:
-        try:
-            result = await asyncio.shield(task)
-            break
-        except asyncio.CancelledError as exc:
-            if task.done():
-                raise
-            cancelled = exc  # let the transaction finish, then report the cancellation
-    if cancelled is not None:
-        raise cancelled
-    return result
-
-
-async def execute_alone_async(conn: Any, statement: Statement) -> Any:
-    """:func:`execute_alone` on an ``aiosqlite`` connection: one trip to its thread.  A
-    cancelled caller leaves nothing half-done: the statement commits or not on its own."""
-    rows = await conn.execute_fetchall(statement.sql, statement.params)
-    return list(rows) if statement.fetch else None
-
-
-async def _run_plan_async(conn: Any, plan: Plan[T], transaction: bool) -> T:
-    execute = functools.partial(execute_alone_async, conn)
-
-    began = False
-    try:
-        if transaction:
-            await execute(_BEGIN)
-            began = True
-        answer = None
-        try:
-            while True:
-                answer = await execute(plan.send(answer))
-        except StopIteration as done:
-            result = done.value
-        if transaction:
-            await execute(_COMMIT)
-        return result
-    except BaseException:
-        if began:
-            try:
-                await execute(_ROLLBACK)
-            except Exception:  # the first error is the one to report
-                pass
-        raise
 
 
 def _says_locked(error: BaseException) -> bool:
@@ -714,10 +711,12 @@ class SyncSqlTransport(Shell):
     _wal = True
     _lock_wait_in_python = False  # the driver's busy handler off; run() waits instead
 
-    def __init__(self, path: str, *, clock: Clock, prefix: str | None, busy_timeout: float) -> None:
+    def __init__(self, path: str, *, clock: Clock, prefix: str | None, busy_timeout: float,
+                 synchronous: str) -> None:
         self._tables = Tables.named(prefix)
         self._core = SqlCore(self._tables)
         self._busy_timeout = check_busy_timeout(busy_timeout)
+        synchronous = check_synchronous(synchronous)
         self._clock = check_clock(clock)
         self.path = path
         self._lock = self._serial = threading.Lock()
@@ -726,7 +725,7 @@ class SyncSqlTransport(Shell):
             self._conn = self._connect()
             try:
                 driver_wait = 0.0 if self._lock_wait_in_python else self._busy_timeout
-                for pragma in connection_pragmas(driver_wait, wal=self._wal):
+                for pragma in connection_pragmas(driver_wait, wal=self._wal, synchronous=synchronous):
                     run(self._conn, one_statement(pragma), transaction=False, lock_wait=self._lock_wait)
                 run(self._conn, open_plan(self._tables), transaction=True, lock_wait=self._lock_wait)
             except BaseException:
@@ -767,8 +766,68 @@ class SyncSqlTransport(Shell):
         except self._driver_errors as exc:
             raise storage_error(self.path, operation, exc, self._busy_timeout) from exc
 
+    async def _drive_on_loop(self, operation: str, steps: Plan[T]) -> T:
+        """:meth:`_drive` on the event loop's thread, awaiting the pauses of a lock wait (for
+        :class:`AsyncSqlTransport`; the driver's own busy handler must be off)."""
+        try:
+            return await run_on_loop(self._conn, steps, transaction=operation in SqlCore.TRANSACTIONS,
+                                     lock_wait=self._lock_wait)
+        except StorageError:
+            raise
+        except self._driver_errors as exc:
+            raise storage_error(self.path, operation, exc, self._busy_timeout) from exc
+
     def _release(self) -> None:
         self._conn.close()
+
+
+class AsyncSqlTransport(AsyncShell):
+    """The asyncio twin of a :class:`SyncSqlTransport`: the same connection, core and SQL, with
+    each operation carried out where it costs least and never blocks the loop on the disk.
+
+    - **In the connection's own thread** (:class:`~harel_ref.transport._thread.ConnectionThread`)
+      when a commit waits for the disk (``synchronous`` FULL or EXTRA on stdlib sqlite3): the
+      whole operation, every statement of it, is one trip there and back.  Calls queue in the
+      thread, so a cancelled call finishes before the next one uses the connection.
+    - **On the loop** when it does not: at ``synchronous=NORMAL`` a commit only writes to the
+      operating system's cache, and a statement costs tens of microseconds of CPU, less than
+      the trip to a thread (about 20 µs each way on the VM of docs/performance.md).  A lock held
+      by another connection is waited for by awaiting (the driver's busy handler is off), so the
+      loop never blocks on it.  libsql holds the GIL through every call, so a thread would not
+      free the loop for it: its twin always runs on the loop.
+
+    A subclass's ``create()`` opens the synchronous transport in a thread and picks the place.
+    """
+
+    def __init__(self, sync: SyncSqlTransport, *, on_loop: bool) -> None:
+        # Use create(); __init__ only wraps an open synchronous transport.
+        self._sync = sync
+        self.path = sync.path
+        self._core = sync._core
+        self._clock = sync._clock
+        if on_loop:
+            if not sync._lock_wait:
+                raise ValueError("a transport run on the loop must wait for locks in Python")
+            self._thread: ConnectionThread | None = None
+            # A pause of a lock wait is the only await inside a call: the lock keeps close()
+            # from closing the connection under a call that is pausing.
+            self._serial = asyncio.Lock()
+        else:
+            self._thread = ConnectionThread(f"harel-ref {type(self).__name__} {sync.path}")
+
+    async def _drive(self, operation: str, steps: Plan[T]) -> T:
+        if self._thread is None:
+            return await self._sync._drive_on_loop(operation, steps)
+        return await self._thread.run(self._sync._drive, operation, steps)
+
+    async def _release(self) -> None:
+        if self._thread is None:
+            self._sync.close()
+            return
+        try:
+            await self._thread.run(self._sync.close)
+        finally:
+            self._thread.stop()
 
 
 def one_statement(statement: Statement) -> Plan[Any]:

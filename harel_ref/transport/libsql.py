@@ -49,8 +49,7 @@ import os
 from typing import Any
 
 from ._base import Clock, default_clock
-from ._shell import AsyncShell, Steps, T
-from ._sql import SyncSqlTransport
+from ._sql import AsyncSqlTransport, SyncSqlTransport
 
 __all__ = ["AsyncLibsqlTransport", "LibsqlTransport"]
 
@@ -65,7 +64,7 @@ def _libsql_errors() -> tuple[type[BaseException], ...]:
 class LibsqlTransport(SyncSqlTransport):
     """The queue in the libSQL database at ``path``.  Thread-safe (one connection, one lock).
 
-    ``clock``, ``prefix`` and ``busy_timeout`` are as for SqliteTransport; ``sync_url``,
+    ``clock``, ``prefix``, ``busy_timeout`` and ``synchronous`` are as for SqliteTransport; ``sync_url``,
     ``auth_token`` and ``sync_interval`` make it an embedded replica (EXPERIMENTAL).
     """
 
@@ -76,6 +75,7 @@ class LibsqlTransport(SyncSqlTransport):
         clock: Clock = default_clock,
         prefix: str | None = None,
         busy_timeout: float = 5.0,
+        synchronous: str = "FULL",
         sync_url: str | None = None,
         auth_token: str | None = None,
         sync_interval: float | None = None,
@@ -86,7 +86,8 @@ class LibsqlTransport(SyncSqlTransport):
         self._sync_interval = sync_interval
         self._wal = sync_url is None
         self._lock_wait_in_python = True  # libsql would hold the GIL while it waits (above)
-        super().__init__(os.fspath(path), clock=clock, prefix=prefix, busy_timeout=busy_timeout)
+        super().__init__(os.fspath(path), clock=clock, prefix=prefix, busy_timeout=busy_timeout,
+                         synchronous=synchronous)
 
     def _connect(self) -> Any:
         import libsql
@@ -108,37 +109,17 @@ class LibsqlTransport(SyncSqlTransport):
         return conn
 
 
-class AsyncLibsqlTransport(AsyncShell):
-    """The asyncio twin: the steps of a :class:`LibsqlTransport` carried out in a worker thread.
+class AsyncLibsqlTransport(AsyncSqlTransport):
+    """The asyncio twin of :class:`LibsqlTransport`, run on the event loop.
 
-    The libsql package is synchronous, so each call's steps run through ``asyncio.to_thread`` on
-    the connection of a LibsqlTransport, one call at a time under an asyncio.Lock.  Build it
-    with ``await AsyncLibsqlTransport.create(path, ...)``, which takes the same arguments as
+    libsql holds the GIL through every call (a statement, a commit's sync), so a thread of its
+    own would not free the loop while a statement runs, and each trip there and back would
+    only add its cost.  The statements therefore run on the loop; while another connection
+    holds the write lock the call awaits between tries, and the loop runs on.  Build it with
+    ``await AsyncLibsqlTransport.create(path, ...)``, which takes the same arguments as
     LibsqlTransport.
     """
 
-    def __init__(self, sync: LibsqlTransport) -> None:
-        # Use create(); __init__ only wraps an open LibsqlTransport.
-        self._sync = sync
-        self.path = sync.path
-        self._core = sync._core
-        self._clock = sync._clock
-        self._serial = asyncio.Lock()
-
     @classmethod
     async def create(cls, path: str | os.PathLike[str], **options: Any) -> AsyncLibsqlTransport:
-        return cls(await asyncio.to_thread(LibsqlTransport, path, **options))
-
-    async def _drive(self, operation: str, steps: Steps[T]) -> T:
-        return await asyncio.to_thread(self._drive_in_thread, operation, steps)
-
-    def _drive_in_thread(self, operation: str, steps: Steps[T]) -> T:
-        # Under the sync transport's lock, taken in the thread: a call whose task was cancelled
-        # goes on in its thread (waiting for SQLite's lock, or inside BEGIN IMMEDIATE), and the
-        # asyncio.Lock is released at once.  The next call, and close(), must wait for it: the
-        # libsql connection is not for two threads at once, nor for use after close.
-        with self._sync._serial:
-            return self._sync._drive(operation, steps)
-
-    async def _release(self) -> None:
-        await asyncio.to_thread(self._sync.close)
+        return cls(await asyncio.to_thread(LibsqlTransport, path, **options), on_loop=True)

@@ -22,21 +22,10 @@ from __future__ import annotations
 import asyncio
 import os
 import sqlite3
-from typing import Any
 
-from ._base import Clock, check_clock, default_clock
-from ._shell import AsyncShell, Steps, T
-from ._sql import (
-    SqlCore,
-    SyncSqlTransport,
-    Tables,
-    check_busy_timeout,
-    connection_pragmas,
-    one_statement,
-    open_plan,
-    run_async,
-    storage_errors,
-)
+from ._base import Clock, default_clock
+from ._shell import Steps, T
+from ._sql import AsyncSqlTransport, SyncSqlTransport, check_synchronous
 
 __all__ = ["AsyncSqliteTransport", "SqliteTransport"]
 
@@ -48,6 +37,9 @@ class SqliteTransport(SyncSqlTransport):
     - ``prefix``: tables are named ``<prefix>_harel_transport_...`` instead of the defaults,
       so several queues can live in one file.
     - ``busy_timeout``: seconds a write waits for SQLite's lock before StorageError.
+    - ``synchronous``: ``"FULL"`` (every commit synced to disk), ``"EXTRA"``, or ``"NORMAL"``
+      (synced at checkpoints only: faster, and a power cut may undo the last commits;
+      :data:`~harel_ref.transport._sql.SYNCHRONOUS` says what each risks).
     """
 
     def __init__(
@@ -57,8 +49,10 @@ class SqliteTransport(SyncSqlTransport):
         clock: Clock = default_clock,
         prefix: str | None = None,
         busy_timeout: float = 5.0,
+        synchronous: str = "FULL",
     ) -> None:
-        super().__init__(os.fspath(path), clock=clock, prefix=prefix, busy_timeout=busy_timeout)
+        super().__init__(os.fspath(path), clock=clock, prefix=prefix, busy_timeout=busy_timeout,
+                         synchronous=synchronous)
 
     def _connect(self) -> sqlite3.Connection:
         return sqlite3.connect(
@@ -66,22 +60,38 @@ class SqliteTransport(SyncSqlTransport):
         )
 
 
-class AsyncSqliteTransport(AsyncShell):
-    """The asyncio twin of :class:`SqliteTransport`, over one ``aiosqlite`` connection.
+class _SqliteForTheLoop(SqliteTransport):
+    """A SqliteTransport whose connection never waits for the write lock itself: the waiting is
+    done between tries, which :class:`AsyncSqliteTransport` awaits on the loop."""
 
-    Build it with ``await AsyncSqliteTransport.create(path, ...)``.  A SQLite transaction
-    belongs to the connection, not to the coroutine, so every call holds an asyncio.Lock for
-    its whole duration: one task's ``BEGIN IMMEDIATE`` (publish) never lands inside another's.
+    _lock_wait_in_python = True
+
+
+class AsyncSqliteTransport(AsyncSqlTransport):
+    """The asyncio twin of :class:`SqliteTransport` (the same options), on its own connection.
+
+    Build it with ``await AsyncSqliteTransport.create(path, ...)``.  Where each operation runs
+    (:class:`~harel_ref.transport._sql.AsyncSqlTransport`):
+
+    - at ``synchronous`` FULL (the default) or EXTRA, every commit waits for the disk, so each
+      operation is one trip to the connection's own thread (its checkpoints run there too);
+    - at ``synchronous="NORMAL"`` it runs on the loop, awaiting only while another connection
+      holds the write lock.
+
+    At NORMAL the commits that wait for the disk are the checkpoints (which sync the WAL and the
+    database) and the first write after one (which syncs the WAL's new header).  The
+    connection's automatic checkpoint is therefore off, and every ``CHECKPOINT_EVERY`` calls a
+    checkpoint runs in a thread, on the same connection, followed by that first write; the
+    next call waits for it, the loop does not.
     """
 
-    def __init__(self, conn: Any, path: str, tables: Tables, clock: Clock, busy_timeout: float) -> None:
-        # Use create(); __init__ only stores what create() prepared.
-        self._conn = conn
-        self.path = path
-        self._core = SqlCore(tables)
-        self._clock = clock
-        self._busy_timeout = busy_timeout
-        self._serial = asyncio.Lock()
+    CHECKPOINT_EVERY = 200
+    """Calls between two checkpoints at NORMAL: about 1,000 WAL pages, SQLite's own interval."""
+
+    def __init__(self, sync: SqliteTransport, *, on_loop: bool) -> None:
+        super().__init__(sync, on_loop=on_loop)
+        self._since_checkpoint = 0
+        self._checkpointing: asyncio.Future[None] | None = None
 
     @classmethod
     async def create(
@@ -91,27 +101,52 @@ class AsyncSqliteTransport(AsyncShell):
         clock: Clock = default_clock,
         prefix: str | None = None,
         busy_timeout: float = 5.0,
+        synchronous: str = "FULL",
     ) -> AsyncSqliteTransport:
-        import aiosqlite
+        on_loop = check_synchronous(synchronous) == "NORMAL"
+        opened = _SqliteForTheLoop if on_loop else SqliteTransport
 
-        tables = Tables.named(prefix)
-        clock = check_clock(clock)
-        busy_timeout = check_busy_timeout(busy_timeout)
-        path = os.fspath(path)
-        with storage_errors(path, "open", (sqlite3.Error,), busy_timeout):
-            conn = await aiosqlite.connect(path, isolation_level=None, timeout=busy_timeout)
-            try:
-                for pragma in connection_pragmas(busy_timeout):
-                    await run_async(conn, one_statement(pragma), transaction=False)
-                await run_async(conn, open_plan(tables), transaction=True)
-            except BaseException:
-                await conn.close()
-                raise
-        return cls(conn, path, tables, clock, busy_timeout)
+        def open_it() -> SqliteTransport:
+            sync = opened(path, clock=clock, prefix=prefix, busy_timeout=busy_timeout, synchronous=synchronous)
+            if on_loop:
+                sync._conn.execute("PRAGMA wal_autocheckpoint = 0")  # checkpoints run in a thread
+            return sync
+
+        return cls(await asyncio.to_thread(open_it), on_loop=on_loop)
 
     async def _drive(self, operation: str, steps: Steps[T]) -> T:
-        with storage_errors(self.path, operation, (sqlite3.Error,), self._busy_timeout):
-            return await run_async(self._conn, steps, transaction=operation in SqlCore.TRANSACTIONS)
+        if self._thread is not None:
+            return await super()._drive(operation, steps)
+        await self._checkpoint_done()
+        try:
+            return await super()._drive(operation, steps)
+        finally:
+            self._since_checkpoint += 1
+            if self._since_checkpoint >= self.CHECKPOINT_EVERY:
+                self._since_checkpoint = 0
+                self._checkpointing = asyncio.ensure_future(asyncio.to_thread(self._checkpoint))
+
+    async def _checkpoint_done(self) -> None:
+        """Wait for the checkpoint started after an earlier call: it uses the connection."""
+        if self._checkpointing is not None:
+            try:
+                await asyncio.shield(self._checkpointing)
+            finally:
+                if self._checkpointing.done():
+                    self._checkpointing = None
+
+    def _checkpoint(self) -> None:
+        """In a thread: copy the WAL into the database, then start the WAL over if it all was."""
+        conn = self._sync._conn
+        try:
+            _, pages, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
+            if pages > 0 and copied == pages:
+                # The write that starts the WAL over syncs its header: let it be this one, here,
+                # rather than a call's on the loop.  It rewrites a row unchanged.
+                conn.execute(f"UPDATE {self._sync._tables.meta} SET value = value WHERE key = 'schema_version'")
+        except sqlite3.Error:
+            pass  # another connection held the lock: the next checkpoint, CHECKPOINT_EVERY calls on, retries
 
     async def _release(self) -> None:
-        await self._conn.close()
+        await self._checkpoint_done()
+        await super()._release()

@@ -14,6 +14,7 @@ import re
 import shutil
 import tempfile
 from pathlib import Path
+from typing import Any
 
 from harel_ref.transport import (
     AsyncLibsqlTransport,
@@ -68,11 +69,11 @@ def _sync(name: str, transport_class, kind: str, tmp_dir: Path | str | None) -> 
     return Backend(name, factory, CAPABILITIES)
 
 
-def _async(name: str, transport_class, kind: str, tmp_dir: Path | str | None) -> Backend:
+def _async(name: str, transport_class, kind: str, tmp_dir: Path | str | None, **options: Any) -> Backend:
     directory = directory_for(tmp_dir)
 
     async def factory(clock, namespace):
-        return await transport_class.create(database_path(directory, namespace, kind), clock=clock)
+        return await transport_class.create(database_path(directory, namespace, kind), clock=clock, **options)
 
     factory.discard = _discarder(directory, kind)
     return Backend(name, factory, CAPABILITIES, is_async=True)
@@ -82,8 +83,10 @@ def sqlite(tmp_dir: Path | str | None = None) -> Backend:
     return _sync("sqlite", SqliteTransport, "sqlite", tmp_dir)
 
 
-def sqlite_async(tmp_dir: Path | str | None = None) -> Backend:
-    return _async("sqlite-async", AsyncSqliteTransport, "sqlite", tmp_dir)
+def sqlite_async(tmp_dir: Path | str | None = None, *, synchronous: str = "FULL") -> Backend:
+    """At FULL each call is a trip to the connection's thread; at NORMAL calls run on the loop."""
+    name = "sqlite-async" if synchronous == "FULL" else f"sqlite-async-{synchronous.lower()}"
+    return _async(name, AsyncSqliteTransport, "sqlite", tmp_dir, synchronous=synchronous)
 
 
 def libsql(tmp_dir: Path | str | None = None) -> Backend:

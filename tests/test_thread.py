@@ -1,0 +1,138 @@
+"""ConnectionThread: the thread an asyncio twin hands its blocking calls to, one job at a time.
+
+What the SQLite twin relies on: every job runs in the one thread, in the order given, never two
+at once; a job whose caller gave up still runs to its end before the next; errors reach the
+caller; the thread serves one event loop after another; and it ends when stopped or dropped.
+"""
+
+import asyncio
+import gc
+import threading
+import time
+
+import pytest
+
+from harel_ref.transport._thread import ConnectionThread
+
+
+def test_jobs_run_in_one_thread_in_order_one_at_a_time():
+    seen, running = [], []
+
+    def job(number):
+        running.append(number)
+        assert len(running) == 1, f"two jobs at once: {running}"
+        time.sleep(0.001)
+        seen.append((number, threading.current_thread().name))
+        running.remove(number)
+        return number * 10
+
+    async def main():
+        worker = ConnectionThread("harel-ref test thread")
+        answers = await asyncio.gather(*(worker.run(job, n) for n in range(20)))
+        worker.stop()
+        return answers
+
+    assert asyncio.run(main()) == [n * 10 for n in range(20)]
+    assert [number for number, _ in seen] == list(range(20))
+    assert {name for _, name in seen} == {"harel-ref test thread"}
+
+
+def test_an_error_reaches_the_caller_and_the_thread_goes_on():
+    def fail():
+        raise KeyError("the job's own error")
+
+    async def main():
+        worker = ConnectionThread("t")
+        with pytest.raises(KeyError, match="the job's own error"):
+            await worker.run(fail)
+        answer = await worker.run(lambda: "still serving")
+        worker.stop()
+        return answer
+
+    assert asyncio.run(main()) == "still serving"
+
+
+def test_a_cancelled_callers_job_runs_to_its_end_before_the_next_one():
+    started, release, order = threading.Event(), threading.Event(), []
+
+    def slow():
+        started.set()
+        release.wait(10)
+        order.append("slow, whose caller gave up")
+
+    def after():
+        order.append("the next job")
+
+    async def main():
+        worker = ConnectionThread("t")
+        waiting = asyncio.ensure_future(worker.run(slow))
+        while not started.is_set():
+            await asyncio.sleep(0.001)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        following = asyncio.ensure_future(worker.run(after))
+        await asyncio.sleep(0.05)
+        assert not following.done(), "the next job ran while the cancelled one was still running"
+        release.set()
+        await following
+        worker.stop()
+
+    asyncio.run(main())
+    assert order == ["slow, whose caller gave up", "the next job"]
+
+
+def test_it_serves_one_event_loop_after_another():
+    worker_holder = []
+
+    async def first():
+        worker_holder.append(ConnectionThread("t"))
+        return await worker_holder[0].run(lambda: "first loop")
+
+    async def second():
+        answer = await worker_holder[0].run(lambda: "second loop")
+        worker_holder[0].stop()
+        return answer
+
+    assert asyncio.run(first()) == "first loop"
+    assert asyncio.run(second()) == "second loop"  # asyncio.run made a new loop and closed the first
+
+
+def _threads_named(name):
+    return [thread for thread in threading.enumerate() if thread.name == name]
+
+
+def _wait_until_gone(name):
+    for _ in range(500):
+        if not _threads_named(name):
+            return True
+        time.sleep(0.01)
+    return False
+
+
+def test_stop_ends_the_thread_after_the_jobs_given():
+    done = []
+
+    async def main():
+        worker = ConnectionThread("harel-ref thread that stops")
+        pending = asyncio.ensure_future(worker.run(lambda: done.append("given before stop")))
+        await asyncio.sleep(0)  # the job is in the thread's queue
+        await pending
+        worker.stop()
+        worker.stop()  # a second stop is harmless
+
+    asyncio.run(main())
+    assert done == ["given before stop"]
+    assert _wait_until_gone("harel-ref thread that stops")
+
+
+def test_a_thread_nobody_stopped_ends_when_it_is_dropped():
+    async def main():
+        worker = ConnectionThread("harel-ref thread dropped")
+        await worker.run(int)
+        assert _threads_named("harel-ref thread dropped")
+        del worker
+        gc.collect()
+
+    asyncio.run(main())
+    assert _wait_until_gone("harel-ref thread dropped")
