@@ -487,7 +487,7 @@ TWINS = {  # an async transport -> the sync transport of its backend, from the s
     "harel-ref AsyncSqliteTransport": REFERENCE,
     "harel-ref AsyncLibsqlTransport": "harel-ref LibsqlTransport",
     "harel 0.9.0 AsyncSqliteTransport (aiosqlite)": HAREL,
-    "harel 0.9.0 AsyncLibsqlTransport (to_thread)": "harel 0.9.0 LibsqlTransport",
+    "harel 0.9.0 AsyncLibsqlTransport (to_thread)": "harel 0.9.0 LibsqlTransport (rollback journal: it never sets WAL)",
 }
 
 
@@ -504,7 +504,7 @@ def throughput_table(directory: Path, args: argparse.Namespace, level: str) -> d
         openers[HAREL] = harel_drainer("sqlite", level)
         openers[f"harel 0.9.0 SqliteTransport, in a file of {PAGE_SIZE}-byte pages"] = harel_drainer("sqlite", level, PAGE_SIZE)
         openers["harel 0.9.0 AsyncSqliteTransport (aiosqlite)"] = harel_async_drainer("sqlite", level)
-        openers["harel 0.9.0 LibsqlTransport"] = harel_drainer("libsql", level)
+        openers["harel 0.9.0 LibsqlTransport (rollback journal: it never sets WAL)"] = harel_drainer("libsql", level)
         openers["harel 0.9.0 AsyncLibsqlTransport (to_thread)"] = harel_async_drainer("libsql", level)
     plain = {RAW: raw_drainer, "floor: a job table without groups, two one-statement transactions": floor_drainer}
     if available("persistqueue"):

@@ -21,14 +21,38 @@ def test_peers_prints_every_peer_and_every_scenario():
     skipped = [line for line in out.splitlines() if line.startswith("# skipped")]
     if os.environ.get("CI"):  # CI installs every peer and starts the cluster: nothing may be missing
         assert not skipped, skipped
-    for row in ["harel-ref SqliteTransport", "harel-ref AsyncSqliteTransport", "harel-ref LibsqlTransport",
-                "harel-ref AsyncLibsqlTransport", "harel 0.9.0 SqliteTransport", "persist-queue",
-                "litequeue", "raw limit"]:
-        assert re.search(rf"^\| {re.escape(row)}[^|]*\| [\d,]+ \(", out, re.MULTILINE) or any(
-            row.split()[0] in line for line in skipped), (row, out)
-    for scenario in "abcd":
-        assert re.search(rf"^\| \({scenario}\) .*\| [\d,]+ \(", out, re.MULTILINE), (scenario, out)
+    rows = ["harel-ref SqliteTransport", "harel-ref AsyncSqliteTransport", "harel-ref LibsqlTransport",
+            "harel-ref AsyncLibsqlTransport", "harel 0.9.0 SqliteTransport", "harel 0.9.0 AsyncSqliteTransport",
+            "harel 0.9.0 LibsqlTransport", "harel 0.9.0 AsyncLibsqlTransport", "persist-queue", "litequeue", "raw limit"]
+    for level in ("FULL", "NORMAL"):  # each table once per level, in that order
+        table = out[out.index(f"| synchronous={level}: claim+ack"):]
+        table = table[:table.index("\n\n")]
+        for row in rows:
+            assert re.search(rf"^\| {re.escape(row)}[^|]*\| [\d,]+ \(", table, re.MULTILINE) or any(
+                row.split()[0] in line for line in skipped), (level, row, out)
+        assert re.search(r"^\| harel-ref AsyncSqliteTransport \|.*\| [\d.]+ \|$", table, re.MULTILINE), table
+        assert f"| synchronous={level}: goal |" in out
+        assert f"| synchronous={level}: where a claim+ack goes" in out
+        latency = out[out.index(f"| synchronous={level}: claim latency"):]
+        for scenario in "abcd":
+            assert re.search(rf"^\| \({scenario}\) .*\| [\d,]+ \(", latency, re.MULTILINE), (scenario, out)
+    assert re.search(r"^\| harel-ref SqliteTransport \| [\d.]+ \| [\d.]+ \| [\d,]+ \|$", out, re.MULTILINE), out  # WAL frames
     assert "| total |" in out and "load average" in out
+
+
+def test_thread_hop_prints_every_way_and_both_drivers():
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "thread_hop.py"), "--rounds", "1", "--calls", "50"],
+                            capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    out = result.stdout
+    for way in ["inline (no trip)", "asyncio.to_thread", "run_in_executor, a one-thread pool",
+                "own thread, call_soon_threadsafe", "ConnectionThread (eventfd)"]:
+        for job in ["nothing", "write 2 KiB and fsync"]:
+            assert re.search(rf"^\| {re.escape(way)}[^|]* \| {job} \| [\d,.]+ \(", out, re.MULTILINE), (way, job, out)
+    assert re.search(r"^\| aiosqlite[^|]* \| nothing \| [\d,.]+ \(", out, re.MULTILINE), out
+    for driver in ["stdlib sqlite3", "libsql"]:
+        assert re.search(rf"^\| {driver} \| [\d.]+ \| \d+ \| [\d.]+ \|$", out, re.MULTILINE), (driver, out)
+    assert "load average" in out
 
 
 def test_overlap_prints_every_transport_in_every_way_of_running_branches():

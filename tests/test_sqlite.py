@@ -39,6 +39,8 @@ from harel_ref.transport._sql import (
     claim_statement,
     nack_statement,
     promote_statement,
+    publish_plan,
+    run,
 )
 from old_schemas import EXPECTED_CLAIMABLE_AT, NOW, check_upgraded_v4, first_v5_triggers, seeds_schema, v4_with_data
 from harel_ref.stateful.history import History, RecordingTransport, check, drain, load
@@ -219,6 +221,45 @@ def test_the_first_version_5_triggers_are_replaced_and_every_lease_kept(driver, 
     schema = rows(driver, path, "SELECT name, sql FROM sqlite_master ORDER BY name")
     TRANSPORTS[driver](path).close()  # opening it again changes nothing
     assert rows(driver, path, "SELECT name, sql FROM sqlite_master ORDER BY name") == schema
+
+
+def test_both_sets_of_claim_triggers_are_left_to_the_new_one(driver, tmp_path):
+    """An older and a newer release upgrading the same tables at once (rqlite sends a plan's
+    reads and writes apart) can leave the first version 5 triggers beside the new one: each
+    claim then updates the group three times.  The next open removes the old ones."""
+    path = tmp_path / "both.db"
+    TRANSPORTS[driver](path).close()
+    conn = CONNECT[driver](path)
+    for statement in first_v5_triggers():
+        if statement.startswith("CREATE"):
+            conn.execute(statement)
+    conn.close()
+    TRANSPORTS[driver](path).close()
+    triggers = sorted(name for name, kind in rows(driver, path, "SELECT name, type FROM sqlite_master") if kind == "trigger")
+    assert triggers == ["harel_transport_messages_claim_blocks_group", "harel_transport_messages_delete_frees_group",
+                        "harel_transport_messages_nack_sets_group"]
+
+
+def test_an_interrupt_just_after_begin_leaves_no_transaction_open(driver, tmp_path):
+    """KeyboardInterrupt (or any exception) arriving right after ``BEGIN IMMEDIATE`` returned is
+    rolled back: the connection is not left inside a transaction holding the write lock."""
+    path = tmp_path / "q.db"
+    TRANSPORTS[driver](path).close()
+    conn = CONNECT[driver](path)
+
+    class InterruptedAfterBegin:
+        in_transaction = property(lambda self: conn.in_transaction)
+
+        def execute(self, sql, params=()):
+            cursor = conn.execute(sql, params)
+            if sql == "BEGIN IMMEDIATE":
+                raise KeyboardInterrupt
+            return cursor
+
+    with pytest.raises(KeyboardInterrupt):
+        run(InterruptedAfterBegin(), publish_plan(Tables.named(), "g", "e", 0, None), transaction=True)
+    assert not conn.in_transaction
+    conn.close()
 
 
 def _run_statement(conn, statement):
@@ -415,6 +456,146 @@ def test_a_twin_on_the_loop_awaits_a_held_lock_and_the_loop_runs_on(tmp_path, dr
 
     asyncio.run(main())
     assert events_in(driver_name, path) == ["waited, then written"]
+
+
+TWINS = {  # every asyncio twin, in each place its calls run, and a connection of its driver
+    "sqlite, in its thread": (lambda path, **options: AsyncSqliteTransport.create(path, **options),
+                              ON_THE_LOOP["sqlite"][1]),
+    "sqlite, on the loop": (lambda path, **options: AsyncSqliteTransport.create(path, synchronous="NORMAL", **options),
+                            ON_THE_LOOP["sqlite"][1]),
+    "libsql, on the loop": (lambda path, **options: AsyncLibsqlTransport.create(path, **options),
+                            ON_THE_LOOP["libsql"][1]),
+}
+
+
+@pytest.mark.parametrize("twin", sorted(TWINS))
+def test_a_call_reads_the_clock_when_its_turn_comes_not_while_it_queues(tmp_path, twin):
+    """A claim queued behind a publish that waits for another connection's lock reads the clock
+    when the publish is done: its lease lasts its visibility from then.  (Read while it queued,
+    the lease would have lapsed by the time it was handed back, and the next claim would take
+    the same message again: a reviewer's find.)"""
+    path = str(tmp_path / "q.db")
+    create, connect = TWINS[twin]
+    clock = Clock(100.0)
+
+    async def main():
+        queue = await create(path, clock=clock, busy_timeout=30.0)
+        await queue.publish("g1", "work")
+        blocker = connect(path)
+        blocker.execute("BEGIN IMMEDIATE")
+        publish = asyncio.ensure_future(queue.publish("g1", "more"))
+        await asyncio.sleep(0.05)
+        claim = asyncio.ensure_future(queue.claim("w", 10.0))  # queued behind the publish
+        await asyncio.sleep(0.05)
+        clock.now = 200.0  # the publish is still waiting: the claim has not had its turn
+        blocker.execute("ROLLBACK")
+        await publish
+        lease = await claim
+        assert lease.event == "work"
+        clock.now = 205.0
+        again = await queue.claim("w", 10.0)
+        assert again is None, f"the first lease lapsed before it was handed back: {again} delivered twice"
+        await queue.close()
+        blocker.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("twin", sorted(TWINS))
+def test_close_waits_for_the_call_before_it_and_a_cancelled_close_loses_no_answer(tmp_path, twin):
+    """close() waits for the calls before it; cancelled while it waits (``wait_for`` around a
+    close is common shutdown code), it has closed nothing and those calls still get their
+    answers; two close() at once both return only once the connection is closed."""
+    path = str(tmp_path / "q.db")
+    create, connect = TWINS[twin]
+
+    async def main():
+        queue = await create(path, busy_timeout=30.0)
+        await queue.publish("g1", "work")
+        blocker = connect(path)
+        blocker.execute("BEGIN IMMEDIATE")
+        claim = asyncio.ensure_future(queue.claim("w", 30.0))
+        await asyncio.sleep(0.05)
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(queue.close(), 0.2)
+        blocker.execute("ROLLBACK")
+        lease = await asyncio.wait_for(claim, 10)
+        assert lease is not None and lease.event == "work"
+        assert await queue.ack(lease)  # not closed: the cancelled close() closed nothing
+        first, second = asyncio.ensure_future(queue.close()), asyncio.ensure_future(queue.close())
+        await second
+        assert queue._sync._closed, "the second close() returned before the connection was closed"
+        await first
+        blocker.close()
+
+    asyncio.run(main())
+
+
+@pytest.mark.parametrize("twin", sorted(TWINS))
+def test_a_twin_takes_a_busy_timeout_of_zero(tmp_path, twin):
+    """busy_timeout=0: a call fails at once with StorageError while another connection holds
+    the lock, and works once it is free (the twins on the loop refused 0 at first)."""
+    path = str(tmp_path / "q.db")
+    create, connect = TWINS[twin]
+
+    async def main():
+        queue = await create(path, busy_timeout=0)
+        blocker = connect(path)
+        blocker.execute("BEGIN IMMEDIATE")
+        with pytest.raises(StorageError, match="busy_timeout=0s"):
+            await queue.publish("g1", "refused")
+        blocker.execute("ROLLBACK")
+        await queue.publish("g1", "written")
+        await queue.close()
+        blocker.close()
+
+    asyncio.run(main())
+    assert events_in("sqlite" if twin.startswith("sqlite") else "libsql", path) == ["written"]
+
+
+class _SlowCheckpoints(AsyncSqliteTransport):
+    """The twin at NORMAL with a checkpoint every 5 calls that waits for the test's word."""
+
+    CHECKPOINT_EVERY = 5
+    proceed = threading.Event()
+    started = threading.Event()
+
+    def _checkpoint(self):
+        self.started.set()
+        self.proceed.wait(10)
+        super()._checkpoint()
+
+
+def test_a_call_cancelled_while_its_checkpoint_runs_leaves_the_connection_to_it(tmp_path):
+    """At NORMAL the call that reaches CHECKPOINT_EVERY awaits the checkpoint it started in a
+    thread on the same connection.  Cancelled meanwhile (a service shutting down cancels its
+    tasks), and then closed, or used from the next event loop, the twin must wait for the
+    checkpoint before it touches the connection: closing it under the checkpoint crashed the
+    process (a reviewer's find)."""
+    path = str(tmp_path / "q.db")
+    holder = []
+
+    async def first_loop():
+        queue = await _SlowCheckpoints.create(path, synchronous="NORMAL")
+        holder.append(queue)
+        for number in range(4):
+            await queue.publish("g", f"e{number}")
+        fifth = asyncio.ensure_future(queue.publish("g", "e4"))  # starts the checkpoint
+        while not _SlowCheckpoints.started.is_set():
+            await asyncio.sleep(0.001)
+        fifth.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await fifth
+
+    async def second_loop():
+        queue = holder[0]
+        threading.Timer(0.2, _SlowCheckpoints.proceed.set).start()
+        await queue.publish("g", "e5")  # waits for the checkpoint, then writes
+        await queue.close()
+
+    asyncio.run(first_loop())
+    asyncio.run(second_loop())
+    assert events_in("sqlite", path) == [f"e{number}" for number in range(6)]
 
 
 def test_synchronous_is_set_on_the_connection(driver, tmp_path):

@@ -276,7 +276,7 @@ def open_plan(t: Tables) -> Plan[None]:
     """
     existing = yield from _existing_tables(t)
     version = (yield from _stored_version(t)) if t.meta in existing else None
-    if version == SCHEMA_VERSION and _CLAIM_TRIGGER in existing:
+    if version == SCHEMA_VERSION and _CLAIM_TRIGGER in existing and _FIRST_TRIGGERS not in existing:
         return
     if version is not None and version > SCHEMA_VERSION:
         raise StorageError(
@@ -319,8 +319,8 @@ def open_plan(t: Tables) -> Plan[None]:
     yield Statement(f"CREATE INDEX IF NOT EXISTS {t.messages}_by_group ON {t.messages} (group_id, seq)")
     # The first release of version 5 kept the group with two triggers on a claim, each updating
     # its row (and moving its index entry); one does it now.  Same meaning, so same version.
-    yield Statement(f"DROP TRIGGER IF EXISTS {t.messages}_lease_blocks_group")
-    yield Statement(f"DROP TRIGGER IF EXISTS {t.messages}_claim_stamps_group")
+    for suffix in _FIRST_CLAIM_TRIGGERS:
+        yield Statement(f"DROP TRIGGER IF EXISTS {t.messages}{suffix}")
     yield Statement(
         f"CREATE TRIGGER IF NOT EXISTS {t.messages}{_CLAIM_TRIGGER}"
         f" AFTER UPDATE OF leased_at ON {t.messages} BEGIN"
@@ -355,20 +355,33 @@ def open_plan(t: Tables) -> Plan[None]:
 _CLAIM_TRIGGER = "_claim_blocks_group"
 """The suffix of the claim's trigger: present when the triggers are this release's."""
 
+_FIRST_CLAIM_TRIGGERS = ("_lease_blocks_group", "_claim_stamps_group")
+"""The suffixes of the claim's two triggers in the first release of version 5."""
+
+_FIRST_TRIGGERS = "first triggers"
+"""In :func:`_existing_tables`' answer: one of ``_FIRST_CLAIM_TRIGGERS`` is there (also beside the
+new one, when an older release upgraded the same tables at the same time on rqlite)."""
+
 
 def _existing_tables(t: Tables) -> Plan[set[str]]:
-    """Which of the three tables exist already, and ``_CLAIM_TRIGGER`` if the claim's trigger
-    does.  SQLite's names ignore case, so tables made under ``Foo`` are this prefix's under
-    ``foo`` too."""
+    """Which of the three tables exist already, with ``_CLAIM_TRIGGER`` if the claim's trigger
+    does and ``_FIRST_TRIGGERS`` if an older one does.  SQLite's names ignore case, so tables
+    made under ``Foo`` are this prefix's under ``foo`` too."""
     names = (t.messages, t.groups, t.meta)
-    trigger = f"{t.messages}{_CLAIM_TRIGGER}".lower()
+    current = f"{t.messages}{_CLAIM_TRIGGER}".lower()
+    first = tuple(f"{t.messages}{suffix}".lower() for suffix in _FIRST_CLAIM_TRIGGERS)
     rows = yield Statement(
-        "SELECT lower(name) FROM sqlite_master"
-        " WHERE (type = 'table' AND lower(name) IN (?, ?, ?)) OR (type = 'trigger' AND lower(name) = ?)",
-        (*(name.lower() for name in names), trigger), fetch=True,
+        "SELECT lower(name) FROM sqlite_master WHERE (type = 'table' AND lower(name) IN (?, ?, ?))"
+        " OR (type = 'trigger' AND lower(name) IN (?, ?, ?))",
+        (*(name.lower() for name in names), current, *first), fetch=True,
     )
     found = {row[0] for row in rows}
-    return {name for name in names if name.lower() in found} | ({_CLAIM_TRIGGER} if trigger in found else set())
+    existing = {name for name in names if name.lower() in found}
+    if current in found:
+        existing.add(_CLAIM_TRIGGER)
+    if found.intersection(first):
+        existing.add(_FIRST_TRIGGERS)
+    return existing
 
 
 def _stored_version(t: Tables) -> Plan[int | None]:
@@ -569,9 +582,9 @@ async def run_on_loop(conn: Any, plan: Plan[T], *, transaction: bool, lock_wait:
 def _carried_out(conn: Any, plan: Plan[T], transaction: bool, lock_wait: float) -> Generator[float, None, T]:
     """The work of :func:`run` as steps: each step yielded is a pause (seconds) to sleep before
     retrying a statement that found the database locked; the driver sleeps it its own way."""
-    if transaction:
-        yield from _alone(conn, _BEGIN, lock_wait)
     try:
+        if transaction:
+            yield from _alone(conn, _BEGIN, lock_wait)
         answer = None
         while True:
             try:
@@ -586,6 +599,11 @@ def _carried_out(conn: Any, plan: Plan[T], transaction: bool, lock_wait: float) 
         if transaction:
             _execute(conn, _COMMIT)
         return result
+    except GeneratorExit:
+        # Closed at a pause, by a caller that stopped waiting: a pause comes only before BEGIN
+        # succeeds or between statements that each committed, so nothing is open (and the
+        # connection may be closed by now: a libsql one must not be touched then).
+        raise
     except BaseException:
         if transaction and conn.in_transaction:
             try:
@@ -787,33 +805,29 @@ class AsyncSqlTransport(AsyncShell):
 
     - **In the connection's own thread** (:class:`~harel_ref.transport._thread.ConnectionThread`)
       when a commit waits for the disk (``synchronous`` FULL or EXTRA on stdlib sqlite3): the
-      whole operation, every statement of it, is one trip there and back.  Calls queue in the
-      thread, so a cancelled call finishes before the next one uses the connection.
+      whole operation, every statement of it, is one trip there and back.  Jobs queue in the
+      thread, so a cancelled call's job finishes before the next one uses the connection.
     - **On the loop** when it does not: at ``synchronous=NORMAL`` a commit only writes to the
-      operating system's cache, and a statement costs tens of microseconds of CPU, less than
-      the trip to a thread (about 20 µs each way on the VM of docs/performance.md).  A lock held
-      by another connection is waited for by awaiting (the driver's busy handler is off), so the
-      loop never blocks on it.  libsql holds the GIL through every call, so a thread would not
-      free the loop for it: its twin always runs on the loop.
+      operating system's cache, and a statement costs tens of microseconds of CPU, about what
+      the trip to a thread would (docs/performance.md).  A lock held by another connection is
+      waited for by awaiting (the driver's busy handler is off), so the loop never blocks on
+      it.  libsql holds the GIL through every call, so a thread would not free the loop for
+      it: its twin always runs on the loop.
 
     A subclass's ``create()`` opens the synchronous transport in a thread and picks the place.
     """
 
     def __init__(self, sync: SyncSqlTransport, *, on_loop: bool) -> None:
-        # Use create(); __init__ only wraps an open synchronous transport.
+        # Use create(); __init__ only wraps an open synchronous transport, whose driver must not
+        # wait for locks itself if it is to run on the loop (``_lock_wait_in_python``).
         self._sync = sync
         self.path = sync.path
         self._core = sync._core
         self._clock = sync._clock
-        if on_loop:
-            if not sync._lock_wait:
-                raise ValueError("a transport run on the loop must wait for locks in Python")
-            self._thread: ConnectionThread | None = None
-            # A pause of a lock wait is the only await inside a call: the lock keeps close()
-            # from closing the connection under a call that is pausing.
-            self._serial = asyncio.Lock()
-        else:
-            self._thread = ConnectionThread(f"harel-ref {type(self).__name__} {sync.path}")
+        # One call at a time, from the clock's reading to its answer: a call's time is read
+        # when its turn comes, not while it queues, and close() waits for the call before it.
+        self._serial = asyncio.Lock()
+        self._thread = None if on_loop else ConnectionThread(f"harel-ref {type(self).__name__} {sync.path}")
 
     async def _drive(self, operation: str, steps: Plan[T]) -> T:
         if self._thread is None:
@@ -825,9 +839,9 @@ class AsyncSqlTransport(AsyncShell):
             self._sync.close()
             return
         try:
-            await self._thread.run(self._sync.close)
+            await self._thread.run(self._sync.close)  # after a cancelled call's job, if one runs
         finally:
-            self._thread.stop()
+            await self._thread.stop()
 
 
 def one_statement(statement: Statement) -> Plan[Any]:

@@ -5,16 +5,17 @@ given, and wakes the event loop once when a job is done.  One job is a whole ope
 statement of a claim, or a publish's ``BEGIN IMMEDIATE ... COMMIT``), so an operation costs one
 trip to the thread and back, whatever it holds.
 
-Why not ``asyncio.to_thread`` or aiosqlite: measured on the 2-core VM (docs/performance.md), a
-trip through ``to_thread`` costs about 90 µs, through aiosqlite about 60 µs, and through this
-thread about 20 µs.  The difference is the wake-up of the loop: ``call_soon_threadsafe`` writes
-to the loop's self-pipe socket, while this thread writes to an ``eventfd`` the loop watches
-(Linux; elsewhere it falls back to ``call_soon_threadsafe``).
+Why not ``asyncio.to_thread`` or aiosqlite: a trip through this thread costs a fraction of
+theirs (``benchmarks/thread_hop.py``; figures in docs/performance.md).  The difference is the
+wake-up of the loop: ``call_soon_threadsafe`` writes to the loop's self-pipe socket, while this
+thread writes to an ``eventfd`` the loop watches (Linux; elsewhere it falls back to
+``call_soon_threadsafe``).
 
 A job whose awaiting task is cancelled still runs to its end in the thread, and the jobs after
 it wait for it: the connection never serves two jobs at once.  ``stop()`` ends the thread after
-the jobs already given; a ConnectionThread that is garbage-collected without ``stop()`` ends its
-thread too (it leaves its eventfd to the loop it was registered with).
+the jobs already given, whose outcomes are still handed over; the loop then stops watching the
+eventfd and closes it.  A ConnectionThread that is garbage-collected without ``stop()`` ends
+its thread the same way (the eventfd stays open only if no loop runs to read the last word).
 """
 
 from __future__ import annotations
@@ -30,11 +31,13 @@ from typing import Any
 
 __all__ = ["ConnectionThread"]
 
-_STOP, _STOP_AND_CLOSE = object(), object()
+_STOP = object()  # in the jobs: end the thread
+_STOPPED = object()  # in the outcomes: the thread has ended, the eventfd can be closed
 
 
 class ConnectionThread:
-    """One daemon thread that runs jobs for the event loop: ``await thread.run(function, *args)``."""
+    """One daemon thread that runs jobs for the event loop: ``await thread.run(function, *args)``,
+    and at the end ``await thread.stop()``."""
 
     def __init__(self, name: str) -> None:
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
@@ -43,10 +46,12 @@ class ConnectionThread:
         self._listening: asyncio.AbstractEventLoop | None = None  # the loop watching _wakeup
         # The thread holds no reference to self, so an abandoned ConnectionThread is collected.
         threading.Thread(target=_serve, args=(self._jobs, self._done, self._wakeup), name=name, daemon=True).start()
-        self._stopped = weakref.finalize(self, self._jobs.put, _STOP)
+        self._stopped = weakref.finalize(self, self._jobs.put, (_STOP, None))
 
     async def run(self, function: Callable[..., Any], *args: Any) -> Any:
         """``function(*args)`` in the thread, after the jobs given before; its result or error."""
+        if not self._stopped.alive:
+            raise RuntimeError("this ConnectionThread was stopped")
         loop = asyncio.get_running_loop()
         if self._wakeup is not None and loop is not self._listening:
             self._listen(loop)
@@ -54,17 +59,17 @@ class ConnectionThread:
         self._jobs.put((future, function, args))
         return await future
 
-    def stop(self) -> None:
-        """End the thread once the jobs already given are done.  Call it from the event loop."""
+    async def stop(self) -> None:
+        """End the thread once the jobs already given are done (their outcomes are handed over);
+        return when it has ended and the loop has closed the eventfd."""
         if not self._stopped.alive:
             return
         self._stopped.detach()
-        if self._wakeup is None:
-            self._jobs.put(_STOP)
-            return
-        if self._listening is not None and not self._listening.is_closed():
-            self._listening.remove_reader(self._wakeup)
-        self._jobs.put(_STOP_AND_CLOSE)  # the thread closes the eventfd: it is the one writing it
+        ended = asyncio.get_running_loop().create_future()
+        if self._wakeup is not None and self._listening is not asyncio.get_running_loop():
+            self._listen(asyncio.get_running_loop())
+        self._jobs.put((_STOP, ended))
+        await ended
 
     def _listen(self, loop: asyncio.AbstractEventLoop) -> None:
         if self._listening is not None and not self._listening.is_closed():
@@ -76,9 +81,13 @@ class ConnectionThread:
 def _serve(jobs: queue.SimpleQueue[Any], done: collections.deque[Any], wakeup: int | None) -> None:
     while True:
         job = jobs.get()
-        if job is _STOP or job is _STOP_AND_CLOSE:
-            if job is _STOP_AND_CLOSE:
-                os.close(wakeup)
+        if job[0] is _STOP:  # (_STOP, the future stop() awaits, or None when collected)
+            _, ended = job
+            if wakeup is not None:  # the loop closes the eventfd once it has read every outcome
+                done.append((_STOPPED, ended))
+                os.eventfd_write(wakeup, 1)
+            elif ended is not None:
+                _hand_over(ended, True, None)
             return
         future, function, args = job
         try:
@@ -86,10 +95,7 @@ def _serve(jobs: queue.SimpleQueue[Any], done: collections.deque[Any], wakeup: i
         except BaseException as exc:  # handed to the awaiting task, as to_thread would
             outcome = (False, exc)
         if wakeup is None:
-            try:
-                future.get_loop().call_soon_threadsafe(_settle, future, *outcome)
-            except RuntimeError:  # that loop is closed: nobody awaits the answer
-                pass
+            _hand_over(future, *outcome)
         else:
             done.append((future, *outcome))
             os.eventfd_write(wakeup, 1)
@@ -103,12 +109,27 @@ def _settle_done(wakeup: int, done: collections.deque[Any]) -> None:
         pass
     running = asyncio.get_running_loop()
     while done:
-        future, succeeded, value = done.popleft()
+        outcome = done.popleft()
+        if outcome[0] is _STOPPED:
+            running.remove_reader(wakeup)
+            os.close(wakeup)
+            if outcome[1] is not None:
+                _settle(outcome[1], True, None)
+            return
+        future, succeeded, value = outcome
         owner = future.get_loop()
         if owner is running:
             _settle(future, succeeded, value)
         elif not owner.is_closed():  # a job given under an earlier loop
             owner.call_soon_threadsafe(_settle, future, succeeded, value)
+
+
+def _hand_over(future: asyncio.Future[Any], succeeded: bool, value: Any) -> None:
+    """From the thread, without an eventfd: the outcome to the future's loop."""
+    try:
+        future.get_loop().call_soon_threadsafe(_settle, future, succeeded, value)
+    except RuntimeError:  # that loop is closed: nobody awaits the answer
+        pass
 
 
 def _settle(future: asyncio.Future[Any], succeeded: bool, value: Any) -> None:

@@ -20,6 +20,7 @@ other's locks.  Separate processes are safe.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import os
 import sqlite3
 
@@ -80,9 +81,9 @@ class AsyncSqliteTransport(AsyncSqlTransport):
 
     At NORMAL the commits that wait for the disk are the checkpoints (which sync the WAL and the
     database) and the first write after one (which syncs the WAL's new header).  The
-    connection's automatic checkpoint is therefore off, and every ``CHECKPOINT_EVERY`` calls a
-    checkpoint runs in a thread, on the same connection, followed by that first write; the
-    next call waits for it, the loop does not.
+    connection's automatic checkpoint is therefore off: every ``CHECKPOINT_EVERY`` calls, the
+    call that reaches the count runs a checkpoint, followed by that first write, in a thread of
+    the transport's own, and awaits it before it answers (the loop runs on meanwhile).
     """
 
     CHECKPOINT_EVERY = 200
@@ -91,7 +92,8 @@ class AsyncSqliteTransport(AsyncSqlTransport):
     def __init__(self, sync: SqliteTransport, *, on_loop: bool) -> None:
         super().__init__(sync, on_loop=on_loop)
         self._since_checkpoint = 0
-        self._checkpointing: asyncio.Future[None] | None = None
+        self._checkpoints: concurrent.futures.ThreadPoolExecutor | None = None  # made at the first
+        self._checkpointing: concurrent.futures.Future[None] | None = None
 
     @classmethod
     async def create(
@@ -112,31 +114,38 @@ class AsyncSqliteTransport(AsyncSqlTransport):
                 sync._conn.execute("PRAGMA wal_autocheckpoint = 0")  # checkpoints run in a thread
             return sync
 
-        return cls(await asyncio.to_thread(open_it), on_loop=on_loop)
+        sync = await asyncio.to_thread(open_it)
+        try:
+            return cls(sync, on_loop=on_loop)
+        except BaseException:
+            sync.close()
+            raise
 
     async def _drive(self, operation: str, steps: Steps[T]) -> T:
         if self._thread is not None:
             return await super()._drive(operation, steps)
-        await self._checkpoint_done()
+        await self._checkpoint_finished()  # one whose call was cancelled may still run
         try:
             return await super()._drive(operation, steps)
         finally:
             self._since_checkpoint += 1
             if self._since_checkpoint >= self.CHECKPOINT_EVERY:
                 self._since_checkpoint = 0
-                self._checkpointing = asyncio.ensure_future(asyncio.to_thread(self._checkpoint))
+                if self._checkpoints is None:
+                    self._checkpoints = concurrent.futures.ThreadPoolExecutor(1, "harel-ref checkpoint")
+                self._checkpointing = self._checkpoints.submit(self._checkpoint)
+                await self._checkpoint_finished()
 
-    async def _checkpoint_done(self) -> None:
-        """Wait for the checkpoint started after an earlier call: it uses the connection."""
+    async def _checkpoint_finished(self) -> None:
+        """Wait for the checkpoint in the thread, if one runs: it uses the connection.  A caller
+        cancelled meanwhile leaves it running, and the next call or close() waits for it."""
         if self._checkpointing is not None:
-            try:
-                await asyncio.shield(self._checkpointing)
-            finally:
-                if self._checkpointing.done():
-                    self._checkpointing = None
+            if not self._checkpointing.done():
+                await asyncio.shield(asyncio.wrap_future(self._checkpointing))
+            self._checkpointing = None
 
     def _checkpoint(self) -> None:
-        """In a thread: copy the WAL into the database, then start the WAL over if it all was."""
+        """In the thread: copy the WAL into the database, then start the WAL over if it all was."""
         conn = self._sync._conn
         try:
             _, pages, copied = conn.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
@@ -148,5 +157,11 @@ class AsyncSqliteTransport(AsyncSqlTransport):
             pass  # another connection held the lock: the next checkpoint, CHECKPOINT_EVERY calls on, retries
 
     async def _release(self) -> None:
-        await self._checkpoint_done()
-        await super()._release()
+        if self._checkpoints is None:
+            await super()._release()
+            return
+        # In the checkpoints' thread, after the checkpoint that may still run there; done even
+        # if this close() is cancelled.
+        closing = self._checkpoints.submit(self._sync.close)
+        self._checkpoints.shutdown(wait=False)
+        await asyncio.shield(asyncio.wrap_future(closing))
