@@ -152,13 +152,13 @@ def test_the_loop_closes_the_eventfd_of_a_thread_stopped_or_dropped():
             return False
 
     async def main():
-        stopped, dropped = ConnectionThread("t"), ConnectionThread("t")
+        stopped, dropped, unused = ConnectionThread("t"), ConnectionThread("t"), ConnectionThread("t")
         await stopped.run(int)
         await dropped.run(int)
-        fds = [stopped._wakeup, dropped._wakeup]
+        fds = [stopped._wakeup, dropped._wakeup, unused._wakeup]  # unused: dropped before any call
         assert all(is_eventfd(fd) for fd in fds)
         await stopped.stop()
-        del dropped
+        del dropped, unused
         gc.collect()
         for _ in range(500):
             if not any(is_eventfd(fd) for fd in fds):
@@ -167,3 +167,39 @@ def test_the_loop_closes_the_eventfd_of_a_thread_stopped_or_dropped():
         pytest.fail(f"eventfds still open: {[fd for fd in fds if is_eventfd(fd)]}")
 
     asyncio.run(main())
+
+
+def test_stop_returns_after_the_threads_last_write():
+    """The thread's last word is a write to the eventfd; the loop may read the word before the
+    write lands.  stop() returns, and the eventfd is closed, only once the thread has ended:
+    else the write hit a closed descriptor, or one reused by a file opened meanwhile (a
+    reviewer saw it land in a database's header).  The last write is slowed here to widen the
+    window that a GIL switch opens."""
+    import harel_ref.transport._thread as module
+
+    if not hasattr(os, "eventfd"):
+        pytest.skip("no eventfd on this platform: the thread answers through call_soon_threadsafe")
+    crashed, slow = [], threading.Event()
+    hook, threading.excepthook = threading.excepthook, crashed.append
+    write = os.eventfd_write
+
+    def slowed(fd, value):
+        if slow.is_set():
+            time.sleep(0.05)
+        write(fd, value)
+
+    async def main():
+        worker = ConnectionThread("harel-ref thread with a slow last word")
+        await worker.run(int)
+        pending = [asyncio.ensure_future(worker.run(int)) for _ in range(3)]
+        slow.set()
+        await asyncio.gather(worker.stop(), *pending)
+        assert not _threads_named("harel-ref thread with a slow last word"), "stop() returned before the thread ended"
+
+    module.os.eventfd_write = slowed
+    try:
+        asyncio.run(main())
+    finally:
+        module.os.eventfd_write = write
+        threading.excepthook = hook
+    assert not crashed, crashed

@@ -13,7 +13,8 @@ Schema (the seeds' tables, plus ``routing_key``, ``claimable_at`` and ``leased_a
                                 locked_by, lock_expiry, leased_at)
     <p>harel_transport_groups(group_id PRIMARY KEY, last_claimed_at, priority, routing_key,
                               claimable_at)
-    <p>harel_transport_meta(key PRIMARY KEY, value)     -- 'schema_version' -> 5
+    <p>harel_transport_meta(key PRIMARY KEY, value)     -- 'schema_version' -> 5, and
+                                                        -- 'wal_restarts' -> n (the SQLite twin at NORMAL)
 
 ``<p>`` is empty, or ``prefix + "_"`` when a ``prefix`` is given (``^[A-Za-z_][A-Za-z0-9_]{0,40}$``)
 so that several queues (tests, tenants) can share one database file.
@@ -82,7 +83,7 @@ import re
 import sqlite3
 import threading
 import time
-from collections.abc import Generator, Iterator
+from collections.abc import Awaitable, Callable, Generator, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeVar
@@ -109,6 +110,7 @@ __all__ = [
     "Statement",
     "SyncSqlTransport",
     "Tables",
+    "Turns",
     "ack_statement",
     "check_busy_timeout",
     "check_synchronous",
@@ -799,9 +801,38 @@ class SyncSqlTransport(Shell):
         self._conn.close()
 
 
+class Turns:
+    """One call at a time, for ``async with``: an asyncio.Lock per event loop.
+
+    A transport may serve one loop after another (``asyncio.run`` for each batch of work), and
+    an asyncio.Lock belongs to the first loop on which a call waited for it.  ``before``, if
+    given, is awaited once the turn is taken and before the call goes on (to read the clock):
+    something the call must wait for without holding the loop."""
+
+    def __init__(self, before: Callable[[], Awaitable[None]] | None = None) -> None:
+        self._before = before
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._lock = asyncio.Lock()
+
+    async def __aenter__(self) -> None:
+        loop = asyncio.get_running_loop()
+        if loop is not self._loop:  # a call left inside its turn on an ended loop never ends it
+            self._loop, self._lock = loop, asyncio.Lock()
+        await self._lock.acquire()
+        if self._before is not None:
+            try:
+                await self._before()
+            except BaseException:
+                self._lock.release()
+                raise
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        self._lock.release()
+
+
 class AsyncSqlTransport(AsyncShell):
     """The asyncio twin of a :class:`SyncSqlTransport`: the same connection, core and SQL, with
-    each operation carried out where it costs least and never blocks the loop on the disk.
+    each operation carried out in one of two places.
 
     - **In the connection's own thread** (:class:`~harel_ref.transport._thread.ConnectionThread`)
       when a commit waits for the disk (``synchronous`` FULL or EXTRA on stdlib sqlite3): the
@@ -812,7 +843,7 @@ class AsyncSqlTransport(AsyncShell):
       the trip to a thread would (docs/performance.md).  A lock held by another connection is
       waited for by awaiting (the driver's busy handler is off), so the loop never blocks on
       it.  libsql holds the GIL through every call, so a thread would not free the loop for
-      it: its twin always runs on the loop.
+      it: its twin always runs on the loop, its syncs at FULL included.
 
     A subclass's ``create()`` opens the synchronous transport in a thread and picks the place.
     """
@@ -826,7 +857,7 @@ class AsyncSqlTransport(AsyncShell):
         self._clock = sync._clock
         # One call at a time, from the clock's reading to its answer: a call's time is read
         # when its turn comes, not while it queues, and close() waits for the call before it.
-        self._serial = asyncio.Lock()
+        self._serial = Turns()
         self._thread = None if on_loop else ConnectionThread(f"harel-ref {type(self).__name__} {sync.path}")
 
     async def _drive(self, operation: str, steps: Plan[T]) -> T:

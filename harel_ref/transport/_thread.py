@@ -15,7 +15,8 @@ A job whose awaiting task is cancelled still runs to its end in the thread, and 
 it wait for it: the connection never serves two jobs at once.  ``stop()`` ends the thread after
 the jobs already given, whose outcomes are still handed over; the loop then stops watching the
 eventfd and closes it.  A ConnectionThread that is garbage-collected without ``stop()`` ends
-its thread the same way (the eventfd stays open only if no loop runs to read the last word).
+its thread the same way (and its eventfd is closed by the thread if no loop ever watched it, or
+by the loop that watches it, if that loop runs again).
 """
 
 from __future__ import annotations
@@ -44,8 +45,15 @@ class ConnectionThread:
         self._done: collections.deque[tuple[asyncio.Future[Any], bool, Any]] = collections.deque()
         self._wakeup = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) if hasattr(os, "eventfd") else None
         self._listening: asyncio.AbstractEventLoop | None = None  # the loop watching _wakeup
+        self._watched = [False]  # shared with the thread: has any loop ever watched _wakeup?
         # The thread holds no reference to self, so an abandoned ConnectionThread is collected.
-        threading.Thread(target=_serve, args=(self._jobs, self._done, self._wakeup), name=name, daemon=True).start()
+        try:
+            threading.Thread(target=_serve, args=(self._jobs, self._done, self._wakeup, self._watched),
+                             name=name, daemon=True).start()
+        except BaseException:  # no thread to be had (a limit reached): nothing left open
+            if self._wakeup is not None:
+                os.close(self._wakeup)
+            raise
         self._stopped = weakref.finalize(self, self._jobs.put, (_STOP, None))
 
     async def run(self, function: Callable[..., Any], *args: Any) -> Any:
@@ -76,18 +84,23 @@ class ConnectionThread:
             self._listening.remove_reader(self._wakeup)
         loop.add_reader(self._wakeup, _settle_done, self._wakeup, self._done)
         self._listening = loop
+        self._watched[0] = True
 
 
-def _serve(jobs: queue.SimpleQueue[Any], done: collections.deque[Any], wakeup: int | None) -> None:
+def _serve(jobs: queue.SimpleQueue[Any], done: collections.deque[Any], wakeup: int | None,
+           watched: list[bool]) -> None:
     while True:
         job = jobs.get()
         if job[0] is _STOP:  # (_STOP, the future stop() awaits, or None when collected)
             _, ended = job
-            if wakeup is not None:  # the loop closes the eventfd once it has read every outcome
-                done.append((_STOPPED, ended))
+            if wakeup is None:
+                if ended is not None:
+                    _hand_over(ended, True, None)
+            elif not watched[0]:  # collected before any call: no loop will ever read the eventfd
+                os.close(wakeup)
+            else:  # the loop closes the eventfd once it has read every outcome, and this write
+                done.append((_STOPPED, ended, threading.current_thread()))
                 os.eventfd_write(wakeup, 1)
-            elif ended is not None:
-                _hand_over(ended, True, None)
             return
         future, function, args = job
         try:
@@ -111,10 +124,12 @@ def _settle_done(wakeup: int, done: collections.deque[Any]) -> None:
     while done:
         outcome = done.popleft()
         if outcome[0] is _STOPPED:
+            _, ended, thread = outcome
+            thread.join()  # it may still be in its last write: at most that long
             running.remove_reader(wakeup)
             os.close(wakeup)
-            if outcome[1] is not None:
-                _settle(outcome[1], True, None)
+            if ended is not None:
+                _settle(ended, True, None)
             return
         future, succeeded, value = outcome
         owner = future.get_loop()
