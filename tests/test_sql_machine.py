@@ -25,6 +25,7 @@ atexit.register(shutil.rmtree, _DIR, ignore_errors=True)
 TestSqliteMachine = make_machine(sqlite(_DIR)).TestCase
 TestAsyncSqliteMachine = make_machine(sqlite_async(_DIR)).TestCase
 TestAsyncSqliteOnTheLoopMachine = make_machine(sqlite_async(_DIR, synchronous="NORMAL")).TestCase
+TestAsyncSqliteInItsThreadMachine = make_machine(sqlite_async(_DIR, synchronous="EXTRA")).TestCase
 TestLibsqlMachine = make_machine(libsql(_DIR)).TestCase
 TestAsyncLibsqlMachine = make_machine(libsql_async(_DIR)).TestCase
 

@@ -15,6 +15,7 @@ import re
 import shutil
 import sqlite3
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -33,6 +34,7 @@ from harel_ref.transport import (
 )
 from harel_ref.transport._sql import (
     PAGE_SIZE,
+    WAL_BYTES,
     SCHEMA_VERSION,
     Tables,
     ack_statement,
@@ -281,8 +283,10 @@ def test_a_newer_schema_is_refused(driver, tmp_path):
 
 
 def test_a_new_file_gets_small_pages_and_an_existing_one_keeps_its_own(driver, tmp_path):
+    """And either way the connection checkpoints after WAL_BYTES of WAL, whatever its pages."""
     new = tmp_path / "new.db"
-    TRANSPORTS[driver](new).close()
+    with TRANSPORTS[driver](new) as queue:
+        assert queue._conn.execute("PRAGMA wal_autocheckpoint").fetchall() == [(WAL_BYTES // PAGE_SIZE,)]
     assert rows(driver, new, "PRAGMA page_size") == [(PAGE_SIZE,)]
 
     async def open_async():
@@ -301,6 +305,7 @@ def test_a_new_file_gets_small_pages_and_an_existing_one_keeps_its_own(driver, t
     queue.close()
     assert rows(driver, old, "PRAGMA page_size") == [(4096,)]
     queue = TRANSPORTS[driver](old)
+    assert queue._conn.execute("PRAGMA wal_autocheckpoint").fetchall() == [(WAL_BYTES // 4096,)]
     queue.publish("g", "after")
     assert queue.claim("w", 10).event == "before"
     queue.close()
@@ -384,15 +389,16 @@ def test_async_sqlite_transport(tmp_path, synchronous):
 
 
 def test_a_cancelled_async_claim_still_ends_its_transaction(tmp_path):
-    """At FULL each call runs in the connection's thread, which goes on after its caller is
-    cancelled: the call must still end (here it waits for the lock, then leases), leaving
+    """At EXTRA each call runs in the connection's thread (at FULL, every call but a claim),
+    which goes on after its caller is cancelled: the call must still end (here it waits for the
+    lock, then leases), leaving
     neither the write lock held nor the connection inside a transaction, and the next call
     waits for it."""
     path = str(tmp_path / "q.db")
     blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
 
     async def scenario():
-        queue = await AsyncSqliteTransport.create(path, clock=lambda: 100.0, busy_timeout=5.0)
+        queue = await AsyncSqliteTransport.create(path, clock=lambda: 100.0, busy_timeout=5.0, synchronous="EXTRA")
         await queue.publish("g", "e")
         blocker.execute("BEGIN IMMEDIATE")  # the claim's BEGIN IMMEDIATE waits for this...
         release = threading.Timer(0.5, blocker.execute, ["ROLLBACK"])  # ...until 0.5 s
@@ -458,9 +464,43 @@ def test_a_twin_on_the_loop_awaits_a_held_lock_and_the_loop_runs_on(tmp_path, dr
     assert events_in(driver_name, path) == ["waited, then written"]
 
 
+def test_at_full_the_sqlite_twin_claims_on_the_loop_and_awaits_a_held_lock(tmp_path):
+    """At FULL a claim commits unsynced, so the twin runs it on the loop: while another
+    connection holds the write lock it awaits, and the loop runs on (a claim left to SQLite's
+    busy handler would hold the loop until the lock was released, here never).  An ack waits in
+    the connection's thread."""
+    path = str(tmp_path / "q.db")
+
+    async def main():
+        queue = await AsyncSqliteTransport.create(path, busy_timeout=30.0)
+        await queue.publish("g", "e")
+        blocker = sqlite3.connect(path, isolation_level=None, timeout=0)
+
+        async def while_locked(call):
+            blocker.execute("BEGIN IMMEDIATE")
+            waiting = asyncio.ensure_future(call)
+            ticks = 0
+            for _ in range(50):  # the loop runs other tasks while the call waits for the lock
+                await asyncio.sleep(0.002)
+                ticks += 1
+            assert not waiting.done() and ticks == 50
+            blocker.execute("ROLLBACK")
+            return await waiting
+
+        lease = await while_locked(queue.claim("w", 60.0))
+        assert await while_locked(queue.ack(lease)) is True
+        blocker.close()
+        await queue.close()
+
+    asyncio.run(main())
+    assert events_in("sqlite", path) == []
+
+
 TWINS = {  # every asyncio twin, in each place its calls run, and a connection of its driver
-    "sqlite, in its thread": (lambda path, **options: AsyncSqliteTransport.create(path, **options),
+    "sqlite, in its thread": (lambda path, **options: AsyncSqliteTransport.create(path, synchronous="EXTRA", **options),
                               ON_THE_LOOP["sqlite"][1]),
+    "sqlite, claims on the loop": (lambda path, **options: AsyncSqliteTransport.create(path, **options),
+                                   ON_THE_LOOP["sqlite"][1]),
     "sqlite, on the loop": (lambda path, **options: AsyncSqliteTransport.create(path, synchronous="NORMAL", **options),
                             ON_THE_LOOP["sqlite"][1]),
     "libsql, on the loop": (lambda path, **options: AsyncLibsqlTransport.create(path, **options),
@@ -705,13 +745,67 @@ def test_synchronous_is_set_on_the_connection(driver, tmp_path):
         assert asyncio.run(twin_level(level)) == code, level
 
 
-@pytest.mark.parametrize("synchronous", ["FULL", "NORMAL"])
+_SYNCS_OF = """
+import asyncio, os, sys
+from harel_ref.transport import AsyncSqliteTransport, LibsqlTransport, SqliteTransport
+kind, path, level, acks = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] == "acks"
+if kind == "sqlite, async":
+    async def main():
+        queue = await AsyncSqliteTransport.create(path, synchronous=level)
+        for _ in range(20):
+            lease = await queue.claim("w", 60.0)
+            if acks:
+                await queue.ack(lease)
+    asyncio.run(main())
+else:
+    queue = {"sqlite": SqliteTransport, "libsql": LibsqlTransport}[kind](path, synchronous=level)
+    for _ in range(20):
+        lease = queue.claim("w", 60.0)
+        if acks:
+            queue.ack(lease)
+os._exit(0)  # no close(): closing checkpoints, and its syncs are not the calls'
+"""
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "libsql", "sqlite, async"])
+def test_at_full_every_call_but_a_claim_is_synced(kind, tmp_path):
+    """SYNCHRONOUS: at FULL a claim commits unsynced and an ack synced; at EXTRA both are.
+    Counted as the fsync and fdatasync system calls of 20 claims, then of 20 claim+acks, each
+    in a fresh process (under strace) on a fresh copy of 20 groups.  Opening may sync once,
+    for the WAL's header, before the first claim."""
+    strace = shutil.which("strace")
+    if strace is None:
+        pytest.skip("strace is not installed (.ci/servers installs it): the syncs cannot be counted")
+    driver = "libsql" if kind == "libsql" else "sqlite"
+    made = tmp_path / "made.db"
+    with TRANSPORTS[driver](made) as queue:
+        for number in range(20):
+            queue.publish(f"g{number}", "e")
+
+    def syncs(level, acks):
+        path = tmp_path / f"{level}-{acks}.db"
+        shutil.copyfile(made, path)  # closed: the WAL was checkpointed and removed
+        calls = tmp_path / f"{level}-{acks}.strace"
+        subprocess.run([strace, "-f", "-qq", "-e", "trace=fsync,fdatasync", "-o", str(calls), sys.executable,
+                        "-c", _SYNCS_OF, kind, str(path), level, acks], check=True, timeout=120)
+        assert rows(driver, path, "SELECT count(*) FROM harel_transport_messages") == [(0 if acks == "acks" else 20,)]
+        return sum(1 for line in calls.read_text().splitlines() if "sync(" in line)
+
+    full_claims, full_both = syncs("FULL", "claims"), syncs("FULL", "acks")
+    extra_claims, extra_both = syncs("EXTRA", "claims"), syncs("EXTRA", "acks")
+    assert full_claims <= 2, f"20 claims at FULL made {full_claims} syncs"
+    assert full_both - full_claims == 20, f"20 acks at FULL made {full_both - full_claims} syncs"
+    assert extra_claims >= 20, f"20 claims at EXTRA made {extra_claims} syncs"
+    assert extra_both - extra_claims >= 20
+
+
+@pytest.mark.parametrize("synchronous", ["EXTRA", "FULL", "NORMAL"])
 def test_the_async_sqlite_twin_keeps_its_wal_small(tmp_path, synchronous):
-    """At FULL the calls, and SQLite's automatic checkpoints with them, run in the connection's
-    thread.  At NORMAL the calls run on the loop, where a checkpoint's syncs must not: the
-    connection never checkpoints on its own, and a checkpoint runs in a thread every
-    CHECKPOINT_EVERY calls.  Either way the WAL stays small; without the checkpoints these
-    2,400 claim+acks and 2,400 publishes leave over 40 MB of it."""
+    """At EXTRA the calls, and SQLite's automatic checkpoints with them, run in the connection's
+    thread.  At NORMAL the calls run on the loop, and at FULL the claims do, where a
+    checkpoint's syncs must not: the connection never checkpoints on its own, and a checkpoint
+    runs in a thread every CHECKPOINT_EVERY calls.  Either way the WAL stays small; without the
+    checkpoints these 2,400 claim+acks and 2,400 publishes leave over 40 MB of it."""
     path = tmp_path / "q.db"
     with SqliteTransport(path) as loader:
         for number in range(1200):
@@ -720,7 +814,7 @@ def test_the_async_sqlite_twin_keeps_its_wal_small(tmp_path, synchronous):
 
     async def main():
         queue = await AsyncSqliteTransport.create(path, synchronous=synchronous)
-        automatic = 0 if synchronous == "NORMAL" else 1000  # SQLite's own interval, in pages
+        automatic = WAL_BYTES // 2048 if synchronous == "EXTRA" else 0  # in pages of 2 KiB
         assert queue._sync._conn.execute("PRAGMA wal_autocheckpoint").fetchall() == [(automatic,)]
         largest = 0
         for _ in range(2):

@@ -101,6 +101,7 @@ from ._thread import ConnectionThread
 
 __all__ = [
     "FREE",
+    "OPERATIONS",
     "PAGE_SIZE",
     "PARKED",
     "SCHEMA_VERSION",
@@ -111,11 +112,13 @@ __all__ = [
     "SyncSqlTransport",
     "Tables",
     "Turns",
+    "WAL_BYTES",
     "ack_statement",
     "check_busy_timeout",
     "check_synchronous",
     "claim_statement",
     "claimed",
+    "commit_levels",
     "claim_params",
     "claim_sql",
     "connection_pragmas",
@@ -223,12 +226,26 @@ def check_busy_timeout(busy_timeout: object) -> float:
 SYNCHRONOUS = ("FULL", "EXTRA", "NORMAL")
 """The values of ``PRAGMA synchronous`` a transport takes; ``FULL`` (SQLite's default) is its own.
 
-In WAL mode, ``FULL`` syncs the WAL at every commit: a claim or an ack that returned survives a
-power cut.  ``NORMAL`` syncs only at checkpoints: a commit still survives a crash of the
-process, and the file is never corrupted, but the last commits before a power cut or an OS
-crash may be rolled back (a message acked may come back; one claimed may be claimed again,
-which the lease already allows).  ``OFF`` is refused: without syncs an OS crash can corrupt
-the file, and a queue is the wrong place for that trade."""
+In WAL mode:
+
+- ``FULL`` syncs the WAL when a publish, an ack or a nack commits: once it returned, it
+  survives a power cut.  A claim commits at ``NORMAL``, unsynced, and is synced with the next
+  commit that is (the WAL is one file, synced whole, so a power cut keeps a prefix of the
+  commits, never a later one without an earlier).  A power cut may thus undo the last claims:
+  their messages are claimable again at once, as if their leases had lapsed.  Nothing is lost
+  by it, because nobody holds those leases any more: a WAL database is shared through memory
+  (its ``-shm`` file), so every process that can claim from it runs on its machine, and died
+  with it.  What it saves is one sync per message: half of a claim+ack's time on a disk whose
+  sync is slow (docs/performance.md).
+- ``EXTRA`` syncs every commit, claims too.
+- ``NORMAL`` syncs only at checkpoints: a commit still survives a crash of the process, and
+  the file is never corrupted, but the last commits before a power cut or an OS crash may be
+  rolled back (a message acked may come back; one claimed may be claimed again, which the
+  lease already allows).
+
+``OFF`` is refused: without syncs an OS crash can corrupt the file, and a queue is the wrong
+place for that trade.  In a rollback journal (libSQL's embedded replica) a claim keeps the
+level given, since NORMAL there may corrupt the file on a power cut."""
 
 
 def check_synchronous(synchronous: object) -> str:
@@ -252,6 +269,13 @@ changes about 8 pages, each holding a few of the queue's small rows, so smaller 
 fewer bytes to sync (measured in ``benchmarks/peers.py``: about 10% more claim+ack per second
 than with 4096).  An existing file keeps its page size: SQLite changes it only in an empty file.
 """
+
+
+WAL_BYTES = 1000 * 4096
+"""How much WAL a connection writes before it checkpoints: SQLite's default interval (1,000
+pages) at its default page size.  In pages of :data:`PAGE_SIZE` that is 2,000; at SQLite's
+1,000, the checkpoints of a claim+ack workload at ``synchronous=NORMAL`` cost 5% more
+(docs/performance.md), since a page changed many times between two checkpoints is copied once."""
 
 
 def connection_pragmas(busy_timeout: float, *, wal: bool = True, synchronous: str = "FULL") -> list[Statement]:
@@ -745,12 +769,24 @@ class SyncSqlTransport(Shell):
             self._conn = self._connect()
             try:
                 driver_wait = 0.0 if self._lock_wait_in_python else self._busy_timeout
+                journal = None
                 for pragma in connection_pragmas(driver_wait, wal=self._wal, synchronous=synchronous):
-                    run(self._conn, one_statement(pragma), transaction=False, lock_wait=self._lock_wait)
+                    answer = run(self._conn, one_statement(pragma), transaction=False, lock_wait=self._lock_wait)
+                    if pragma.sql.startswith("PRAGMA journal_mode"):
+                        journal = str(answer[0][0]).lower()
+                if journal == "wal":  # a file keeps the page size it was made with
+                    page_size = run(self._conn, one_statement(Statement("PRAGMA page_size", fetch=True)), transaction=False)
+                    interval = Statement(f"PRAGMA wal_autocheckpoint = {WAL_BYTES // page_size[0][0]}")
+                    run(self._conn, one_statement(interval), transaction=False)
                 run(self._conn, open_plan(self._tables), transaction=True, lock_wait=self._lock_wait)
             except BaseException:
                 self._conn.close()
                 raise
+        # The level each operation commits at (SYNCHRONOUS): at FULL, in WAL mode, a claim is
+        # written at NORMAL and synced by the next synced commit.  The connection's level is
+        # switched only when the operation differs from the last one's.
+        self._levels = commit_levels(synchronous, wal=journal == "wal")
+        self._level = self._levels[None]
 
     def _connect(self) -> Any:
         raise NotImplementedError
@@ -765,6 +801,7 @@ class SyncSqlTransport(Shell):
         # call's path, where run() and its helpers would add a few microseconds to each.
         conn, answer = self._conn, None
         try:
+            self._set_level(operation)
             while True:
                 statement = steps.send(answer)
                 cursor = conn.execute(statement.sql, statement.params)
@@ -780,6 +817,7 @@ class SyncSqlTransport(Shell):
         # The caller holds self._lock and has checked that the transport is open.  No context
         # manager here: this is every call's path, and storage_errors() would cost a microsecond.
         try:
+            self._set_level(operation)
             return run(self._conn, plan, transaction=transaction, lock_wait=self._lock_wait)
         except StorageError:
             raise
@@ -790,6 +828,7 @@ class SyncSqlTransport(Shell):
         """:meth:`_drive` on the event loop's thread, awaiting the pauses of a lock wait (for
         :class:`AsyncSqlTransport`; the driver's own busy handler must be off)."""
         try:
+            self._set_level(operation)
             return await run_on_loop(self._conn, steps, transaction=operation in SqlCore.TRANSACTIONS,
                                      lock_wait=self._lock_wait)
         except StorageError:
@@ -797,8 +836,25 @@ class SyncSqlTransport(Shell):
         except self._driver_errors as exc:
             raise storage_error(self.path, operation, exc, self._busy_timeout) from exc
 
+    def _set_level(self, operation: str) -> None:
+        """Switch the connection to the level ``operation`` commits at, if it is not there."""
+        level = self._levels.get(operation, self._levels[None])
+        if level is not self._level:
+            _execute(self._conn, level)
+            self._level = level
+
     def _release(self) -> None:
         self._conn.close()
+
+
+def commit_levels(synchronous: str, *, wal: bool) -> dict[str | None, Statement]:
+    """The ``PRAGMA synchronous`` each operation commits at: ``None`` is every operation's but
+    those named.  At FULL, in WAL mode, a claim commits at NORMAL (SYNCHRONOUS says why); a
+    rollback journal at NORMAL may corrupt the file on a power cut, so it keeps FULL there."""
+    level = Statement(f"PRAGMA synchronous = {synchronous}")
+    if synchronous == "FULL" and wal:
+        return {None: level, "claim": Statement("PRAGMA synchronous = NORMAL")}
+    return {None: level}
 
 
 class Turns:
@@ -830,38 +886,44 @@ class Turns:
         self._lock.release()
 
 
+OPERATIONS = frozenset({"publish", "claim", "ack", "nack"})
+
+
 class AsyncSqlTransport(AsyncShell):
     """The asyncio twin of a :class:`SyncSqlTransport`: the same connection, core and SQL, with
     each operation carried out in one of two places.
 
-    - **In the connection's own thread** (:class:`~harel_ref.transport._thread.ConnectionThread`)
-      when a commit waits for the disk (``synchronous`` FULL or EXTRA on stdlib sqlite3): the
-      whole operation, every statement of it, is one trip there and back.  Jobs queue in the
-      thread, so a cancelled call's job finishes before the next one uses the connection.
-    - **On the loop** when it does not: at ``synchronous=NORMAL`` a commit only writes to the
-      operating system's cache, and a statement costs tens of microseconds of CPU, about what
-      the trip to a thread would (docs/performance.md).  A lock held by another connection is
-      waited for by awaiting (the driver's busy handler is off), so the loop never blocks on
-      it.  libsql holds the GIL through every call, so a thread would not free the loop for
-      it: its twin always runs on the loop, its syncs at FULL included.
+    - **On the loop**, the operations named in ``on_loop``: those whose commit does not wait
+      for the disk.  A statement costs tens of microseconds of CPU there, about what the trip
+      to a thread would (docs/performance.md).  A lock held by another connection is waited
+      for by awaiting (the driver's busy handler is off), so the loop never blocks on it.
+    - **In the connection's own thread** (:class:`~harel_ref.transport._thread.ConnectionThread`),
+      the others: their commit waits for the disk (a sync, on stdlib sqlite3), so the whole
+      operation, every statement of it, is one trip there and back.  Jobs queue in the thread,
+      so a cancelled call's job finishes before the next one uses the connection.
 
-    A subclass's ``create()`` opens the synchronous transport in a thread and picks the place.
+    At ``synchronous=NORMAL`` no commit waits for the disk, so every operation runs on the loop;
+    at FULL a claim's does not (:data:`SYNCHRONOUS`).  libsql holds the GIL through every
+    call, so a thread would not free the loop for it: its twin runs every operation on the
+    loop, its syncs included.  A subclass's ``create()`` opens the synchronous transport in a
+    thread and picks the places.
     """
 
-    def __init__(self, sync: SyncSqlTransport, *, on_loop: bool) -> None:
+    def __init__(self, sync: SyncSqlTransport, *, on_loop: frozenset[str]) -> None:
         # Use create(); __init__ only wraps an open synchronous transport, whose driver must not
-        # wait for locks itself if it is to run on the loop (``_lock_wait_in_python``).
+        # wait for locks itself if anything is to run on the loop (``_lock_wait_in_python``).
         self._sync = sync
         self.path = sync.path
         self._core = sync._core
         self._clock = sync._clock
+        self._on_loop = on_loop
         # One call at a time, from the clock's reading to its answer: a call's time is read
         # when its turn comes, not while it queues, and close() waits for the call before it.
         self._serial = Turns()
-        self._thread = None if on_loop else ConnectionThread(f"harel-ref {type(self).__name__} {sync.path}")
+        self._thread = None if on_loop == OPERATIONS else ConnectionThread(f"harel-ref {type(self).__name__} {sync.path}")
 
     async def _drive(self, operation: str, steps: Plan[T]) -> T:
-        if self._thread is None:
+        if operation in self._on_loop:
             return await self._sync._drive_on_loop(operation, steps)
         return await self._thread.run(self._sync._drive, operation, steps)
 

@@ -49,7 +49,7 @@ import os
 from typing import Any
 
 from ._base import Clock, default_clock
-from ._sql import AsyncSqlTransport, SyncSqlTransport
+from ._sql import OPERATIONS, AsyncSqlTransport, SyncSqlTransport
 
 __all__ = ["AsyncLibsqlTransport", "LibsqlTransport"]
 
@@ -122,4 +122,4 @@ class AsyncLibsqlTransport(AsyncSqlTransport):
 
     @classmethod
     async def create(cls, path: str | os.PathLike[str], **options: Any) -> AsyncLibsqlTransport:
-        return cls(await asyncio.to_thread(LibsqlTransport, path, **options), on_loop=True)
+        return cls(await asyncio.to_thread(LibsqlTransport, path, **options), on_loop=OPERATIONS)

@@ -27,7 +27,7 @@ from collections.abc import Callable
 
 from ._base import Clock, default_clock
 from ._shell import Steps, T
-from ._sql import AsyncSqlTransport, SyncSqlTransport, Turns, check_synchronous
+from ._sql import OPERATIONS, AsyncSqlTransport, SyncSqlTransport, Turns, check_synchronous
 
 __all__ = ["AsyncSqliteTransport", "SqliteTransport"]
 
@@ -39,9 +39,10 @@ class SqliteTransport(SyncSqlTransport):
     - ``prefix``: tables are named ``<prefix>_harel_transport_...`` instead of the defaults,
       so several queues can live in one file.
     - ``busy_timeout``: seconds a write waits for SQLite's lock before StorageError.
-    - ``synchronous``: ``"FULL"`` (every commit synced to disk), ``"EXTRA"``, or ``"NORMAL"``
-      (synced at checkpoints only: faster, and a power cut may undo the last commits;
-      :data:`~harel_ref.transport._sql.SYNCHRONOUS` says what each risks).
+    - ``synchronous``: ``"FULL"`` (every call but a claim synced to disk before it returns; a
+      claim is synced with the next call that is), ``"EXTRA"`` (every call synced), or
+      ``"NORMAL"`` (synced at checkpoints only: faster, and a power cut may undo the last
+      calls); :data:`~harel_ref.transport._sql.SYNCHRONOUS` says what each risks.
     """
 
     def __init__(
@@ -73,26 +74,32 @@ class AsyncSqliteTransport(AsyncSqlTransport):
     """The asyncio twin of :class:`SqliteTransport` (the same options), on its own connection.
 
     Build it with ``await AsyncSqliteTransport.create(path, ...)``.  Where each operation runs
-    (:class:`~harel_ref.transport._sql.AsyncSqlTransport`):
+    (:class:`~harel_ref.transport._sql.AsyncSqlTransport`) follows from whether its commit
+    waits for the disk (:data:`~harel_ref.transport._sql.SYNCHRONOUS`):
 
-    - at ``synchronous`` FULL (the default) or EXTRA, every commit waits for the disk, so each
-      operation is one trip to the connection's own thread (its checkpoints run there too);
-    - at ``synchronous="NORMAL"`` it runs on the loop, awaiting only while another connection
-      holds the write lock.
+    - at ``synchronous="NORMAL"`` every operation runs on the loop;
+    - at FULL (the default) a claim runs on the loop, and a publish, an ack or a nack is one
+      trip to the connection's own thread, where its commit is synced;
+    - at EXTRA every operation is one trip to that thread, and SQLite's automatic checkpoints
+      run there with them.
 
-    At NORMAL the commits that wait for the disk are the checkpoints (which sync the WAL and the
-    database), the first write after one (which syncs the WAL's new header) and the checkpoint
-    of ``close()``; none of them runs on the loop.  The connection's automatic checkpoint is
-    off.  The call that makes ``CHECKPOINT_EVERY`` starts a checkpoint in a thread of the
-    transport's own, followed by a write that starts the WAL over, and answers at once; the
-    next call waits for it before its turn begins (and before it reads the clock).
-    ``close()`` closes the connection in that thread too.
+    When anything runs on the loop, what else would wait for the disk there is the checkpoints
+    (which sync the WAL and the database), the first write after one (which syncs the WAL's
+    new header) and the checkpoint of ``close()``; none of them runs on the loop.  The
+    connection's automatic checkpoint is off.  The call that makes ``CHECKPOINT_EVERY`` starts
+    a checkpoint in a thread of the transport's own, followed by a write that starts the WAL
+    over, and answers at once; the next call waits for it before its turn begins (and before
+    it reads the clock).  ``close()`` closes the connection in a thread too.
     """
 
-    CHECKPOINT_EVERY = 200
-    """Calls between two checkpoints at NORMAL: 600–700 WAL pages (SQLite's own interval is 1,000)."""
+    CHECKPOINT_EVERY = 400
+    """Calls between two checkpoints when calls run on the loop: 1,400–1,800 WAL pages, about
+    the sync transport's interval (:data:`~harel_ref.transport._sql.WAL_BYTES`)."""
 
-    def __init__(self, sync: SqliteTransport, *, on_loop: bool) -> None:
+    ON_THE_LOOP = {"NORMAL": OPERATIONS, "FULL": frozenset({"claim"}), "EXTRA": frozenset()}
+    """The operations run on the loop at each ``synchronous`` level: those whose commit is not synced."""
+
+    def __init__(self, sync: SqliteTransport, *, on_loop: frozenset[str]) -> None:
         super().__init__(sync, on_loop=on_loop)
         self._since_checkpoint = 0
         self._checkpoints: concurrent.futures.ThreadPoolExecutor | None = None  # made when first needed
@@ -110,7 +117,7 @@ class AsyncSqliteTransport(AsyncSqlTransport):
         busy_timeout: float = 5.0,
         synchronous: str = "FULL",
     ) -> AsyncSqliteTransport:
-        on_loop = check_synchronous(synchronous) == "NORMAL"
+        on_loop = cls.ON_THE_LOOP[check_synchronous(synchronous)]
         opened = _SqliteForTheLoop if on_loop else SqliteTransport
 
         def open_it() -> SqliteTransport:
@@ -127,7 +134,7 @@ class AsyncSqliteTransport(AsyncSqlTransport):
             raise
 
     async def _drive(self, operation: str, steps: Steps[T]) -> T:
-        if self._thread is not None:
+        if not self._on_loop:
             return await super()._drive(operation, steps)
         try:
             return await super()._drive(operation, steps)
@@ -174,7 +181,9 @@ class AsyncSqliteTransport(AsyncSqlTransport):
 
     async def _release(self) -> None:
         if self._thread is not None:
-            await super()._release()
+            if self._checkpoints is not None:  # idle: close()'s turn began once its last checkpoint was done
+                self._checkpoints.shutdown(wait=False)
+            await super()._release()  # closes in the connection's thread
             return
         # Closing checkpoints the WAL and syncs: in the thread too (close()'s turn began once
         # the last checkpoint was done), and done even if this close() is cancelled.

@@ -84,7 +84,8 @@ def sqlite(tmp_dir: Path | str | None = None) -> Backend:
 
 
 def sqlite_async(tmp_dir: Path | str | None = None, *, synchronous: str = "FULL") -> Backend:
-    """At FULL each call is a trip to the connection's thread; at NORMAL calls run on the loop."""
+    """At EXTRA each call is a trip to the connection's thread; at NORMAL calls run on the loop;
+    at FULL (the default) claims run on the loop and the other calls in the thread."""
     name = "sqlite-async" if synchronous == "FULL" else f"sqlite-async-{synchronous.lower()}"
     return _async(name, AsyncSqliteTransport, "sqlite", tmp_dir, synchronous=synchronous)
 
