@@ -3,8 +3,6 @@ for the rules about calls (R13-R17), against InMemoryTransport; R20 and R21 agai
 model, the harel adapter and the report levels."""
 
 import math
-import os
-import threading
 
 import pytest
 
@@ -267,32 +265,6 @@ def test_r16_tokens_are_unique_and_seq_is_stable():
     assert first.token != again.token and first.seq == again.seq
     transport.ack(again)
     assert transport.claim("w", 1.0).seq > again.seq
-
-
-def test_r16_tokens_differ_across_threads_and_forked_processes():
-    """A token is the process's random part and a count: threads draw distinct counts, and a
-    forked child draws a random part of its own (it would otherwise repeat its parent's)."""
-    from harel_ref.transport._base import new_token
-
-    drawn = []
-    threads = [threading.Thread(target=lambda: drawn.extend(new_token("w") for _ in range(2000))) for _ in range(4)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    assert len(set(drawn)) == 8000
-    reading, writing = os.pipe()
-    child = os.fork()
-    if child == 0:  # the child: the tokens it would hand out next
-        os.write(writing, " ".join(new_token("w") for _ in range(3)).encode())
-        os._exit(0)
-    os.close(writing)
-    os.waitpid(child, 0)
-    with os.fdopen(reading) as pipe:
-        from_child = pipe.read().split()
-    here = [new_token("w") for _ in range(3)]
-    assert len(from_child) == 3 and not set(from_child) & set(here)
-    assert {token.split(":")[1].split("-")[0] for token in from_child} != {token.split(":")[1].split("-")[0] for token in here}
 
 
 def test_r17_a_claim_whose_answer_was_lost_comes_back_when_its_lease_lapses():

@@ -16,6 +16,33 @@ import pytest
 from harel_ref.transport._thread import ConnectionThread
 
 
+def test_idle_waits_for_jobs_nobody_awaits_any_more_and_submitted_ones():
+    """A job whose caller was cancelled, and a submitted one, still hold the connection: idle()
+    returns only once both are done, and at once when nothing runs."""
+    release = threading.Event()
+    order = []
+
+    async def main():
+        worker = ConnectionThread("harel-ref test thread")
+        await worker.idle()  # nothing given: at once
+        abandoned = asyncio.ensure_future(worker.run(lambda: (release.wait(10), order.append("abandoned"))))
+        await asyncio.sleep(0.01)
+        abandoned.cancel()
+        worker.submit(order.append, "submitted")
+        assert worker.busy()
+        waiting = asyncio.ensure_future(worker.idle())
+        await asyncio.sleep(0.05)
+        assert not waiting.done(), "idle() returned while a job still ran"
+        release.set()
+        await waiting
+        order.append("idle")
+        assert not worker.busy()
+        await worker.stop()
+
+    asyncio.run(main())
+    assert order == ["abandoned", "submitted", "idle"]
+
+
 def test_jobs_run_in_one_thread_in_order_one_at_a_time():
     seen, running = [], []
 

@@ -10,7 +10,6 @@ all backends refuse bad input with the same clear error.
 
 from __future__ import annotations
 
-import itertools
 import math
 import os
 import re
@@ -265,29 +264,10 @@ def check_delay(delay: object) -> float:
     return delay
 
 
-class _Tokens:
-    """Where lease tokens come from: 96 random bits drawn once per process (and again in a
-    forked child, which would otherwise repeat its parent's), then a counter.  Unique as 96
-    random bits per claim would be, for a fraction of the cost: drawing random bytes is a
-    system call, about 4% of a claim+ack at ``synchronous=NORMAL``."""
-
-    def __init__(self) -> None:
-        self.draw()
-
-    def draw(self) -> None:
-        self.process = os.urandom(12).hex()
-        self.count = itertools.count(1)  # next() on it is atomic: threads never share a number
-
-
-_TOKENS = _Tokens()
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_TOKENS.draw)
-
-
 def new_token(worker_id: str) -> str:
-    """A lease token never handed out before (R16), readable in logs:
-    ``worker_id:<this process's 96 random bits, hex>-<a count, hex>``."""
-    return f"{worker_id}:{_TOKENS.process}-{next(_TOKENS.count):x}"
+    """A lease token unique per claim, readable in logs: ``worker_id:random-hex`` (128 random
+    bits, as many as a UUID4 carries)."""
+    return f"{worker_id}:{os.urandom(16).hex()}"
 
 
 class ClosedGuard:

@@ -235,8 +235,9 @@ In WAL mode:
   their messages are claimable again at once, as if their leases had lapsed.  Nothing is lost
   by it, because nobody holds those leases any more: a WAL database is shared through memory
   (its ``-shm`` file), so every process that can claim from it runs on its machine, and died
-  with it.  What it saves is one sync per message: half of a claim+ack's time on a disk whose
-  sync is slow (docs/performance.md).
+  with it.  (A service that hands leases on to workers on other machines breaks that premise,
+  and should use EXTRA.)  What it saves is one sync per message: half of a claim+ack's time on
+  a disk whose sync is slow (docs/performance.md).
 - ``EXTRA`` syncs every commit, claims too.
 - ``NORMAL`` syncs only at checkpoints: a commit still survives a crash of the process, and
   the file is never corrupted, but the last commits before a power cut or an OS crash may be
@@ -713,6 +714,9 @@ def storage_error(path: str, operation: str, exc: BaseException, busy_timeout: f
 # --- The core and the synchronous transport, for any sqlite3-like driver ---------------------
 
 
+OPERATIONS = frozenset({"publish", "claim", "ack", "nack"})
+
+
 class SqlCore:
     """The four operations as statements in SQLite's dialect (:mod:`harel_ref.transport._shell`):
     every SQLite-speaking driver runs these, sync or async.
@@ -775,9 +779,10 @@ class SyncSqlTransport(Shell):
                     if pragma.sql.startswith("PRAGMA journal_mode"):
                         journal = str(answer[0][0]).lower()
                 if journal == "wal":  # a file keeps the page size it was made with
-                    page_size = run(self._conn, one_statement(Statement("PRAGMA page_size", fetch=True)), transaction=False)
+                    page_size = run(self._conn, one_statement(Statement("PRAGMA page_size", fetch=True)),
+                                    transaction=False, lock_wait=self._lock_wait)
                     interval = Statement(f"PRAGMA wal_autocheckpoint = {WAL_BYTES // page_size[0][0]}")
-                    run(self._conn, one_statement(interval), transaction=False)
+                    run(self._conn, one_statement(interval), transaction=False, lock_wait=self._lock_wait)
                 run(self._conn, open_plan(self._tables), transaction=True, lock_wait=self._lock_wait)
             except BaseException:
                 self._conn.close()
@@ -839,22 +844,30 @@ class SyncSqlTransport(Shell):
     def _set_level(self, operation: str) -> None:
         """Switch the connection to the level ``operation`` commits at, if it is not there."""
         level = self._levels.get(operation, self._levels[None])
-        if level is not self._level:
-            _execute(self._conn, level)
+        if level != self._level:
+            self._level = None  # unknown until the switch is done: an interrupt may come between
+            _execute(self._conn, _SET_LEVEL[level])
             self._level = level
+
+    @property
+    def unsynced(self) -> frozenset[str]:
+        """The operations whose commit does not wait for the disk (:data:`SYNCHRONOUS`)."""
+        return frozenset(op for op in OPERATIONS if self._levels.get(op, self._levels[None]) == "NORMAL")
 
     def _release(self) -> None:
         self._conn.close()
 
 
-def commit_levels(synchronous: str, *, wal: bool) -> dict[str | None, Statement]:
-    """The ``PRAGMA synchronous`` each operation commits at: ``None`` is every operation's but
+def commit_levels(synchronous: str, *, wal: bool) -> dict[str | None, str]:
+    """The ``synchronous`` level each operation commits at: ``None`` is every operation's but
     those named.  At FULL, in WAL mode, a claim commits at NORMAL (SYNCHRONOUS says why); a
     rollback journal at NORMAL may corrupt the file on a power cut, so it keeps FULL there."""
-    level = Statement(f"PRAGMA synchronous = {synchronous}")
     if synchronous == "FULL" and wal:
-        return {None: level, "claim": Statement("PRAGMA synchronous = NORMAL")}
-    return {None: level}
+        return {None: synchronous, "claim": "NORMAL"}
+    return {None: synchronous}
+
+
+_SET_LEVEL = {level: Statement(f"PRAGMA synchronous = {level}") for level in SYNCHRONOUS}
 
 
 class Turns:
@@ -886,9 +899,6 @@ class Turns:
         self._lock.release()
 
 
-OPERATIONS = frozenset({"publish", "claim", "ack", "nack"})
-
-
 class AsyncSqlTransport(AsyncShell):
     """The asyncio twin of a :class:`SyncSqlTransport`: the same connection, core and SQL, with
     each operation carried out in one of two places.
@@ -899,17 +909,17 @@ class AsyncSqlTransport(AsyncShell):
       for by awaiting (the driver's busy handler is off), so the loop never blocks on it.
     - **In the connection's own thread** (:class:`~harel_ref.transport._thread.ConnectionThread`),
       the others: their commit waits for the disk (a sync, on stdlib sqlite3), so the whole
-      operation, every statement of it, is one trip there and back.  Jobs queue in the thread,
-      so a cancelled call's job finishes before the next one uses the connection.
+      operation, every statement of it, is one trip there and back.  A subclass may give the
+      thread work of its own (checkpoints), and ``close()`` closes the connection there.
 
-    At ``synchronous=NORMAL`` no commit waits for the disk, so every operation runs on the loop;
-    at FULL a claim's does not (:data:`SYNCHRONOUS`).  libsql holds the GIL through every
-    call, so a thread would not free the loop for it: its twin runs every operation on the
-    loop, its syncs included.  A subclass's ``create()`` opens the synchronous transport in a
-    thread and picks the places.
+    A job in the thread goes on after its caller is cancelled.  So a call's turn begins only
+    once the thread is idle: the connection never serves the loop and the thread at once.
+    libsql holds the GIL through every call, so a thread would not free the loop for it: its
+    twin runs every operation on the loop, its syncs included, and has no thread.  A
+    subclass's ``create()`` opens the synchronous transport in a thread and picks the places.
     """
 
-    def __init__(self, sync: SyncSqlTransport, *, on_loop: frozenset[str]) -> None:
+    def __init__(self, sync: SyncSqlTransport, *, on_loop: frozenset[str], thread: bool = True) -> None:
         # Use create(); __init__ only wraps an open synchronous transport, whose driver must not
         # wait for locks itself if anything is to run on the loop (``_lock_wait_in_python``).
         self._sync = sync
@@ -917,10 +927,16 @@ class AsyncSqlTransport(AsyncShell):
         self._core = sync._core
         self._clock = sync._clock
         self._on_loop = on_loop
+        self._thread = ConnectionThread(f"harel-ref {type(self).__name__} {sync.path}") if thread else None
         # One call at a time, from the clock's reading to its answer: a call's time is read
         # when its turn comes, not while it queues, and close() waits for the call before it.
-        self._serial = Turns()
-        self._thread = None if on_loop == OPERATIONS else ConnectionThread(f"harel-ref {type(self).__name__} {sync.path}")
+        self._serial = Turns(before=self._idle if thread else None)
+
+    async def _idle(self) -> None:
+        """Return once nothing runs in the connection's thread (a cancelled call's job, a
+        checkpoint): the turn that begins then has the connection to itself."""
+        if self._thread is not None:
+            await self._thread.idle()
 
     async def _drive(self, operation: str, steps: Plan[T]) -> T:
         if operation in self._on_loop:
@@ -932,7 +948,7 @@ class AsyncSqlTransport(AsyncShell):
             self._sync.close()
             return
         try:
-            await self._thread.run(self._sync.close)  # after a cancelled call's job, if one runs
+            await self._thread.run(self._sync.close)  # closing checkpoints and syncs: not on the loop
         finally:
             await self._thread.stop()
 

@@ -12,7 +12,9 @@ thread writes to an ``eventfd`` the loop watches (Linux; elsewhere it falls back
 ``call_soon_threadsafe``).
 
 A job whose awaiting task is cancelled still runs to its end in the thread, and the jobs after
-it wait for it: the connection never serves two jobs at once.  ``stop()`` ends the thread after
+it wait for it: the connection never serves two jobs at once.  A job may also be given with
+nobody to await it (``submit``).  Work done outside the thread must wait for the jobs given
+before it: ``idle()`` returns once they are done.  ``stop()`` ends the thread after
 the jobs already given, whose outcomes are still handed over; the loop then stops watching the
 eventfd and closes it.  A ConnectionThread that is garbage-collected without ``stop()`` ends
 its thread the same way (and its eventfd is closed by the thread if no loop ever watched it, or
@@ -42,13 +44,15 @@ class ConnectionThread:
 
     def __init__(self, name: str) -> None:
         self._jobs: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        self._given = 0  # jobs put in _jobs; the thread counts those it finished in _finished
+        self._finished = [0]
         self._done: collections.deque[tuple[asyncio.Future[Any], bool, Any]] = collections.deque()
         self._wakeup = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC) if hasattr(os, "eventfd") else None
         self._listening: asyncio.AbstractEventLoop | None = None  # the loop watching _wakeup
         self._watched = [False]  # shared with the thread: has any loop ever watched _wakeup?
         # The thread holds no reference to self, so an abandoned ConnectionThread is collected.
         try:
-            threading.Thread(target=_serve, args=(self._jobs, self._done, self._wakeup, self._watched),
+            threading.Thread(target=_serve, args=(self._jobs, self._done, self._wakeup, self._watched, self._finished),
                              name=name, daemon=True).start()
         except BaseException:  # no thread to be had (a limit reached): nothing left open
             if self._wakeup is not None:
@@ -64,8 +68,29 @@ class ConnectionThread:
         if self._wakeup is not None and loop is not self._listening:
             self._listen(loop)
         future = loop.create_future()
-        self._jobs.put((future, function, args))
+        self._give((future, function, args))
         return await future
+
+    def submit(self, function: Callable[..., Any], *args: Any) -> None:
+        """``function(*args)`` in the thread, after the jobs given before, with nobody awaiting
+        it: its result is dropped, and so is its error (``function`` handles its own)."""
+        if not self._stopped.alive:
+            raise RuntimeError("this ConnectionThread was stopped")
+        self._give((None, function, args))
+
+    def busy(self) -> bool:
+        """Whether a job given is not done yet (its caller may have stopped waiting for it)."""
+        return self._finished[0] != self._given
+
+    async def idle(self) -> None:
+        """Return once every job given so far is done (at once if they are).  Cancelled while it
+        waits, it leaves them running: the next idle() waits for them again."""
+        if self.busy():
+            await self.run(_nothing)  # jobs run in the order given: this one comes after them all
+
+    def _give(self, job: tuple[Any, ...]) -> None:
+        self._given += 1
+        self._jobs.put(job)
 
     async def stop(self) -> None:
         """End the thread once the jobs already given are done (their outcomes are handed over);
@@ -87,8 +112,12 @@ class ConnectionThread:
         self._watched[0] = True
 
 
+def _nothing() -> None:
+    pass
+
+
 def _serve(jobs: queue.SimpleQueue[Any], done: collections.deque[Any], wakeup: int | None,
-           watched: list[bool]) -> None:
+           watched: list[bool], finished: list[int]) -> None:
     while True:
         job = jobs.get()
         if job[0] is _STOP:  # (_STOP, the future stop() awaits, or None when collected)
@@ -107,6 +136,9 @@ def _serve(jobs: queue.SimpleQueue[Any], done: collections.deque[Any], wakeup: i
             outcome = (True, function(*args))
         except BaseException as exc:  # handed to the awaiting task, as to_thread would
             outcome = (False, exc)
+        finished[0] += 1  # before the answer is handed over: the awaiting task then sees it done
+        if future is None:  # submitted: nobody awaits it
+            continue
         if wakeup is None:
             _hand_over(future, *outcome)
         else:

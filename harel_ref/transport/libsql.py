@@ -122,4 +122,4 @@ class AsyncLibsqlTransport(AsyncSqlTransport):
 
     @classmethod
     async def create(cls, path: str | os.PathLike[str], **options: Any) -> AsyncLibsqlTransport:
-        return cls(await asyncio.to_thread(LibsqlTransport, path, **options), on_loop=OPERATIONS)
+        return cls(await asyncio.to_thread(LibsqlTransport, path, **options), on_loop=OPERATIONS, thread=False)

@@ -20,14 +20,12 @@ other's locks.  Separate processes are safe.
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import os
 import sqlite3
-from collections.abc import Callable
 
 from ._base import Clock, default_clock
 from ._shell import Steps, T
-from ._sql import OPERATIONS, AsyncSqlTransport, SyncSqlTransport, Turns, check_synchronous
+from ._sql import AsyncSqlTransport, SyncSqlTransport, check_synchronous
 
 __all__ = ["AsyncSqliteTransport", "SqliteTransport"]
 
@@ -86,26 +84,19 @@ class AsyncSqliteTransport(AsyncSqlTransport):
     When anything runs on the loop, what else would wait for the disk there is the checkpoints
     (which sync the WAL and the database), the first write after one (which syncs the WAL's
     new header) and the checkpoint of ``close()``; none of them runs on the loop.  The
-    connection's automatic checkpoint is off.  The call that makes ``CHECKPOINT_EVERY`` starts
-    a checkpoint in a thread of the transport's own, followed by a write that starts the WAL
-    over, and answers at once; the next call waits for it before its turn begins (and before
-    it reads the clock).  ``close()`` closes the connection in a thread too.
+    connection's automatic checkpoint is off.  The call that makes ``CHECKPOINT_EVERY`` gives
+    the connection's thread a checkpoint, followed by a write that starts the WAL over, and
+    answers at once; the next call waits for it before its turn begins (and before it reads
+    the clock).  ``close()`` closes the connection in that thread too.
     """
 
     CHECKPOINT_EVERY = 400
     """Calls between two checkpoints when calls run on the loop: 1,400–1,800 WAL pages, about
     the sync transport's interval (:data:`~harel_ref.transport._sql.WAL_BYTES`)."""
 
-    ON_THE_LOOP = {"NORMAL": OPERATIONS, "FULL": frozenset({"claim"}), "EXTRA": frozenset()}
-    """The operations run on the loop at each ``synchronous`` level: those whose commit is not synced."""
-
-    def __init__(self, sync: SqliteTransport, *, on_loop: frozenset[str]) -> None:
-        super().__init__(sync, on_loop=on_loop)
+    def __init__(self, sync: SqliteTransport) -> None:
+        super().__init__(sync, on_loop=sync.unsynced)
         self._since_checkpoint = 0
-        self._checkpoints: concurrent.futures.ThreadPoolExecutor | None = None  # made when first needed
-        self._checkpointing: concurrent.futures.Future[None] | None = None
-        if on_loop:
-            self._serial = Turns(before=self._checkpoint_finished)
 
     @classmethod
     async def create(
@@ -117,24 +108,25 @@ class AsyncSqliteTransport(AsyncSqlTransport):
         busy_timeout: float = 5.0,
         synchronous: str = "FULL",
     ) -> AsyncSqliteTransport:
-        on_loop = cls.ON_THE_LOOP[check_synchronous(synchronous)]
-        opened = _SqliteForTheLoop if on_loop else SqliteTransport
+        # Every commit is synced at EXTRA; at the other levels some run on the loop, where the
+        # driver must not wait for a lock itself (it would hold the loop while it waits).
+        opened = SqliteTransport if check_synchronous(synchronous) == "EXTRA" else _SqliteForTheLoop
 
         def open_it() -> SqliteTransport:
             sync = opened(path, clock=clock, prefix=prefix, busy_timeout=busy_timeout, synchronous=synchronous)
-            if on_loop:
-                sync._conn.execute("PRAGMA wal_autocheckpoint = 0")  # checkpoints run in a thread
+            if sync.unsynced:
+                sync._conn.execute("PRAGMA wal_autocheckpoint = 0")  # checkpoints run in the thread
             return sync
 
         sync = await asyncio.to_thread(open_it)
         try:
-            return cls(sync, on_loop=on_loop)
+            return cls(sync)
         except BaseException:
             sync.close()
             raise
 
     async def _drive(self, operation: str, steps: Steps[T]) -> T:
-        if not self._on_loop:
+        if not self._on_loop:  # SQLite's own checkpoints run in the thread with the calls
             return await super()._drive(operation, steps)
         try:
             return await super()._drive(operation, steps)
@@ -142,26 +134,7 @@ class AsyncSqliteTransport(AsyncSqlTransport):
             self._since_checkpoint += 1
             if self._since_checkpoint >= self.CHECKPOINT_EVERY:
                 self._since_checkpoint = 0
-                self._start(self._checkpoint)
-
-    def _start(self, work: Callable[[], None]) -> bool:
-        """``work`` in the transport's own thread, after what runs there; False if no thread
-        can take it any more (the interpreter is shutting down)."""
-        try:
-            if self._checkpoints is None:
-                self._checkpoints = concurrent.futures.ThreadPoolExecutor(1, "harel-ref checkpoint")
-            self._checkpointing = self._checkpoints.submit(work)
-            return True
-        except RuntimeError:  # "cannot schedule new futures after (interpreter) shutdown"
-            return False
-
-    async def _checkpoint_finished(self) -> None:
-        """Wait for what runs in the transport's thread, if anything does: it uses the
-        connection.  A caller cancelled meanwhile leaves it running, and the next call waits."""
-        if self._checkpointing is not None:
-            if not self._checkpointing.done():
-                await asyncio.shield(asyncio.wrap_future(self._checkpointing))
-            self._checkpointing = None
+                self._thread.submit(self._checkpoint)  # the next call's turn waits for it
 
     def _checkpoint(self) -> None:
         """In the thread: copy the WAL into the database, then start the WAL over if it all was."""
@@ -178,18 +151,3 @@ class AsyncSqliteTransport(AsyncSqlTransport):
                 )
         except sqlite3.Error:
             pass  # another connection held the lock: the next checkpoint, CHECKPOINT_EVERY calls on, retries
-
-    async def _release(self) -> None:
-        if self._thread is not None:
-            if self._checkpoints is not None:  # idle: close()'s turn began once its last checkpoint was done
-                self._checkpoints.shutdown(wait=False)
-            await super()._release()  # closes in the connection's thread
-            return
-        # Closing checkpoints the WAL and syncs: in the thread too (close()'s turn began once
-        # the last checkpoint was done), and done even if this close() is cancelled.
-        if not self._start(self._sync.close):
-            self._sync.close()  # no thread to be had at the interpreter's exit
-            return
-        closing = self._checkpointing
-        self._checkpoints.shutdown(wait=False)
-        await asyncio.shield(asyncio.wrap_future(closing))
