@@ -507,8 +507,9 @@ def test_at_full_the_sqlite_twin_claims_on_the_loop_and_awaits_a_held_lock(tmp_p
 class _HeldPublishCore(SqlCore):
     """A publish that stops inside its transaction, after its first statement, until told."""
 
-    inside = threading.Event()
-    go_on = threading.Event()
+    def __init__(self, tables):
+        super().__init__(tables)
+        self.inside, self.go_on = threading.Event(), threading.Event()
 
     def publish(self, group_id, event, priority, routing_key):
         plan, answer, first = super().publish(group_id, event, priority, routing_key), None, True
@@ -535,16 +536,16 @@ def test_at_full_a_claim_waits_for_the_job_of_a_cancelled_call_in_the_thread(tmp
     async def main():
         queue = await AsyncSqliteTransport.create(path)
         await queue.publish("g", "first")
-        queue._core = _HeldPublishCore(queue._core.tables)
+        queue._core = held_core = _HeldPublishCore(queue._core.tables)
         held = asyncio.ensure_future(queue.publish("h", "held"))
-        assert await asyncio.to_thread(_HeldPublishCore.inside.wait, 10)
+        assert await asyncio.to_thread(held_core.inside.wait, 10)
         held.cancel()
         with pytest.raises(asyncio.CancelledError):
             await held
         claim = asyncio.ensure_future(queue.claim("w", 60.0))
         await asyncio.sleep(0.05)
         assert not claim.done(), "the claim used the connection while the publish was in its transaction"
-        _HeldPublishCore.go_on.set()
+        held_core.go_on.set()
         lease = await claim
         assert lease.event == "first" and not queue._sync._conn.in_transaction
         await queue.close()
@@ -674,6 +675,8 @@ def test_a_checkpoint_delays_the_next_call_and_a_cancelled_one_leaves_the_connec
     before it touches the connection (closing it under the checkpoint crashed the process)."""
     path = str(tmp_path / "q.db")
     holder = []
+    _SlowCheckpoints.started.clear()  # a run before this one, in this process, set them
+    _SlowCheckpoints.proceed.clear()
 
     async def first_loop():
         queue = await _SlowCheckpoints.create(path, synchronous="NORMAL")

@@ -166,6 +166,37 @@ def test_a_thread_nobody_stopped_ends_when_it_is_dropped():
     assert _wait_until_gone("harel-ref thread dropped")
 
 
+class _Owner:
+    """Holds its thread, as a twin does, and gives it a job of its own (a checkpoint)."""
+
+    def __init__(self, name):
+        self.thread = ConnectionThread(name)
+
+    def job(self):
+        pass
+
+
+def test_a_dropped_thread_ends_whatever_its_last_job_referred_to():
+    """The thread holds nothing of its last job while it waits: a job bound to the object that
+    holds the thread (a submitted checkpoint), or an error whose traceback reaches the caller's
+    frame, kept an abandoned transport and its thread alive (a reviewer's find)."""
+    async def main():
+        submitted = _Owner("harel-ref thread, last job submitted")
+        submitted.thread.submit(submitted.job)
+        failed = _Owner("harel-ref thread, last job failed")
+        with pytest.raises(ZeroDivisionError):
+            await failed.thread.run(lambda: 1 / 0)
+        while submitted.thread.busy():
+            await asyncio.sleep(0.001)
+        await asyncio.sleep(0)  # the loop lets go of the handle that woke this task with the error
+        del submitted, failed
+        gc.collect()
+
+    asyncio.run(main())
+    assert _wait_until_gone("harel-ref thread, last job submitted")
+    assert _wait_until_gone("harel-ref thread, last job failed")
+
+
 def test_the_loop_closes_the_eventfd_of_a_thread_stopped_or_dropped():
     """Whether stopped or dropped, the thread's last word makes the loop stop watching its
     eventfd and close it (30 dropped transports once left 30 open: a reviewer's find)."""

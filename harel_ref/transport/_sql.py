@@ -935,7 +935,7 @@ class AsyncSqlTransport(AsyncShell):
     async def _idle(self) -> None:
         """Return once nothing runs in the connection's thread (a cancelled call's job, a
         checkpoint): the turn that begins then has the connection to itself."""
-        if self._thread is not None:
+        if self._thread is not None and not self._closed:  # once closed, no call uses it
             await self._thread.idle()
 
     async def _drive(self, operation: str, steps: Plan[T]) -> T:

@@ -119,6 +119,10 @@ def _nothing() -> None:
 def _serve(jobs: queue.SimpleQueue[Any], done: collections.deque[Any], wakeup: int | None,
            watched: list[bool], finished: list[int]) -> None:
     while True:
+        # Hold nothing of the last job while waiting for the next: a job's function or error
+        # can refer to the transport, which holds this thread's ConnectionThread, and would
+        # keep an abandoned one from being collected (and this thread from ending).
+        job = future = function = args = outcome = None
         job = jobs.get()
         if job[0] is _STOP:  # (_STOP, the future stop() awaits, or None when collected)
             _, ended = job
