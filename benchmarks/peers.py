@@ -423,7 +423,7 @@ def raw_drainer(directory: Path, backlog: Backlog, level: str) -> Queue:
     at_level(conn, level)
 
     levels = commit_levels(level, wal=True)
-    claim_level, ack_level = levels.get("claim", levels[None]).sql, levels[None].sql
+    claim_level, ack_level = (f"PRAGMA synchronous = {levels.get(op, levels[None])}" for op in ("claim", "ack"))
     switch = claim_level != ack_level
 
     def claim() -> Any:
