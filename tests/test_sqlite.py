@@ -652,6 +652,29 @@ def test_a_twin_takes_a_busy_timeout_of_zero(tmp_path, twin):
     assert events_in("sqlite" if twin.startswith("sqlite") else "libsql", path) == ["written"]
 
 
+def test_a_close_cancelled_twice_leaves_the_twin_closed_not_broken(tmp_path):
+    """close() cancelled while the connection closes in its thread, then again while it waits for
+    the thread to stop: the twin is closed, a later close() does nothing, and a call gets
+    TransportClosedError (the turn after such a close waited for the stopped thread, and every
+    later call raised RuntimeError: a reviewer's find)."""
+    async def main():
+        queue = await AsyncSqliteTransport.create(tmp_path / "q.db")
+        close = queue._sync.close
+        queue._sync.close = lambda: (time.sleep(0.3), close())  # in the connection's thread
+        closing = asyncio.ensure_future(queue.close())
+        await asyncio.sleep(0.05)
+        closing.cancel()
+        await asyncio.sleep(0)  # close() is now waiting for the thread to stop
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        await queue.close()
+        with pytest.raises(TransportClosedError):
+            await queue.claim("w", 5.0)
+
+    asyncio.run(main())
+
+
 class _SlowCheckpoints(AsyncSqliteTransport):
     """The twin at NORMAL with a checkpoint every 5 calls that waits for the test's word."""
 

@@ -147,6 +147,7 @@ def _serve(jobs: queue.SimpleQueue[Any], done: collections.deque[Any], wakeup: i
             _hand_over(future, *outcome)
         else:
             done.append((future, *outcome))
+            job = future = function = args = outcome = None  # handed over: hold none of it (above)
             os.eventfd_write(wakeup, 1)
 
 
