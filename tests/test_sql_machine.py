@@ -25,7 +25,8 @@ atexit.register(shutil.rmtree, _DIR, ignore_errors=True)
 TestSqliteMachine = make_machine(sqlite(_DIR)).TestCase
 TestAsyncSqliteMachine = make_machine(sqlite_async(_DIR)).TestCase
 TestAsyncSqliteOnTheLoopMachine = make_machine(sqlite_async(_DIR, synchronous="NORMAL")).TestCase
-TestAsyncSqliteInItsThreadMachine = make_machine(sqlite_async(_DIR, synchronous="EXTRA")).TestCase
+TestAsyncSqliteInItsThreadMachine = make_machine(sqlite_async(_DIR, synchronous="EXTRA", loop_budget=0)).TestCase
+TestAsyncSqliteSyncsInItsThreadMachine = make_machine(sqlite_async(_DIR, loop_budget=0)).TestCase
 TestLibsqlMachine = make_machine(libsql(_DIR)).TestCase
 TestAsyncLibsqlMachine = make_machine(libsql_async(_DIR)).TestCase
 

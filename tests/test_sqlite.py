@@ -8,6 +8,7 @@ file locks.
 """
 
 import asyncio
+import math
 import multiprocessing
 import os
 import random
@@ -36,6 +37,7 @@ from harel_ref.transport._sql import (
     PAGE_SIZE,
     WAL_BYTES,
     SCHEMA_VERSION,
+    QuickSyncs,
     SqlCore,
     Tables,
     ack_statement,
@@ -390,16 +392,16 @@ def test_async_sqlite_transport(tmp_path, synchronous):
 
 
 def test_a_cancelled_async_claim_still_ends_its_transaction(tmp_path):
-    """At EXTRA each call runs in the connection's thread (at FULL, every call but a claim),
-    which goes on after its caller is cancelled: the call must still end (here it waits for the
-    lock, then leases), leaving
-    neither the write lock held nor the connection inside a transaction, and the next call
-    waits for it."""
+    """At EXTRA with ``loop_budget=0`` each call runs in the connection's thread (at FULL, every
+    call but a claim), which goes on after its caller is cancelled: the call must still end
+    (here it waits for the lock, then leases), leaving neither the write lock held nor the
+    connection inside a transaction, and the next call waits for it."""
     path = str(tmp_path / "q.db")
     blocker = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
 
     async def scenario():
-        queue = await AsyncSqliteTransport.create(path, clock=lambda: 100.0, busy_timeout=5.0, synchronous="EXTRA")
+        queue = await AsyncSqliteTransport.create(path, clock=lambda: 100.0, busy_timeout=5.0, synchronous="EXTRA",
+                                                  loop_budget=0)
         await queue.publish("g", "e")
         blocker.execute("BEGIN IMMEDIATE")  # the claim's BEGIN IMMEDIATE waits for this...
         release = threading.Timer(0.5, blocker.execute, ["ROLLBACK"])  # ...until 0.5 s
@@ -468,14 +470,14 @@ def test_a_twin_on_the_loop_awaits_a_held_lock_and_the_loop_runs_on(tmp_path, dr
 def test_at_full_the_sqlite_twin_claims_on_the_loop_and_awaits_a_held_lock(tmp_path):
     """At FULL a claim commits unsynced, so the twin runs it on the loop: while another
     connection holds the write lock it awaits, and the loop runs on (a claim left to SQLite's
-    busy handler would hold the loop until the lock was released, here never).  An ack waits in
-    the connection's thread."""
+    busy handler would hold the loop until the lock was released, here never).  With
+    ``loop_budget=0`` an ack waits in the connection's thread."""
     path = str(tmp_path / "q.db")
 
     ran_on_the_loop = []  # (the statement's first word, whether it ran in the loop's thread)
 
     async def main():
-        queue = await AsyncSqliteTransport.create(path, busy_timeout=30.0)
+        queue = await AsyncSqliteTransport.create(path, busy_timeout=30.0, loop_budget=0)
         await queue.publish("g", "e")
         loop_thread = threading.current_thread()
         queue._sync._conn.set_trace_callback(
@@ -526,7 +528,8 @@ class _HeldPublishCore(SqlCore):
 
 
 def test_at_full_a_claim_waits_for_the_job_of_a_cancelled_call_in_the_thread(tmp_path):
-    """At FULL a publish runs in the connection's thread and a claim on the loop.  A publish
+    """At FULL with ``loop_budget=0`` a publish runs in the connection's thread and a claim on
+    the loop.  A publish
     whose caller was cancelled goes on in the thread: the claim after it must wait for it, not
     use the connection beside it (it ran inside the publish's transaction, where switching the
     level fails, and where a lease it took is undone if the publish rolls back: a reviewer's
@@ -534,7 +537,7 @@ def test_at_full_a_claim_waits_for_the_job_of_a_cancelled_call_in_the_thread(tmp
     path = str(tmp_path / "q.db")
 
     async def main():
-        queue = await AsyncSqliteTransport.create(path)
+        queue = await AsyncSqliteTransport.create(path, loop_budget=0)
         await queue.publish("g", "first")
         queue._core = held_core = _HeldPublishCore(queue._core.tables)
         held = asyncio.ensure_future(queue.publish("h", "held"))
@@ -556,10 +559,14 @@ def test_at_full_a_claim_waits_for_the_job_of_a_cancelled_call_in_the_thread(tmp
 
 
 TWINS = {  # every asyncio twin, in each place its calls run, and a connection of its driver
-    "sqlite, in its thread": (lambda path, **options: AsyncSqliteTransport.create(path, synchronous="EXTRA", **options),
+    "sqlite, in its thread": (lambda path, **options: AsyncSqliteTransport.create(path, synchronous="EXTRA",
+                                                                                loop_budget=0, **options),
                               ON_THE_LOOP["sqlite"][1]),
-    "sqlite, claims on the loop": (lambda path, **options: AsyncSqliteTransport.create(path, **options),
+    "sqlite, claims on the loop": (lambda path, **options: AsyncSqliteTransport.create(path, loop_budget=0, **options),
                                    ON_THE_LOOP["sqlite"][1]),
+    "sqlite, syncs on the loop": (lambda path, **options: AsyncSqliteTransport.create(path, loop_budget=math.inf,
+                                                                                    **options),
+                                  ON_THE_LOOP["sqlite"][1]),
     "sqlite, on the loop": (lambda path, **options: AsyncSqliteTransport.create(path, synchronous="NORMAL", **options),
                             ON_THE_LOOP["sqlite"][1]),
     "libsql, on the loop": (lambda path, **options: AsyncLibsqlTransport.create(path, **options),
@@ -650,6 +657,99 @@ def test_a_twin_takes_a_busy_timeout_of_zero(tmp_path, twin):
 
     asyncio.run(main())
     assert events_in("sqlite" if twin.startswith("sqlite") else "libsql", path) == ["written"]
+
+
+def test_quick_syncs_hold_the_loop_until_one_is_slow_then_not_until_a_run_of_quick_ones():
+    """QuickSyncs: synced calls run on the loop while each takes less than the budget; one that
+    takes as long or longer sends them to the thread, and only AGAIN_AFTER quick ones in a row
+    there bring them back (a slow one among them starts the count over).  A budget of 0 never
+    holds the loop, not even for calls that took no time by the clock."""
+    syncs = QuickSyncs(0.001)
+    assert syncs.on_loop
+    syncs.took(0.0009)
+    assert syncs.on_loop
+    syncs.took(0.001)  # the whole budget: slow
+    assert not syncs.on_loop
+    for _ in range(QuickSyncs.AGAIN_AFTER - 1):
+        syncs.took(0.0002)
+    syncs.took(0.005)  # one short of a run: slow again, the count starts over
+    for _ in range(QuickSyncs.AGAIN_AFTER - 1):
+        syncs.took(0.0002)
+        assert not syncs.on_loop
+    syncs.took(0.0002)
+    assert syncs.on_loop
+
+    never = QuickSyncs(0.0)
+    assert not never.on_loop
+    for _ in range(2 * QuickSyncs.AGAIN_AFTER):
+        never.took(0.0)
+    assert not never.on_loop
+
+    always = QuickSyncs(math.inf)
+    always.took(3600.0)
+    assert always.on_loop
+
+
+class _Ticks:
+    """A fake timer for the twin's QuickSyncs: each reading is ``step`` seconds after the last,
+    so every synced call appears to take ``step``."""
+
+    def __init__(self) -> None:
+        self.now, self.step = 0.0, 0.0
+
+    def __call__(self) -> float:
+        self.now += self.step
+        return self.now
+
+
+def test_the_sqlite_twin_runs_a_synced_call_where_quick_syncs_says(tmp_path):
+    """At FULL an ack is synced: it runs on the loop while acks take less than ``loop_budget``,
+    in the connection's thread after one took longer, and on the loop again after a run of
+    quick ones there.  Where each ack's DELETE ran is read by a trace callback; how long each
+    took comes from a fake timer, so nothing here depends on the disk's speed."""
+    path = tmp_path / "q.db"
+    with SqliteTransport(path) as loader:
+        for number in range(12):
+            loader.publish(f"g{number}", f"e{number}")
+    places = []
+
+    async def main():
+        queue = await AsyncSqliteTransport.create(path, loop_budget=0.001)
+        queue._timer = ticks = _Ticks()
+        queue._syncs.AGAIN_AFTER = 3
+        loop_thread, ran = threading.current_thread(), set()
+        queue._sync._conn.set_trace_callback(  # called for the statement and for each trigger's
+            lambda sql: sql.startswith("DELETE") and ran.add(
+                "loop" if threading.current_thread() is loop_thread else "thread"))
+
+        async def ack_taking(seconds):
+            ticks.step = seconds / 2  # two readings per call: before and after
+            lease = await queue.claim("w", 60.0)
+            ran.clear()
+            assert await queue.ack(lease)
+            assert len(ran) == 1, ran
+            places.append(ran.pop())
+
+        await ack_taking(0.0005)  # quick, on the loop
+        await ack_taking(0.004)  # slow, on the loop: the next go to the thread
+        for _ in range(3):
+            await ack_taking(0.0005)  # quick, in the thread: three in a row
+        await ack_taking(0.0005)  # on the loop again
+        await ack_taking(0.0)
+        await queue.close()
+
+    asyncio.run(main())
+    assert places == ["loop", "loop", "thread", "thread", "thread", "loop", "loop"], places
+    assert events_in("sqlite", path) == [f"e{number}" for number in range(7, 12)]
+
+
+@pytest.mark.parametrize("budget, error", [(-0.001, ValueError), (math.nan, ValueError), ("1ms", TypeError),
+                                           (True, TypeError), (None, TypeError)])
+def test_a_bad_loop_budget_is_refused_before_the_file_is_opened(tmp_path, budget, error):
+    path = tmp_path / "q.db"
+    with pytest.raises(error, match="loop_budget"):
+        asyncio.run(AsyncSqliteTransport.create(path, loop_budget=budget))
+    assert not path.exists()
 
 
 def test_a_close_cancelled_twice_leaves_the_twin_closed_not_broken(tmp_path):
@@ -865,11 +965,10 @@ def test_at_full_every_call_but_a_claim_is_synced(kind, tmp_path):
 
 @pytest.mark.parametrize("synchronous", ["EXTRA", "FULL", "NORMAL"])
 def test_the_async_sqlite_twin_keeps_its_wal_small(tmp_path, synchronous):
-    """At EXTRA the calls, and SQLite's automatic checkpoints with them, run in the connection's
-    thread.  At NORMAL the calls run on the loop, and at FULL the claims do, where a
-    checkpoint's syncs must not: the connection never checkpoints on its own, and a checkpoint
-    runs in a thread every CHECKPOINT_EVERY calls.  Either way the WAL stays small; without the
-    checkpoints these 2,400 claim+acks and 2,400 publishes leave over 40 MB of it."""
+    """Calls may run on the loop at every level, where a checkpoint's syncs must not: the
+    connection never checkpoints on its own, and a checkpoint runs in its thread every
+    CHECKPOINT_EVERY calls.  The WAL stays small; without the checkpoints these 2,400
+    claim+acks and 2,400 publishes leave over 40 MB of it."""
     path = tmp_path / "q.db"
     with SqliteTransport(path) as loader:
         for number in range(1200):
@@ -878,8 +977,7 @@ def test_the_async_sqlite_twin_keeps_its_wal_small(tmp_path, synchronous):
 
     async def main():
         queue = await AsyncSqliteTransport.create(path, synchronous=synchronous)
-        automatic = WAL_BYTES // 2048 if synchronous == "EXTRA" else 0  # in pages of 2 KiB
-        assert queue._sync._conn.execute("PRAGMA wal_autocheckpoint").fetchall() == [(automatic,)]
+        assert queue._sync._conn.execute("PRAGMA wal_autocheckpoint").fetchall() == [(0,)]
         largest = 0
         for _ in range(2):
             for _ in range(1200):

@@ -14,7 +14,7 @@ Schema (the seeds' tables, plus ``routing_key``, ``claimable_at`` and ``leased_a
     <p>harel_transport_groups(group_id PRIMARY KEY, last_claimed_at, priority, routing_key,
                               claimable_at)
     <p>harel_transport_meta(key PRIMARY KEY, value)     -- 'schema_version' -> 5, and
-                                                        -- 'wal_restarts' -> n (the SQLite twin at NORMAL)
+                                                        -- 'wal_restarts' -> n (the SQLite twin's checkpoints)
 
 ``<p>`` is empty, or ``prefix + "_"`` when a ``prefix`` is given (``^[A-Za-z_][A-Za-z0-9_]{0,40}$``)
 so that several queues (tests, tenants) can share one database file.
@@ -79,6 +79,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import re
 import sqlite3
 import threading
@@ -114,7 +115,9 @@ __all__ = [
     "Turns",
     "WAL_BYTES",
     "ack_statement",
+    "QuickSyncs",
     "check_busy_timeout",
+    "check_loop_budget",
     "check_synchronous",
     "claim_statement",
     "claimed",
@@ -899,18 +902,60 @@ class Turns:
         self._lock.release()
 
 
+class QuickSyncs:
+    """Where an asyncio twin runs a call whose commit is synced: on the loop while syncs are
+    quick, in the connection's thread once one was not.
+
+    A call on the loop holds it for its sync: no other task runs meanwhile.  A call in the
+    thread frees the loop, but the trip there and back costs two wake-ups of an idle thread,
+    tens of microseconds each (about 0.1 ms a trip on the 2-core VM of docs/performance.md),
+    so a sync that takes less than ``budget`` seconds costs the loop less held than sent away.
+    A call that takes longer (a slow disk, a burst of writes, a wait for another connection's
+    lock) sends the synced calls to the thread, and they stay there until ``AGAIN_AFTER`` of
+    them in a row took less: a disk that turns slow holds the loop once, then not again while
+    it stays slow.  ``budget=0`` keeps every synced call in the thread.
+    """
+
+    AGAIN_AFTER = 100
+    """Quick synced calls in a row, in the thread, before they run on the loop again."""
+
+    def __init__(self, budget: float) -> None:
+        self.budget = budget
+        self.on_loop = budget > 0
+        self._quick_in_a_row = 0
+
+    def took(self, seconds: float) -> None:
+        """A synced call took ``seconds`` (in the thread or on the loop): where the next one runs."""
+        if not seconds < self.budget:  # a budget of 0: no call is quick
+            self.on_loop, self._quick_in_a_row = False, 0
+        elif not self.on_loop:
+            self._quick_in_a_row += 1
+            self.on_loop = self._quick_in_a_row >= self.AGAIN_AFTER
+
+
+def check_loop_budget(loop_budget: object) -> float:
+    """``loop_budget`` in seconds (0 or more, infinity allowed), or an error that says so."""
+    if isinstance(loop_budget, bool) or not isinstance(loop_budget, (int, float)):
+        raise TypeError(f"loop_budget must be a number of seconds, got {type(loop_budget).__name__}: {loop_budget!r:.80}")
+    if not loop_budget >= 0:  # also refuses NaN
+        raise ValueError(f"loop_budget must be >= 0 seconds, got {loop_budget}")
+    return float(loop_budget)
+
+
 class AsyncSqlTransport(AsyncShell):
     """The asyncio twin of a :class:`SyncSqlTransport`: the same connection, core and SQL, with
     each operation carried out in one of two places.
 
-    - **On the loop**, the operations named in ``on_loop``: those whose commit does not wait
-      for the disk.  A statement costs tens of microseconds of CPU there, about what the trip
-      to a thread would (docs/performance.md).  A lock held by another connection is waited
-      for by awaiting (the driver's busy handler is off), so the loop never blocks on it.
+    - **On the loop**: the operations named in ``on_loop``, whose commit does not wait for the
+      disk (a statement costs tens of microseconds of CPU there, less than the trip to a
+      thread would: docs/performance.md); and the others while their syncs are quick
+      (:class:`QuickSyncs`, within ``loop_budget`` seconds).  A lock held by another
+      connection is waited for by awaiting (the driver's busy handler is off), so the loop
+      never blocks on it.
     - **In the connection's own thread** (:class:`~harel_ref.transport._thread.ConnectionThread`),
-      the others: their commit waits for the disk (a sync, on stdlib sqlite3), so the whole
-      operation, every statement of it, is one trip there and back.  A subclass may give the
-      thread work of its own (checkpoints), and ``close()`` closes the connection there.
+      the synced operations once a sync was slow: the whole operation, every statement of it,
+      is one trip there and back.  A subclass may give the thread work of its own
+      (checkpoints), and ``close()`` closes the connection there.
 
     A job in the thread goes on after its caller is cancelled.  So a call's turn begins only
     once the thread is idle: the connection never serves the loop and the thread at once.
@@ -919,7 +964,8 @@ class AsyncSqlTransport(AsyncShell):
     subclass's ``create()`` opens the synchronous transport in a thread and picks the places.
     """
 
-    def __init__(self, sync: SyncSqlTransport, *, on_loop: frozenset[str], thread: bool = True) -> None:
+    def __init__(self, sync: SyncSqlTransport, *, on_loop: frozenset[str], thread: bool = True,
+                 loop_budget: float = 0.0) -> None:
         # Use create(); __init__ only wraps an open synchronous transport, whose driver must not
         # wait for locks itself if anything is to run on the loop (``_lock_wait_in_python``).
         self._sync = sync
@@ -928,6 +974,8 @@ class AsyncSqlTransport(AsyncShell):
         self._clock = sync._clock
         self._on_loop = on_loop
         self._thread = ConnectionThread(f"harel-ref {type(self).__name__} {sync.path}") if thread else None
+        self._syncs = QuickSyncs(check_loop_budget(loop_budget) if thread else math.inf)
+        self._timer = time.perf_counter  # how long a synced call took (tests give a fake one)
         # One call at a time, from the clock's reading to its answer: a call's time is read
         # when its turn comes, not while it queues, and close() waits for the call before it.
         self._serial = Turns(before=self._idle if thread else None)
@@ -941,7 +989,21 @@ class AsyncSqlTransport(AsyncShell):
     async def _drive(self, operation: str, steps: Plan[T]) -> T:
         if operation in self._on_loop:
             return await self._sync._drive_on_loop(operation, steps)
-        return await self._thread.run(self._sync._drive, operation, steps)
+        if not self._syncs.on_loop:
+            return await self._thread.run(self._timed_drive, operation, steps)
+        started = self._timer()
+        try:
+            return await self._sync._drive_on_loop(operation, steps)
+        finally:
+            self._syncs.took(self._timer() - started)
+
+    def _timed_drive(self, operation: str, steps: Plan[T]) -> T:
+        """In the thread: a synced call, timed (the next call's turn begins after this)."""
+        started = self._timer()
+        try:
+            return self._sync._drive(operation, steps)
+        finally:
+            self._syncs.took(self._timer() - started)
 
     async def _release(self) -> None:
         if self._thread is None:

@@ -25,7 +25,7 @@ import sqlite3
 
 from ._base import Clock, default_clock
 from ._shell import Steps, T
-from ._sql import AsyncSqlTransport, SyncSqlTransport, check_synchronous
+from ._sql import AsyncSqlTransport, SyncSqlTransport, check_loop_budget, check_synchronous
 
 __all__ = ["AsyncSqliteTransport", "SqliteTransport"]
 
@@ -75,27 +75,33 @@ class AsyncSqliteTransport(AsyncSqlTransport):
     (:class:`~harel_ref.transport._sql.AsyncSqlTransport`) follows from whether its commit
     waits for the disk (:data:`~harel_ref.transport._sql.SYNCHRONOUS`):
 
-    - at ``synchronous="NORMAL"`` every operation runs on the loop;
-    - at FULL (the default) a claim runs on the loop, and a publish, an ack or a nack is one
-      trip to the connection's own thread, where its commit is synced;
-    - at EXTRA every operation is one trip to that thread, and SQLite's automatic checkpoints
-      run there with them.
+    - a call whose commit is not synced runs on the loop: every call at
+      ``synchronous="NORMAL"``, a claim at FULL (the default);
+    - a call whose commit is synced (a publish, an ack or a nack at FULL; every call at EXTRA)
+      runs on the loop too while syncs take less than ``loop_budget`` seconds (1 ms by
+      default), and as one trip to the connection's own thread once one took longer, until
+      syncs are quick again (:class:`~harel_ref.transport._sql.QuickSyncs`).
+      ``loop_budget=0`` never holds the loop for a sync.
 
-    When anything runs on the loop, what else would wait for the disk there is the checkpoints
-    (which sync the WAL and the database), the first write after one (which syncs the WAL's
-    new header) and the checkpoint of ``close()``; none of them runs on the loop.  The
-    connection's automatic checkpoint is off.  The call that makes ``CHECKPOINT_EVERY`` gives
-    the connection's thread a checkpoint, followed by a write that starts the WAL over, and
-    answers at once; the next call waits for it before its turn begins (and before it reads
-    the clock).  ``close()`` closes the connection in that thread too.
+    What else would wait for the disk is the checkpoints (which sync the WAL and the database),
+    the first write after one (which syncs the WAL's new header) and the checkpoint of
+    ``close()``; none of them runs on the loop.  The connection's automatic checkpoint is off.
+    The call that makes ``CHECKPOINT_EVERY`` gives the connection's thread a checkpoint,
+    followed by a write that starts the WAL over, and answers at once; the next call waits for
+    it before its turn begins (and before it reads the clock).  ``close()`` closes the
+    connection in that thread too.
     """
 
     CHECKPOINT_EVERY = 400
-    """Calls between two checkpoints when calls run on the loop: 1,400–1,800 WAL pages, about
-    the sync transport's interval (:data:`~harel_ref.transport._sql.WAL_BYTES`)."""
+    """Calls between two checkpoints: 1,400–1,800 WAL pages, about the sync transport's
+    interval (:data:`~harel_ref.transport._sql.WAL_BYTES`)."""
 
-    def __init__(self, sync: SqliteTransport) -> None:
-        super().__init__(sync, on_loop=sync.unsynced)
+    LOOP_BUDGET = 0.001
+    """The default ``loop_budget``: about ten trips to the thread.  A disk that syncs slower
+    than that (a spinning disk: 5 to 15 ms) gets every synced call sent to the thread."""
+
+    def __init__(self, sync: SqliteTransport, *, loop_budget: float = LOOP_BUDGET) -> None:
+        super().__init__(sync, on_loop=sync.unsynced, loop_budget=loop_budget)
         self._since_checkpoint = 0
 
     @classmethod
@@ -107,27 +113,31 @@ class AsyncSqliteTransport(AsyncSqlTransport):
         prefix: str | None = None,
         busy_timeout: float = 5.0,
         synchronous: str = "FULL",
+        loop_budget: float = LOOP_BUDGET,
     ) -> AsyncSqliteTransport:
-        # Every commit is synced at EXTRA; at the other levels some run on the loop, where the
-        # driver must not wait for a lock itself (it would hold the loop while it waits).
-        opened = SqliteTransport if check_synchronous(synchronous) == "EXTRA" else _SqliteForTheLoop
+        check_synchronous(synchronous)
+        check_loop_budget(loop_budget)
 
         def open_it() -> SqliteTransport:
-            sync = opened(path, clock=clock, prefix=prefix, busy_timeout=busy_timeout, synchronous=synchronous)
-            if sync.unsynced:
-                sync._conn.execute("PRAGMA wal_autocheckpoint = 0")  # checkpoints run in the thread
+            # Calls may run on the loop, where the driver must not wait for a lock itself (it
+            # would hold the loop while it waits), nor checkpoint (checkpoints run in the thread).
+            sync = _SqliteForTheLoop(path, clock=clock, prefix=prefix, busy_timeout=busy_timeout,
+                                     synchronous=synchronous)
+            try:
+                sync._conn.execute("PRAGMA wal_autocheckpoint = 0")
+            except BaseException:
+                sync.close()
+                raise
             return sync
 
         sync = await asyncio.to_thread(open_it)
         try:
-            return cls(sync)
+            return cls(sync, loop_budget=loop_budget)
         except BaseException:
             sync.close()
             raise
 
     async def _drive(self, operation: str, steps: Steps[T]) -> T:
-        if not self._on_loop:  # SQLite's own checkpoints run in the thread with the calls
-            return await super()._drive(operation, steps)
         try:
             return await super()._drive(operation, steps)
         finally:

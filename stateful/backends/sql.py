@@ -83,11 +83,17 @@ def sqlite(tmp_dir: Path | str | None = None) -> Backend:
     return _sync("sqlite", SqliteTransport, "sqlite", tmp_dir)
 
 
-def sqlite_async(tmp_dir: Path | str | None = None, *, synchronous: str = "FULL") -> Backend:
-    """At EXTRA each call is a trip to the connection's thread; at NORMAL calls run on the loop;
-    at FULL (the default) claims run on the loop and the other calls in the thread."""
+def sqlite_async(tmp_dir: Path | str | None = None, *, synchronous: str = "FULL",
+                 loop_budget: float | None = None) -> Backend:
+    """At NORMAL calls run on the loop; at FULL (the default) claims run on the loop, and the
+    other calls too while their syncs are quick, else in the connection's thread; at EXTRA
+    every call is synced, and runs where FULL's synced calls do.  ``loop_budget=0`` sends every
+    synced call to the thread (None: the twin's default, AsyncSqliteTransport.LOOP_BUDGET)."""
     name = "sqlite-async" if synchronous == "FULL" else f"sqlite-async-{synchronous.lower()}"
-    return _async(name, AsyncSqliteTransport, "sqlite", tmp_dir, synchronous=synchronous)
+    options: dict[str, Any] = {"synchronous": synchronous}
+    if loop_budget is not None:
+        name, options["loop_budget"] = f"{name}-loop-budget-{loop_budget:g}", loop_budget
+    return _async(name, AsyncSqliteTransport, "sqlite", tmp_dir, **options)
 
 
 def libsql(tmp_dir: Path | str | None = None) -> Backend:
