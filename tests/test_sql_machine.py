@@ -6,6 +6,7 @@ machine catches what fencing prevents.
 """
 
 import atexit
+import math
 import shutil
 import tempfile
 
@@ -25,8 +26,12 @@ atexit.register(shutil.rmtree, _DIR, ignore_errors=True)
 TestSqliteMachine = make_machine(sqlite(_DIR)).TestCase
 TestAsyncSqliteMachine = make_machine(sqlite_async(_DIR)).TestCase
 TestAsyncSqliteOnTheLoopMachine = make_machine(sqlite_async(_DIR, synchronous="NORMAL")).TestCase
-TestAsyncSqliteInItsThreadMachine = make_machine(sqlite_async(_DIR, synchronous="EXTRA", loop_budget=0)).TestCase
+# The twin's synced calls run on the loop while syncs are quick, else in its thread: each place
+# alone, at FULL (unsynced claims on the loop beside them) and at EXTRA (every call synced).
 TestAsyncSqliteSyncsInItsThreadMachine = make_machine(sqlite_async(_DIR, loop_budget=0)).TestCase
+TestAsyncSqliteSyncsOnTheLoopMachine = make_machine(sqlite_async(_DIR, loop_budget=math.inf)).TestCase
+TestAsyncSqliteInItsThreadMachine = make_machine(sqlite_async(_DIR, synchronous="EXTRA", loop_budget=0)).TestCase
+TestAsyncSqliteExtraOnTheLoopMachine = make_machine(sqlite_async(_DIR, synchronous="EXTRA", loop_budget=math.inf)).TestCase
 TestLibsqlMachine = make_machine(libsql(_DIR)).TestCase
 TestAsyncLibsqlMachine = make_machine(libsql_async(_DIR)).TestCase
 

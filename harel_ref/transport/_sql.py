@@ -910,10 +910,12 @@ class QuickSyncs:
     thread frees the loop, but the trip there and back costs two wake-ups of an idle thread,
     tens of microseconds each (about 0.1 ms a trip on the 2-core VM of docs/performance.md),
     so a sync that takes less than ``budget`` seconds costs the loop less held than sent away.
-    A call that takes longer (a slow disk, a burst of writes, a wait for another connection's
-    lock) sends the synced calls to the thread, and they stay there until ``AGAIN_AFTER`` of
-    them in a row took less: a disk that turns slow holds the loop once, then not again while
-    it stays slow.  ``budget=0`` keeps every synced call in the thread.
+    A call that takes as long or longer (a slow disk, a burst of writes, a wait for another
+    connection's lock) sends the synced calls to the thread, and they stay there until
+    ``AGAIN_AFTER`` of them in a row took less: a disk that turns slow holds the loop once,
+    then not again while it stays slow.  Only calls that wrote something are counted (the
+    twin's ``_timed``): one that changed nothing synced nothing.  ``budget=0`` keeps every
+    synced call in the thread.
     """
 
     AGAIN_AFTER = 100
@@ -939,7 +941,11 @@ def check_loop_budget(loop_budget: object) -> float:
         raise TypeError(f"loop_budget must be a number of seconds, got {type(loop_budget).__name__}: {loop_budget!r:.80}")
     if not loop_budget >= 0:  # also refuses NaN
         raise ValueError(f"loop_budget must be >= 0 seconds, got {loop_budget}")
-    return float(loop_budget)
+    try:
+        return float(loop_budget)
+    except OverflowError:
+        raise ValueError("loop_budget is an int too large to be a number of seconds"
+                         " (math.inf never sends a synced call to the thread)") from None
 
 
 class AsyncSqlTransport(AsyncShell):
@@ -953,8 +959,9 @@ class AsyncSqlTransport(AsyncShell):
       connection is waited for by awaiting (the driver's busy handler is off), so the loop
       never blocks on it.
     - **In the connection's own thread** (:class:`~harel_ref.transport._thread.ConnectionThread`),
-      the synced operations once a sync was slow: the whole operation, every statement of it,
-      is one trip there and back.  A subclass may give the thread work of its own
+      the synced operations once a sync was slow, and always with ``loop_budget=0`` (the
+      default here; a subclass's ``create()`` gives its own): the whole operation, every
+      statement of it, is one trip there and back.  A subclass may give the thread work of its own
       (checkpoints), and ``close()`` closes the connection there.
 
     A job in the thread goes on after its caller is cancelled.  So a call's turn begins only
@@ -991,18 +998,25 @@ class AsyncSqlTransport(AsyncShell):
             return await self._sync._drive_on_loop(operation, steps)
         if not self._syncs.on_loop:
             return await self._thread.run(self._timed_drive, operation, steps)
-        started = self._timer()
+        started, changes = self._timer(), self._sync._conn.total_changes
         try:
             return await self._sync._drive_on_loop(operation, steps)
         finally:
-            self._syncs.took(self._timer() - started)
+            self._timed(started, changes)
 
     def _timed_drive(self, operation: str, steps: Plan[T]) -> T:
         """In the thread: a synced call, timed (the next call's turn begins after this)."""
-        started = self._timer()
+        started, changes = self._timer(), self._sync._conn.total_changes
         try:
             return self._sync._drive(operation, steps)
         finally:
+            self._timed(started, changes)
+
+    def _timed(self, started: float, changes: int) -> None:
+        """Tell QuickSyncs how long a synced call took, if it wrote anything: a call that
+        changed no row (a claim that found nothing, the ack of a lapsed lease) committed no
+        page and synced nothing, so it says nothing of the disk."""
+        if self._sync._conn.total_changes != changes:
             self._syncs.took(self._timer() - started)
 
     async def _release(self) -> None:

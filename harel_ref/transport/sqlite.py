@@ -97,8 +97,9 @@ class AsyncSqliteTransport(AsyncSqlTransport):
     interval (:data:`~harel_ref.transport._sql.WAL_BYTES`)."""
 
     LOOP_BUDGET = 0.001
-    """The default ``loop_budget``: about ten trips to the thread.  A disk that syncs slower
-    than that (a spinning disk: 5 to 15 ms) gets every synced call sent to the thread."""
+    """The default ``loop_budget``: about ten trips to the thread.  On a disk that syncs slower
+    than that (a spinning disk: 5 to 15 ms) the first synced write holds the loop, and every
+    synced call after it runs in the thread."""
 
     def __init__(self, sync: SqliteTransport, *, loop_budget: float = LOOP_BUDGET) -> None:
         super().__init__(sync, on_loop=sync.unsynced, loop_budget=loop_budget)
