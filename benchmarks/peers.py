@@ -368,8 +368,9 @@ class AsyncQueue:
                 await self.transport.ack(lease)
             return count
         finally:
-            # harel-ref's SQLite twin checkpoints in its thread after every 400th call, and its next call waits for it: a checkpoint started at the end of a
-            # chunk is that chunk's work, not something to finish while the other peers run theirs.
+            # harel-ref's SQLite twin checkpoints in its thread after every 400th call, and its
+            # next call waits for it: a checkpoint started at the end of a chunk is that chunk's
+            # work, not something to finish while the other peers run theirs.
             idle = getattr(self.transport, "_idle", None)
             if idle is not None:
                 await idle()
