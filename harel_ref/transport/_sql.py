@@ -107,6 +107,7 @@ __all__ = [
     "PARKED",
     "SCHEMA_VERSION",
     "Plan",
+    "QuickSyncs",
     "AsyncSqlTransport",
     "SqlCore",
     "Statement",
@@ -115,7 +116,6 @@ __all__ = [
     "Turns",
     "WAL_BYTES",
     "ack_statement",
-    "QuickSyncs",
     "check_busy_timeout",
     "check_loop_budget",
     "check_synchronous",
@@ -961,8 +961,8 @@ class AsyncSqlTransport(AsyncShell):
     - **In the connection's own thread** (:class:`~harel_ref.transport._thread.ConnectionThread`),
       the synced operations once a sync was slow, and always with ``loop_budget=0`` (the
       default here; a subclass's ``create()`` gives its own): the whole operation, every
-      statement of it, is one trip there and back.  A subclass may give the thread work of its own
-      (checkpoints), and ``close()`` closes the connection there.
+      statement of it, is one trip there and back.  A subclass may give the thread work of
+      its own (checkpoints), and ``close()`` closes the connection there.
 
     A job in the thread goes on after its caller is cancelled.  So a call's turn begins only
     once the thread is idle: the connection never serves the loop and the thread at once.
