@@ -425,14 +425,19 @@ def test_a_cancelled_async_claim_still_ends_its_transaction(tmp_path):
     later.close()
 
 
+def _sqlite_blocker(path):
+    """A plain sqlite3 connection that takes the write lock at once or fails."""
+    return sqlite3.connect(path, isolation_level=None, timeout=0)
+
+
 ON_THE_LOOP = {  # the async twins whose calls run on the event loop, and a connection of their driver
     "sqlite": (lambda path: AsyncSqliteTransport.create(path, synchronous="NORMAL", busy_timeout=30.0),
-               lambda path: sqlite3.connect(path, isolation_level=None, timeout=0)),
+               _sqlite_blocker),
     "sqlite, synced at FULL": (lambda path: AsyncSqliteTransport.create(path, busy_timeout=30.0, loop_budget=math.inf),
-                               lambda path: sqlite3.connect(path, isolation_level=None, timeout=0)),
+                               _sqlite_blocker),
     "sqlite, synced at EXTRA": (lambda path: AsyncSqliteTransport.create(path, synchronous="EXTRA", busy_timeout=30.0,
                                                                          loop_budget=math.inf),
-                                lambda path: sqlite3.connect(path, isolation_level=None, timeout=0)),
+                                _sqlite_blocker),
     "libsql": (lambda path: AsyncLibsqlTransport.create(path, busy_timeout=30.0),
                lambda path: libsql.connect(path, isolation_level=None, timeout=0)),
 }
@@ -567,14 +572,14 @@ def test_at_full_a_claim_waits_for_the_job_of_a_cancelled_call_in_the_thread(tmp
 TWINS = {  # every asyncio twin, in each place its calls run, and a connection of its driver
     "sqlite, in its thread": (lambda path, **options: AsyncSqliteTransport.create(path, synchronous="EXTRA",
                                                                                 loop_budget=0, **options),
-                              ON_THE_LOOP["sqlite"][1]),
+                              _sqlite_blocker),
     "sqlite, claims on the loop": (lambda path, **options: AsyncSqliteTransport.create(path, loop_budget=0, **options),
-                                   ON_THE_LOOP["sqlite"][1]),
+                                   _sqlite_blocker),
     "sqlite, syncs on the loop": (lambda path, **options: AsyncSqliteTransport.create(path, loop_budget=math.inf,
                                                                                     **options),
-                                  ON_THE_LOOP["sqlite"][1]),
+                                  _sqlite_blocker),
     "sqlite, on the loop": (lambda path, **options: AsyncSqliteTransport.create(path, synchronous="NORMAL", **options),
-                            ON_THE_LOOP["sqlite"][1]),
+                            _sqlite_blocker),
     "libsql, on the loop": (lambda path, **options: AsyncLibsqlTransport.create(path, **options),
                             ON_THE_LOOP["libsql"][1]),
 }
@@ -750,7 +755,7 @@ def test_the_sqlite_twin_runs_a_synced_call_where_quick_syncs_says(tmp_path):
 
 
 def test_a_synced_call_that_wrote_nothing_does_not_bring_syncs_back_to_the_loop(tmp_path):
-    """Claims that found nothing at EXTRA, and the ack of a lapsed lease at FULL, change no row,
+    """Claims that found nothing at EXTRA, and the ack of a stale lease at FULL, change no row,
     commit no page and sync nothing: however quick, they do not count towards the run of quick
     syncs that brings synced calls back to the loop (else a worker polling an empty queue on a
     slow disk would bring them back, and the next write would hold the loop: a reviewer's find)."""
