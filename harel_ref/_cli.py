@@ -386,7 +386,10 @@ class Console(Progress):
             f"({report.seconds:.1f} s, profile {report.profile.name}, seed {report.seed})",
             f"report: {md_path} and {json_path}",
         ]
-        lines += [f"replay {f.property}: {f.replay}" for f in report.failures if f.replay]
+        lines += [f"replay {v.property}: {v.failure.replay}" for v in report.verdicts
+                  if v.failure is not None and v.failure.replay]
+        lines += [f"{v.property}: its failure disturbed {', '.join(v.consequences)} (see REPORT.md)"
+                  for v in report.verdicts if v.consequences]
         self._print(*lines)
 
     # --- drawing ---------------------------------------------------------------------------

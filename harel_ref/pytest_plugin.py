@@ -193,7 +193,7 @@ class _PropertyFailed(Exception):
     def describe(self) -> str:
         f = self.verdict.failure
         lines = [
-            f"{self.verdict.property} failed (found by the {f.found_by} search, check {f.check!r})",
+            f"{self.verdict.property} failed (found by the {f.found_by} search, which saw {f.kind!r})",
             f"  step:                   {f.step}",
             f"  the model allows:       {f.expected}",
             f"  the transport answered: {f.answered}",

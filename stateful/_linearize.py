@@ -33,10 +33,11 @@ moment for it, so a None that is wrong only because two groups were free at *dif
 moments of one claim is not caught; everything else is exact.
 
 **Diagnosis.**  A history that does not fit is checked again without R2, then without R10
-(:data:`harel_ref.model.RELAXABLE`; leaving a rule out only ever allows more).  If it fits without R2,
-some claim took a leased head: it breaks ``single-in-flight``.  If it fits without R10, some ack
-or nack acted for a lease that was not current: it breaks ``fencing``.  Otherwise the call at the deepest point the search reached is
-explained against the model there, as the lockstep machine explains a step.
+(:data:`harel_ref.model.RELAXABLE`; leaving a rule out only ever allows more).  If it fits without
+R2, some claim took a leased head: the fact is ``claimed-leased``.  If it fits without R10, some
+ack or nack acted for a lease that was not current: ``stale-acted``.  Otherwise the call at the
+deepest point the search reached is explained against the model there, as the lockstep machine
+explains a step.  The answer is a fact (:mod:`harel_ref.stateful._facts`), never a property.
 """
 
 from __future__ import annotations
@@ -52,8 +53,9 @@ from typing import Any
 
 from harel_ref.model import Claimed, QueueModel, When
 
-from ._machine import claim_check, describe_queue, release_check, show_outcomes
-from ._properties import DIAGNOSES, owner
+import harel_ref.stateful._facts as facts
+from ._facts import Fact
+from ._machine import claim_fact, describe_queue, release_fact, show_outcomes
 from ._record import Record
 
 __all__ = ["Linearizability", "check_linearizable"]
@@ -64,8 +66,13 @@ of the sizes the certifier records; the benchmark shows how far a correct histor
 
 DRAIN_WORKER = "drain"
 """Records of this worker are the final drain: a divergence there means a message was lost or
-duplicated (no-loss), whatever the claim's answer looks like, unless the drain handed out a
-message its group still holds ahead of the head, and the head came out later (fifo)."""
+duplicated (``drain-differs``), whatever the claim's answer looks like, unless the drain handed
+out a message its group still holds ahead of the head, and the head came out later
+(``not-head``)."""
+
+RELAXES = (("R2", facts.CLAIMED_LEASED), ("R10", facts.STALE_ACTED))
+"""The rules a history that does not fit is checked again without, in order, and the fact a
+history that fits without one shows (see the module docstring)."""
 
 
 @dataclass(frozen=True)
@@ -73,17 +80,18 @@ class Linearizability:
     """The checker's answer.
 
     ``ok`` is True (a linearization exists: ``order``), False (none does), or None (the search
-    gave up after ``max_steps``).  When False, ``property`` names what breaks, ``step``,
-    ``expected``, ``answered`` and ``state`` explain the call that cannot be placed, as the
-    lockstep machine's Divergence does, and ``culprits`` are the records to mark on a
-    timeline (that call, and the claim whose lease it collides with, if any).
+    gave up after ``max_steps``).  When False, ``kind`` is the kind of fact the history shows
+    (:mod:`harel_ref.stateful._facts`), ``step``, ``expected``, ``answered`` and ``state``
+    explain the call that cannot be placed, as the lockstep machine's Divergence does, and
+    ``culprits`` are the records to mark on a timeline (that call, and the claim whose lease it
+    collides with, if any).
     """
 
     ok: bool | None
     calls: int
     steps: int
     order: tuple[Record, ...] = ()
-    property: str | None = None
+    kind: str | None = None
     relaxed: str | None = None  # the rule without which the history fits
     step: str = ""
     expected: str = ""
@@ -100,11 +108,18 @@ class Linearizability:
         if self.ok is None:
             return f"undecided: the search gave up after {self.steps} steps on {self.calls} calls"
         return (
-            f"not linearizable [{self.property}]: {self.step}\n"
+            f"not linearizable [{self.kind}]: {self.step}\n"
             f"  the model allows:       {self.expected}\n"
             f"  the transport answered: {self.answered}\n"
             f"  queue per the model:\n{self.state}"
         )
+
+    @property
+    def fact(self) -> Fact | None:
+        """What a history that does not fit shows, as a fact (None if it fits, or undecided)."""
+        if self.ok is not False:
+            return None
+        return Fact(self.kind, self.step, self.expected, self.answered, self.state)
 
 
 def check_linearizable(
@@ -119,8 +134,8 @@ def check_linearizable(
 ) -> Linearizability:
     """Judge ``records`` against :class:`harel_ref.model.QueueModel` (see the module docstring).
 
-    ``relax`` leaves rules of :data:`harel_ref.model.RELAXABLE` out of the model: a property already
-    known broken (say single-in-flight, R2) then does not hide what else a history breaks.
+    ``relax`` leaves rules of :data:`harel_ref.model.RELAXABLE` out of the model: a fact already
+    known (say a claim that took a leased head, R2) then does not hide what else a history shows.
     ``acks`` is the model's (``"fenced"``, or ``"by-seq"`` for a transport that acks by seq);
     ``acks_answer=False`` is for harel's Protocol, whose ack and nack answer None: only what
     they did is judged (R20)."""
@@ -135,12 +150,12 @@ def check_linearizable(
         for part in parts:
             result = _judge(part, fairness, relax, acks, max_steps)
             total += result.steps
-            if result.ok is False and result.property == "contention":
-                # a claim that passed over a group while another call ran on it: contention
-                # only if nothing else is wrong without it (nothing lost), else what it was
+            if result.ok is False and result.kind == facts.NONE_UNDER_CONTENTION:
+                # a claim that passed over a group while another call ran on it: a refusal under
+                # contention only if nothing else is wrong without it (nothing lost), else what it was
                 rest = [call for call in part if call.record is not result.culprits[0]]
                 if not _judge(rest, fairness, relax, acks, max_steps).ok:
-                    result = _with(result, property="no-loss")
+                    result = _with(result, kind=facts.MISSED_CLAIMABLE)
             if not result.ok:
                 return _with(result, calls=len(calls), steps=total)
         return Linearizability(True, len(calls), total, order=() if partition else result.order)
@@ -517,7 +532,7 @@ def _judge(calls: list[_Call], fairness: str, relax: frozenset[str], acks: str, 
         order = tuple(calls[p.call].record for p in _order(found.top)) if found.ok else ()
         return Linearizability(found.ok, len(calls), found.steps, order=order)
     steps = found.steps
-    for rule, prop in DIAGNOSES:
+    for rule, kind in RELAXES:
         if rule in relax:
             continue
         relaxed = _search(calls, model(relax | {rule}), max_steps)
@@ -525,7 +540,7 @@ def _judge(calls: list[_Call], fairness: str, relax: frozenset[str], acks: str, 
         if relaxed.ok:
             explained = _first_misfit(calls, _order(relaxed.top), model(relax))
             if explained is not None:
-                return _with(explained, property=prop, relaxed=rule, calls=len(calls), steps=steps)
+                return _with(explained, kind=kind, relaxed=rule, calls=len(calls), steps=steps)
     explained = _explain_stuck(calls, found, model(relax))
     return _with(explained, calls=len(calls), steps=steps)
 
@@ -571,38 +586,37 @@ def _explain(calls: list[_Call], call: _Call, model: QueueModel) -> Linearizabil
     if call.op == "claim":
         min_priority, keys = args.get("min_priority", 0), args.get("routing_keys")
         allowed = model.claim_outcomes(now, min_priority, keys)
-        prop = claim_check(allowed, _as_lease(answer), model, now, min_priority, keys)
+        kind = claim_fact(allowed, _as_lease(answer), model, now, min_priority, keys)
         step = f"{who}claim({args.get('worker_id')!r}, visibility={args.get('visibility')})"
         expected, answered = show_outcomes(allowed), _show_lease(answer)
         group = _field(answer, "group_id")
         if group is not None and group in model.holds():
             holder = model.holds()[group][0]
     elif call.op == "publish":
-        prop, expected, answered = "publish", "None", repr(answer)
+        kind, expected, answered = facts.PUBLISH_ANSWERED, "None", repr(answer)
         step = f"{who}publish({args.get('group_id')!r}, {args.get('event')!r})"
     else:
         lease = args["lease"]
         delay = float(args.get("delay", 0))
         expected_answer = model.copy().ack(_field(lease, "token"), now) if call.op == "ack" else \
             model.copy().nack(_field(lease, "token"), delay, now)
-        prop = release_check(call.op, expected_answer, delay)
+        kind = release_fact(call.op, expected_answer, delay)
         ref = f"lease of {_field(lease, 'group_id')!r} seq {_field(lease, 'seq')} token {_field(lease, 'token')!r}"
         step = f"{who}{call.op}({ref}" + (f", delay={delay:g})" if call.op == "nack" else ")")
         expected, answered = repr(expected_answer), repr(answer)
         group = _field(lease, "group_id")
         if group in model.holds():
             holder = model.holds()[group][0]
-    if call.record.worker == DRAIN_WORKER and not (prop == "fifo" and _drained_later(call, calls, allowed)):
-        prop = "no-loss"  # the final drain gave something else than what was left
-    elif call.op == "claim" and answer is None and prop == "no-loss" and _raced(call, calls, allowed):
-        prop = "contention"  # if the rest is linearizable without it (check_linearizable)
-    prop = owner(prop)  # the check, counted against its property
+    if call.record.worker == DRAIN_WORKER and not (kind == facts.NOT_HEAD and _drained_later(call, calls, allowed)):
+        kind = facts.DRAIN_DIFFERS  # the final drain gave something else than what was left
+    elif call.op == "claim" and answer is None and kind == facts.MISSED_CLAIMABLE and _raced(call, calls, allowed):
+        kind = facts.NONE_UNDER_CONTENTION  # if the rest is linearizable without it (check_linearizable)
     culprits = [call.record]
     culprits += [c.record for c in calls if c.op == "claim" and holder is not None and c.known
                  and c.record.result is not None and _field(c.record.result, "token") == holder
                  and c.record is not call.record]
     return Linearizability(
-        False, len(calls), 0, property=prop, step=step, expected=expected, answered=answered,
+        False, len(calls), 0, kind=kind, step=step, expected=expected, answered=answered,
         state=describe_queue(model, clock), culprits=tuple(culprits),
     )
 
@@ -621,8 +635,8 @@ def _drained_later(call: _Call, calls: list[_Call], allowed: Any) -> bool:
 def _raced(call: _Call, calls: list[_Call], allowed: Any) -> bool:
     """Whether a claim that answered None while ``allowed`` heads were claimable ran at the
     same time as other callers' calls on every one of their groups (SPEC.md R19: Postgres's ``SKIP
-    LOCKED`` passes over a group whose row another transaction holds).  The claim is then
-    blamed on contention if the history is linearizable without it: nothing was lost
+    LOCKED`` passes over a group whose row another transaction holds).  The claim then shows
+    ``none-under-contention`` if the history is linearizable without it: nothing was lost
     (:func:`check_linearizable`)."""
     touched = {other.group for other in calls
                if other is not call and other.record.worker not in (call.record.worker, DRAIN_WORKER)
@@ -632,7 +646,7 @@ def _raced(call: _Call, calls: list[_Call], allowed: Any) -> bool:
 
 
 class _LeaseView:
-    """A recorded lease (a dict) seen as a Lease, for the machine's claim_check."""
+    """A recorded lease (a dict) seen as a Lease, for the machine's claim_fact."""
 
     def __init__(self, lease: Any) -> None:
         self.group_id, self.event = _field(lease, "group_id"), _field(lease, "event")

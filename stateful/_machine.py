@@ -34,27 +34,16 @@ from harel_ref.transport import Lease
 from harel_ref.transport._base import PARKED
 from harel_ref.model import Claimed, QueueModel, When
 
+import harel_ref.stateful._facts as facts
 from ._async import TransportFault, open_transport
 from ._backend import GROUPS, Backend, Capabilities, accepted_groups
-from ._properties import (
-    AFTER_REFUSED,
-    AFTER_REOPEN,
-    AFTER_STALE,
-    AFTER_STEP_BACK,
-    HELD,
-    LEASE_END,
-    LEASE_LAPSED,
-    PARK_ENDED,
-    REOPEN_HELD,
-    STALE_AFTER_RECLAIM,
-    TIE,
-    owner,
-)
+from ._facts import Fact, ShowsAFact
+from ._properties import HELD, LEASE_END, LEASE_LAPSED, PARK_ENDED, REOPEN_HELD, STALE_AFTER_RECLAIM, TIE
 
 __all__ = [
     "FOCUS_RULES", "RULES", "Choices", "ClockedTransport", "Divergence", "FakeClock", "MovingClock",
-    "TransportMachine", "claim_check",
-    "describe_queue", "make_machine", "release_check", "show_outcomes",
+    "TransportMachine", "claim_fact",
+    "describe_queue", "make_machine", "release_fact", "show_outcomes",
 ]
 
 START = 1000.0
@@ -159,55 +148,38 @@ events = st.one_of(
 )
 
 
-class Divergence(AssertionError):
-    """The transport answered something the model does not allow.
+class Divergence(ShowsAFact, AssertionError):
+    """The transport answered something the model does not allow: ``fact`` says what was seen
+    (:class:`~harel_ref.stateful._facts.Fact`: its kind, the step, what the model allows beside
+    what the transport answered, the queue per the model, what came before).  Which property
+    that breaks is the property table's to say (:mod:`harel_ref.stateful._properties`)."""
 
-    ``check`` is the check that tripped, ``property`` the one it counts against
-    (:func:`harel_ref.stateful._properties.owner`), and ``after`` what the example did before
-    that may have caused it (a reopen, a refused bad input, a stale ack or nack: the facts of
-    ``harel_ref.stateful._properties``); a focused search may count it against the property
-    it searches instead (:func:`~harel_ref.stateful._properties.attribute`)."""
-
-    def __init__(
-        self, property: str, step: str, expected: str, answered: str, state: str, check: str | None = None,
-        after: Iterable[str] = (),
-    ) -> None:
-        self.property = property
-        self.check = check if check is not None else property
-        self.after = frozenset(after)
-        self.step = step
-        self.expected = expected
-        self.answered = answered
-        self.state = state
+    def __init__(self, fact: Fact) -> None:
+        self.fact = fact
         super().__init__(
-            f"[{property}] {step}\n"
-            f"  the model allows:       {expected}\n"
-            f"  the transport answered: {answered}\n"
-            f"  queue per the model:\n{state}"
+            f"[{fact.kind}] {fact.step}{fact.note()}\n"
+            f"  the model allows:       {fact.expected}\n"
+            f"  the transport answered: {fact.answered}\n"
+            f"  queue per the model:\n{fact.state}"
         )
 
 
-_DIVERGENCES: dict[tuple[str, str], type[Divergence]] = {}
+_DIVERGENCES: dict[str, type[Divergence]] = {}
 
 
-def divergence_class(prop: str, check_owner: str | None = None) -> type[Divergence]:
-    """The subclass of :class:`Divergence` (named ``Divergence`` too) of failures that count
-    against ``prop`` and tripped a check of ``check_owner`` (by default ``prop`` itself).
+def divergence_class(kind: str) -> type[Divergence]:
+    """The subclass of :class:`Divergence` (named ``Divergence`` too) of facts of ``kind``.
 
     Hypothesis tells bugs apart by the exception's type, the line that raised it and the
-    exception it was raised in handling, and shrinks each kind apart.  To a verdict, the
-    failures of one property are one bug: so they share a type, every divergence is raised from
-    one line (:meth:`TransportMachine._fail`) and never while handling the transport's
-    exception (that one is its ``__cause__``).  A search then shrinks one counterexample per
-    property, not one per check site or per line of the transport that raised (four shrinks of
-    one bad-input bug, before).  A failure that a search counts against another property than
-    its check's (a fifo check after a refused bad input) keeps a type of its own: the weighing
-    may give it back to its check's property (SPEC C5), and it must not take the place of the
-    property's own counterexample."""
-    key = (prop, check_owner or prop)
-    if key not in _DIVERGENCES:
-        _DIVERGENCES[key] = type("Divergence", (Divergence,), {"__module__": __name__})
-    return _DIVERGENCES[key]
+    exception it was raised in handling, and shrinks each kind apart (SPEC.md C7).  Every
+    divergence is raised from one line (:meth:`TransportMachine._fail`), never while handling
+    the transport's exception (that one is its ``__cause__``), with the type of its kind of
+    fact: a search shrinks one counterexample per kind, not one per check site or per line of
+    the transport that raised.  What came before the fact (a reopen, a refused bad input) is not
+    part of the type, so shrinking drops those steps where the fact shows without them."""
+    if kind not in _DIVERGENCES:
+        _DIVERGENCES[kind] = type("Divergence", (Divergence,), {"__module__": __name__})
+    return _DIVERGENCES[kind]
 
 
 class FakeClock:
@@ -452,8 +424,9 @@ class TransportMachine(RuleBasedStateMachine):
     capabilities: no priority means every publish uses 0 and every claim min_priority 0, and
     so on.
 
-    Class attributes narrow what a run looks at, so that a search can *focus* on one property
-    (the certifier runs one focused search per property).  Their defaults check everything:
+    Class attributes narrow what a run looks at, so that a search can *focus* on what one
+    property needs (the property table says what, :mod:`harel_ref.stateful._properties`).  Their
+    defaults check everything:
 
     - ``stale_leases``: ack and nack leases that were superseded or already consumed (the
       fencing checks).  When False such steps do nothing.
@@ -464,25 +437,26 @@ class TransportMachine(RuleBasedStateMachine):
     - ``model_acks``: how the model's ack and nack find their message (``"fenced"``,
       ``"until-reclaimed"`` or ``"by-seq"``, see :class:`harel_ref.model.QueueModel`); None
       follows the backend's ``acks``.
-    - ``consequences``: what a stale ack or nack *by seq* may break, checked against each
-      worker's own view of its leases (SPEC.md R20): ``"single-in-flight"`` (a claim hands out
-      a message whose earlier holder is still working on it) and ``"no-loss"`` (an ack deletes
-      a message another worker is still working on).
     - ``ties``: ``"arrival"`` (R4's tie-break) or ``"any"`` (groups stamped at one instant may
       go in any order: harel's round-robin, R21).
 
-    A divergence names the check that failed and what came before it (``Divergence.after``);
-    whom it counts against in a focused search is the property table's to say
-    (:mod:`harel_ref.stateful._properties`).
+    - ``holdings``: the kinds of :data:`~harel_ref.stateful._facts.HOLDINGS` to judge against
+      each worker's own view of its leases, for a transport that acks by seq (R20):
+      ``claimed-held-by-worker`` (a claim hands out a group whose earlier holder still works on
+      it) and ``acked-held-message`` (an ack deletes a message another worker holds).  (For a
+      fenced transport these views are the model's leases, which every step is judged by.)
+
+    A divergence carries the fact it saw (:class:`~harel_ref.stateful._facts.Fact`): its kind
+    and what came before it.  Which property that breaks is the property table's to say.
     """
 
     backend: Backend
     stale_leases: bool = True
     clock_slack: float = 0.0
     model_acks: str | None = None
-    consequences: frozenset[str] = frozenset({"single-in-flight", "no-loss"})
     ties: str = "arrival"
     check_close: bool = True
+    holdings: frozenset[str] = facts.HOLDINGS
 
     leases = Bundle("leases")
 
@@ -540,22 +514,21 @@ class TransportMachine(RuleBasedStateMachine):
         answer = method(*args)
         return answer, When(before, time.time())
 
-    def _diverge(self, check: str, step: str, expected: str, answered: Any, *, consequence: bool = False) -> Divergence:
-        """The divergence of the failed ``check``, with what came before it."""
-        if self.stale and self.answerless and self.model.acks == "by-seq" and not consequence:
+    def _fact(self, kind: str, step: str, expected: str, answered: Any) -> Fact:
+        """The fact of ``kind`` seen at ``step``, with what came before it."""
+        if self.stale and self.answerless and self.model.acks == "by-seq" and kind not in _R20_KINDS:
             step += ("  (the model acts by seq for the stale ack or nack before this step, as declared: "
                      "if the transport fences them, declare acks='fenced')")
-        after = {AFTER_REOPEN: self.reopened, AFTER_REFUSED: self.refused,
-                 AFTER_STEP_BACK: self.stepped_back,
-                 AFTER_STALE: self.stale and self.answerless}  # a stale call that answered said what it did
-        prop = owner(check)
-        return divergence_class(prop)(prop, step, expected, repr(answered), self._describe(), check,
-                                      after=[fact for fact, happened in after.items() if happened])
+        after = {facts.REOPENED: self.reopened, facts.REFUSED: self.refused,
+                 facts.STEPPED_BACK: self.stepped_back,
+                 facts.RELEASED_STALE: self.stale and self.answerless}  # one that answered said what it did
+        return Fact(kind, step, expected, repr(answered), self._describe(),
+                    after=tuple(context for context, happened in after.items() if happened))
 
-    def _fail(self, check: str, step: str, expected: str, answered: Any, *, consequence: bool = False) -> NoReturn:
-        """Raise the divergence of the failed ``check`` (see :func:`divergence_class`: this is
+    def _fail(self, kind: str, step: str, expected: str, answered: Any) -> NoReturn:
+        """Raise the divergence of the fact of ``kind`` (see :func:`divergence_class`: this is
         the one line every divergence is raised from).  A call that raised is the cause."""
-        divergence = self._diverge(check, step, expected, answered, consequence=consequence)
+        divergence = divergence_class(kind)(self._fact(kind, step, expected, answered))
         if isinstance(answered, BaseException):
             divergence.__cause__ = answered
         raise divergence
@@ -625,7 +598,7 @@ class TransportMachine(RuleBasedStateMachine):
         self.in_step = True
         answer, _ = self._call(self._instance(via).publish, group, event, priority, routing_key)
         if answer is not None:
-            self._fail("publish", f"publish({group!r}, ...)", "None", answer)
+            self._fail(facts.PUBLISH_ANSWERED, f"publish({group!r}, ...)", "None", answer)
         self.model.publish(group, event, priority, routing_key)
         self.in_step = False
 
@@ -676,9 +649,9 @@ class TransportMachine(RuleBasedStateMachine):
         self._count_claim(when, min_priority, routing_keys)
         claimed = self._match(lease, allowed)
         if claimed is False:
-            check = claim_check(allowed, lease, self.model, when, min_priority, routing_keys,
-                                acked=self._acked_before(lease))
-            self._fail(check, step, show_outcomes(allowed), lease)
+            kind = claim_fact(allowed, lease, self.model, when, min_priority, routing_keys,
+                              acked=self._acked_before(lease), judged_at=None if self.wall else self._judged_now())
+            self._fail(kind, step, show_outcomes(allowed), lease)
         if claimed is None:
             return None
         self._check_lease_identity(step, lease, claimed)
@@ -693,17 +666,17 @@ class TransportMachine(RuleBasedStateMachine):
         (its lease live, never acked or nacked by it).  The model's R2 already says so for a
         fenced transport; after an ack or nack by seq freed a message under its holder, this
         is what shows that two workers now hold one group."""
-        if "single-in-flight" not in self.consequences:
+        if facts.CLAIMED_HELD_BY_WORKER not in self.holdings:
             return
         judged = when if self.wall else When.of(self._judged_now())
         for holding in self.model.holdings(claimed.group_id, judged):
             self._fail(
-                "single-in-flight", step,
+                facts.CLAIMED_HELD_BY_WORKER, step,
                 f"not {claimed.group_id!r}: the lease with token {holding.token!r} on its seq "
                 f"{self.seqs.get((claimed.group_id, holding.seq), holding.seq)} is live until "
                 f"{_moment(holding.until)} and its worker never acked or nacked it (an ack or nack "
                 f"by seq of an older lease freed the message under it, R20)",
-                lease, consequence=True,
+                lease,
             )
 
     def _judged_now(self) -> float | When:
@@ -731,18 +704,18 @@ class TransportMachine(RuleBasedStateMachine):
         if self.answerless:
             return
         if lease.token in self.tokens:
-            self._fail("fencing", step, "a token never handed out before", lease)
+            self._fail(facts.TOKEN_REUSED, step, "a token never handed out before", lease)
         self.tokens.add(lease.token)
         known = self.seqs.setdefault((claimed.group_id, claimed.seq), lease.seq)
         if known != lease.seq:
-            self._fail("fifo", step, f"the same seq as before ({known})", lease)
+            self._fail(facts.SEQ_CHANGED, step, f"the same seq as before ({known})", lease)
         for (group, model_seq), seq in self.seqs.items():
             if group != claimed.group_id or model_seq == claimed.seq:
                 continue
             if (model_seq < claimed.seq) != (seq < lease.seq):  # FIFO position, both ways
                 relation = "greater" if model_seq < claimed.seq else "smaller"
                 self._fail(
-                    "fifo", step, f"a seq {relation} than {seq}, the seq of another message of the group", lease
+                    facts.SEQ_ORDER, step, f"a seq {relation} than {seq}, the seq of another message of the group", lease
                 )
 
     # --- ack and nack (R7-R10) -----------------------------------------------------------------
@@ -791,15 +764,14 @@ class TransportMachine(RuleBasedStateMachine):
         if expected and (identity := self._identity(lease)) is not None:
             self.acked.add((lease.group_id, identity))
         if not self._answered(answer, expected):
-            prop = release_check("ack", expected, 0)
-            self._fail(prop, f"ack({_lease_ref(lease)})", repr(expected), answer)
-        if expected and others and "no-loss" in self.consequences:
+            self._fail(release_fact("ack", expected, 0), f"ack({_lease_ref(lease)})", repr(expected), answer)
+        if expected and others and facts.ACKED_HELD_MESSAGE in self.holdings:
             holding = others[0]
             self._fail(
-                "no-loss", f"ack({_lease_ref(lease)})",
+                facts.ACKED_HELD_MESSAGE, f"ack({_lease_ref(lease)})",
                 f"the message to stay: the lease with token {holding.token!r} on it is live until "
                 f"{_moment(holding.until)} and its worker is still working on it (R20)",
-                f"{answer!r}, and the ack by seq deleted the message", consequence=True,
+                f"{answer!r}, and the ack by seq deleted the message",
             )
         self.in_step = False
 
@@ -819,7 +791,7 @@ class TransportMachine(RuleBasedStateMachine):
         # Raised outside the handler, so that the divergence's context is not the transport's
         # error (see divergence_class).
         step = f"{op}({_lease_ref(lease)}{', delay=' + repr(args[0]) if args else ''})"
-        self._fail("fencing", step, f"{'None' if self.answerless else 'False'}: the lease is not current (R10), "
+        self._fail(facts.STALE_RAISED, step, f"{'None' if self.answerless else 'False'}: the lease is not current (R10), "
                    "so the call does nothing and says so, without an error", raised)
 
     def _answered(self, answer, expected: bool) -> bool:
@@ -871,8 +843,8 @@ class TransportMachine(RuleBasedStateMachine):
         answer, when = self._release("nack", lease, via, self._seconds(delay))
         expected = self.model.nack(lease.token, self._seconds(delay), when)
         if not self._answered(answer, expected):
-            prop = release_check("nack", expected, delay)
-            self._fail(prop, f"nack({_lease_ref(lease)}, delay={delay})", repr(expected), answer)
+            self._fail(release_fact("nack", expected, delay), f"nack({_lease_ref(lease)}, delay={delay})",
+                       repr(expected), answer)
         self.in_step = False
 
     # --- time (R3, R9) -------------------------------------------------------------------------
@@ -975,7 +947,7 @@ class TransportMachine(RuleBasedStateMachine):
             return
         except Exception as exc:
             answer = exc  # failed below, outside the handler (see divergence_class)
-        self._fail("bad-input", case, f"{error.__name__} raised", answer)
+        self._fail(facts.BAD_INPUT_ACCEPTED, case, f"{error.__name__} raised", answer)
 
     # --- teardown: drain and compare, then close (R14) -----------------------------------------
 
@@ -1012,10 +984,10 @@ class TransportMachine(RuleBasedStateMachine):
             drained.setdefault(lease.group_id, []).append(lease.event)
             answer, when = self._call(transport.ack, lease)
             if not self._answered(answer, True) or not self.model.ack(lease.token, when):
-                self._fail("ack", f"drain: ack({_lease_ref(lease)})", "True", answer)
+                self._fail(facts.CURRENT_REFUSED, f"drain: ack({_lease_ref(lease)})", "True", answer)
         if len(self.model) or drained != expected:
             self._fail(
-                "no-loss", "drain: claim until None", f"these messages: {expected!r:.500}",
+                facts.DRAIN_DIFFERS, "drain: claim until None", f"these messages: {expected!r:.500}",
                 f"these messages: {drained!r:.500}",
             )
 
@@ -1038,9 +1010,10 @@ class TransportMachine(RuleBasedStateMachine):
                 except Exception as exc:
                     answer = exc  # judged below, outside the handler (see divergence_class)
                 else:
-                    self._fail("close", step, "TransportClosedError", answer)
+                    self._fail(facts.CLOSED_CALL_ANSWERED, step, "TransportClosedError", answer)
                 if not _says_closed(answer):
-                    self._fail("close", step, "TransportClosedError (or an error saying it is closed)", answer)
+                    self._fail(facts.CLOSED_WITHOUT_SAYING, step,
+                               "TransportClosedError (or an error saying it is closed)", answer)
 
 
 def make_machine(
@@ -1050,9 +1023,9 @@ def make_machine(
     stale_leases: bool = True,
     clock_slack: float = 0.0,
     model_acks: str | None = None,
-    consequences: Iterable[str] = ("single-in-flight", "no-loss"),
     ties: str = "arrival",
     check_close: bool = True,
+    holdings: Iterable[str] = facts.HOLDINGS,
     name: str | None = None,
 ) -> type[TransportMachine]:
     """A :class:`TransportMachine` subclass for ``backend``; run it with ``.TestCase`` or
@@ -1060,7 +1033,7 @@ def make_machine(
 
     By default every rule of :data:`RULES` runs and every check is made.  ``rules`` (names
     from :data:`RULES` and :data:`FOCUS_RULES`) runs those rules instead; ``stale_leases``,
-    ``clock_slack``, ``model_acks``, ``consequences``, ``ties`` and ``check_close`` set the class
+    ``clock_slack``, ``model_acks``, ``ties``, ``check_close`` and ``holdings`` set the class
     attributes of the same names (see :class:`TransportMachine`).  ``name`` is the
     class name Hypothesis prints in a failing example (default: from the backend's name).
     """
@@ -1072,9 +1045,9 @@ def make_machine(
         "stale_leases": stale_leases,
         "clock_slack": clock_slack,
         "model_acks": model_acks,
-        "consequences": frozenset(consequences),
         "ties": ties,
         "check_close": check_close,
+        "holdings": frozenset(holdings),
     }
     rules = set(RULES if rules is None else rules)
     if unknown := rules - set(RULES + FOCUS_RULES):
@@ -1126,12 +1099,16 @@ def describe_queue(model: QueueModel, clock: str) -> str:
     return "\n".join(lines or ["    (empty)"]) + f"\n  ({clock})"
 
 
-def release_check(op: str, expected: bool, delay: float) -> str:
-    """The check an ack or nack that did not answer ``expected`` fails: acting for a lease that
-    is not current is fencing (R10); refusing a current one is the ack/nack check itself."""
+def release_fact(op: str, expected: bool, delay: float) -> str:
+    """The kind of fact an ack or nack (``op``) that did not answer ``expected`` shows: acting
+    for a lease that is not current, or refusing a current one (to park it, with a delay)."""
     if expected is False:
-        return "fencing"
-    return "parking" if op == "nack" and delay else op
+        return facts.STALE_ACTED
+    return facts.PARK_REFUSED if op == "nack" and delay else facts.CURRENT_REFUSED
+
+
+_R20_KINDS = frozenset({facts.CLAIMED_HELD_BY_WORKER, facts.ACKED_HELD_MESSAGE})
+"""What a stale ack or nack by seq breaks, seen in the workers' own views of their leases."""
 
 
 def _moment(when: When) -> str:
@@ -1153,38 +1130,50 @@ def show_outcomes(allowed) -> str:
     return " or ".join(shown)
 
 
-def claim_check(allowed, lease, model: QueueModel, now: When, min_priority, routing_keys, *,
-                acked: bool = False) -> str:
-    """The check a wrong claim answer fails: what the model's state says went wrong (a lapsed
-    lease not seen, a group below the floor, the wrong message of the right group, ...).
-    ``acked``: the answer is a message acked before (by its seq, or its text where seqs name
-    nothing), handed out again, though a later message of its group has the same text."""
+def claim_fact(allowed, lease, model: QueueModel, now: When, min_priority, routing_keys, *,
+               acked: bool = False, judged_at: float | When | None = None) -> str:
+    """The kind of fact a wrong claim answer shows, by what the model's state says went wrong
+    (a lapsed lease not seen, a group below the floor, the wrong message of the right group, a
+    group taken out of its turn, ...).  ``acked``: the answer is a message acked before (by its
+    seq, or its text where seqs name nothing), handed out again, though a later message of its
+    group has the same text.  ``judged_at``: the moment ``allowed`` was computed at, if not
+    ``now`` (a window around it)."""
     holds = model.holds()
     if lease is None:  # something was claimable: why did the transport not see it?
         lapsed = [holds[c.group_id][0] for c in allowed if c is not None and c.group_id in holds]
         if lapsed:
-            return "parking" if None in lapsed else "lease-expiry"
+            return facts.MISSED_ENDED_PARK if None in lapsed else facts.MISSED_LAPSED_LEASE
         if min_priority > 0:
-            return "priority-floor"  # a group at or above the floor was passed over
+            return facts.MISSED_ABOVE_FLOOR  # a group at or above the floor was passed over
         if routing_keys is not None:
-            return "routing"  # a group with one of the keys was passed over
-        return "no-loss"
+            return facts.MISSED_KEYED  # a group with one of the keys was passed over
+        return facts.MISSED_CLAIMABLE
     group_id = getattr(lease, "group_id", None)
     info = model.group_info(group_id)
     if info is None:
-        return "no-loss"  # a message from nowhere, or one already acked
+        return facts.UNKNOWN_MESSAGE  # a message from nowhere, or one already acked
     priority, routing_key = info
     if priority < min_priority:
-        return "priority-floor"
+        return facts.BELOW_FLOOR
     if routing_keys is not None and routing_key not in routing_keys:
-        return "routing"
+        return facts.OUTSIDE_KEYS
     if any(c is not None and c.group_id == group_id for c in allowed):
         if acked or getattr(lease, "event", None) not in model.contents().get(group_id, []):
-            return "no-loss"  # a message the group no longer holds: one acked, handed out again
-        return "fifo"  # the right group, not its head
+            return facts.UNKNOWN_MESSAGE  # a message the group no longer holds: one acked, handed out again
+        return facts.NOT_HEAD  # the right group, not its head
     if group_id in holds and now.lo <= holds[group_id][1].hi:  # still held when claimed
         token, until = holds[group_id]
         if token is None:
-            return "parking"  # at its end too: a park cut short shows only there
-        return "lease-expiry" if now.hi >= until.lo else "single-in-flight"  # at the boundary?
-    return "fairness"
+            return facts.CLAIMED_PARKED  # at its end too: a park cut short shows only there
+        return facts.CLAIMED_AT_LEASE_END if now.hi >= until.lo else facts.CLAIMED_LEASED
+    return facts.TIE_ORDER if _tied_with(model, group_id, judged_at or now, min_priority, routing_keys) \
+        else facts.PASSED_OVER
+
+
+def _tied_with(model: QueueModel, group_id: str, now: float | When, min_priority, routing_keys) -> bool:
+    """Whether the claimable group ``group_id`` is stamped alike with the group the model's
+    order takes first: only the tie-break (R4's arrival order) put it behind."""
+    any_tie = model.copy()
+    any_tie.ties = "any"
+    return any(c is not None and c.group_id == group_id
+               for c in any_tie.claim_outcomes(now, min_priority, routing_keys))

@@ -1,12 +1,10 @@
 """The properties a certification gives a verdict on: one table, one row per property.
 
-The checkers report *facts*: the lockstep machine names the check that failed
-(:attr:`~harel_ref.stateful.Divergence.check`) and what came before it (a reopen, a refused bad
-input, a stale release: ``Divergence.after``); the linearizability checker names the rule whose
-removal explains a history (``R2``, ``R10``); the history checker names the kind of breach
-(``overlap``, ``lost``, ...).  This table turns those facts into properties, and
-:mod:`harel_ref.certify._engine` turns properties into verdicts.  A new property is its rule in
-SPEC.md, its model code, and a row here.
+The checkers report *facts* (:mod:`harel_ref.stateful._facts`): a claim took a leased group, an
+ack of a stale lease took effect, the drain found other messages than the queue holds.  This
+table is the only place that says which property a fact breaks, and what each property's search
+runs; :mod:`harel_ref.certify._verdicts` turns the facts of a certification into verdicts with
+it.  A new property is its rule in SPEC.md, its model code, and a row here.
 
 Each row says:
 
@@ -15,41 +13,38 @@ Each row says:
 - ``needs``: why it does not apply to a transport's capabilities (None: it applies);
 - ``search``: ``lockstep`` (a focused search of the machine) or ``concurrent`` (none of its
   own: the shared concurrent search judges it); ``concurrent``: its verdict needs the shared
-  concurrent search, which judges histories for the lockstep rows among these and refusals
-  for a row that ``judges`` them;
+  concurrent search too;
 - how its focused search runs: the machine ``rules`` that exercise it, and what it ``judges``
-  that other searches relax (the order of groups, the tie-break, priorities, routing keys, the
-  exact end of a lease, stale leases);
-- which facts count against it: ``checks`` (the machine's check names), ``diagnoses``
-  (linearizability), ``breaches`` (history kinds), and ``blames_after``: in its own search, a
-  failure of another check after one of these facts is its failure (what a reopen, or a
-  refused call, changed shows only at a later step).
+  that other searches relax (:data:`JUDGED`; :func:`machine_settings` turns that into the
+  machine's settings);
+- ``owns``: the kinds of fact that break it (each kind is owned by one row);
+- ``explains``: kinds owned by other rows that its own bug can also show as: a lost message
+  makes a later claim pass over its group, which looks like a fairness failure.  A property
+  whose every failure another failed property explains is a *consequence* of that one;
+- ``blames_after``: what an example did before a fact (:data:`~harel_ref.stateful._facts.CONTEXTS`)
+  that makes the fact this property's, whatever its kind: what a reopen broke shows only at a
+  later step;
+- ``evidence``: the situations its verdict counts (SPEC.md C4).
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+import harel_ref.stateful._facts as facts
 from ._backend import Capabilities
+from ._facts import CONTEXTS, FAULTS, KINDS
 
 __all__ = [
-    "CHECKS", "CONTRACT", "DIAGNOSES", "problems", "PROPERTIES", "Property", "SHARED", "attribute", "evidence",
-    "owner", "owner_of_breach",
+    "CONTRACT", "JUDGED", "PROPERTIES", "Property", "SHARED", "evidence", "fault_owner", "machine_settings",
+    "owner", "problems", "running",
 ]
 
 CORE = frozenset({"prefill", "publish", "claim_any", "ack"})
 TIME = frozenset({"advance"})
-
-AFTER_REOPEN = "a reopen"
-AFTER_REFUSED = "bad input was refused"
-AFTER_STEP_BACK = "the clock stepped back"
-AFTER_STALE = "a stale ack or nack"
-"""The facts a machine records before a failing step (``Divergence.after``), as the step's note
-says them: ``(after a reopen; the check that failed: fifo)``.  ``AFTER_STALE`` is recorded only
-for a transport whose ack and nack answer nothing (harel's Protocol), where what a stale one did
-shows only later."""
-
 
 JUDGED = {
     "priority": "priorities and min_priority (elsewhere every publish uses 0, every claim floor 0)",
@@ -67,8 +62,7 @@ JUDGED = {
 
 SHARED = "shared"
 """The name of the shared lockstep search: every lockstep property's rules in one machine, every
-one of them judged at once (SPEC.md C5).  A failure it finds is attributed like a focused
-search's (:func:`attribute`)."""
+one of them judged at once (SPEC.md C5)."""
 
 
 HELD = "a claim while a group's head was leased or parked"
@@ -85,6 +79,15 @@ situations of its row's ``evidence``, how often its searches reached them."""
 EXACT_TIME_ONLY = frozenset({LEASE_END})
 """The situations only an injectable clock reaches: a wall clock never stops at an instant."""
 
+_CLAIM_ANSWERS = frozenset({
+    facts.CLAIMED_LEASED, facts.CLAIMED_AT_LEASE_END, facts.CLAIMED_PARKED, facts.MISSED_LAPSED_LEASE, facts.MISSED_ENDED_PARK, facts.MISSED_ABOVE_FLOOR, facts.MISSED_KEYED,
+    facts.BELOW_FLOOR, facts.OUTSIDE_KEYS, facts.NOT_HEAD, facts.PASSED_OVER, facts.TIE_ORDER,
+    facts.SEQ_CHANGED, facts.SEQ_ORDER,
+})
+"""What a claim's answer can show: a queue that lost, duplicated or changed a message shows as
+any of them at a later claim.  (Not ``claimed-held-by-worker``: the model itself freed that
+group, by a stale nack by seq, R20.)"""
+
 
 @dataclass(frozen=True)
 class Property:
@@ -99,9 +102,8 @@ class Property:
     search: str = "lockstep"
     concurrent: bool = False
     judges: frozenset[str] = frozenset()  # see JUDGED
-    checks: frozenset[str] = frozenset()
-    diagnoses: frozenset[str] = frozenset()
-    breaches: frozenset[str] = frozenset()
+    owns: frozenset[str] = frozenset()
+    explains: frozenset[str] = frozenset()
     blames_after: frozenset[str] = frozenset()
     evidence: tuple[str, ...] = ()  # situations its verdict counts (see LEASE_END ...)
 
@@ -114,16 +116,14 @@ def _ordered(caps: Capabilities) -> str | None:
     return "fairness is declared unspecified" if caps.fairness == "unspecified" else None
 
 
-
-
 PROPERTIES: dict[str, Property] = {p.name: p for p in (
     Property(
         "single-in-flight",
         "a group whose head is leased or parked is not claimable, by any instance, also when callers race (R2, R19)",
         ("R2", "R19"), "contract",
         rules=CORE | {"nack_now", "claim_at_deadline", "open_second_instance"},
-        concurrent=True, judges=frozenset({"consequences"}), checks=frozenset({"single-in-flight"}),
-        diagnoses=frozenset({"R2"}), breaches=frozenset({"overlap"}),
+        concurrent=True, judges=frozenset({"consequences"}),
+        owns=frozenset({facts.CLAIMED_LEASED, facts.CLAIMED_HELD_BY_WORKER, facts.OVERLAP}),
         evidence=(HELD, OVERLAP),
     ),
     Property(
@@ -132,7 +132,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         "increase (R1, R6, R8, R16)",
         ("R1", "R6", "R8", "R16"), "contract",
         rules=CORE | {"nack_now", "nack_later", "claim_at_deadline"},
-        checks=frozenset({"fifo"}), breaches=frozenset({"fifo"}),
+        owns=frozenset({facts.NOT_HEAD, facts.SEQ_CHANGED, facts.SEQ_ORDER, facts.OUT_OF_ORDER}),
     ),
     Property(
         "lease-expiry",
@@ -142,15 +142,21 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         rules=CORE | {"nack_later", "advance_to_deadline", "claim_at_deadline", "step_back"},
         # On a wall clock the boundary rules cannot run: leases lapse by sleeping, and each call
         # is judged at every moment between its invocation and its answer (R18).
-        judges=frozenset({"exact time"}), checks=frozenset({"lease-expiry"}),
-        blames_after=frozenset({AFTER_STEP_BACK}), evidence=(LEASE_END, LEASE_LAPSED),
+        judges=frozenset({"exact time"}),
+        owns=frozenset({facts.MISSED_LAPSED_LEASE, facts.CLAIMED_AT_LEASE_END}),
+        # a lease that ends too soon hands out its group while it should be held; one that ends
+        # too late makes a claim take the next group
+        explains=frozenset({facts.CLAIMED_LEASED, facts.PASSED_OVER, facts.TIE_ORDER}),
+        blames_after=frozenset({facts.STEPPED_BACK}), evidence=(LEASE_END, LEASE_LAPSED),
     ),
     Property(
         "parking",
         "nack(lease, delay > 0) blocks the group until now + delay, then the head returns (R9)",
         ("R9",), "contract",
         rules=CORE | {"nack_later", "claim_at_deadline"},
-        needs=_declared("parking", "the transport does not declare parking"), checks=frozenset({"parking"}),
+        needs=_declared("parking", "the transport does not declare parking"),
+        owns=frozenset({facts.CLAIMED_PARKED, facts.MISSED_ENDED_PARK, facts.PARK_REFUSED}),
+        explains=frozenset({facts.PASSED_OVER, facts.TIE_ORDER}),
         evidence=(PARK_ENDED,),
     ),
     Property(
@@ -160,8 +166,8 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         ("R10", "R16", "R19"), "strict",
         rules=CORE | {"nack_now", "nack_later", "claim_at_deadline", "open_second_instance", "release_stale"},
         concurrent=True, judges=frozenset({"stale leases"}),
-        checks=frozenset({"fencing", "ack", "nack"}), diagnoses=frozenset({"R10"}),
-        blames_after=frozenset({AFTER_STALE}),
+        owns=frozenset({facts.STALE_ACTED, facts.STALE_RAISED, facts.CURRENT_REFUSED, facts.TOKEN_REUSED}),
+        blames_after=frozenset({facts.RELEASED_STALE}),
         evidence=(STALE_AFTER_RECLAIM, OVERLAP),
     ),
     Property(
@@ -170,15 +176,15 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         "equal stamps is tie-break's)",
         ("R4", "R5"), "contract",
         rules=CORE | TIME | {"nack_now", "advance_to_deadline"},
-        needs=_ordered, judges=frozenset({"fairness"}), checks=frozenset({"fairness"}),
+        needs=_ordered, judges=frozenset({"fairness"}), owns=frozenset({facts.PASSED_OVER}),
+        explains=frozenset({facts.TIE_ORDER}),  # a stamp set wrong makes groups tie, or not
     ),
     Property(
         "tie-break",
         "groups with equal fairness stamps (never claimed, or claimed at one instant) go in arrival order (R4)",
         ("R4",), "strict",
         rules=CORE | TIME | {"nack_now", "advance_to_deadline"},
-        # The fairness search's steps, judged with the tie-break: a wrong group is its failure.
-        needs=_ordered, judges=frozenset({"fairness", "ties"}), checks=frozenset({"tie-break"}),
+        needs=_ordered, judges=frozenset({"fairness", "ties"}), owns=frozenset({facts.TIE_ORDER}),
         evidence=(TIE,),
     ),
     Property(
@@ -187,7 +193,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         ("R4", "R12"), "contract",
         rules=CORE | TIME | {"claim"},
         needs=_declared("priority", "the transport does not declare priorities"),
-        judges=frozenset({"priority"}), checks=frozenset({"priority-floor"}),
+        judges=frozenset({"priority"}), owns=frozenset({facts.BELOW_FLOOR, facts.MISSED_ABOVE_FLOOR}),
     ),
     Property(
         "routing",
@@ -195,7 +201,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         ("R4", "R12"), "strict",
         rules=CORE | TIME | {"claim"},
         needs=_declared("routing", "the transport does not declare routing keys"),
-        judges=frozenset({"routing"}), checks=frozenset({"routing"}),
+        judges=frozenset({"routing"}), owns=frozenset({facts.OUTSIDE_KEYS, facts.MISSED_KEYED}),
     ),
     Property(
         "durability",
@@ -203,8 +209,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         ("R15",), "contract",
         rules=CORE | {"nack_now", "nack_later", "claim_at_deadline", "reopen", "open_second_instance"},
         needs=_declared("durable", "the transport does not declare durability"),
-        checks=frozenset({"durability"}), blames_after=frozenset({AFTER_REOPEN}),
-        evidence=(REOPEN_HELD,),
+        blames_after=frozenset({facts.REOPENED}), evidence=(REOPEN_HELD,),
     ),
     Property(
         "no-loss",
@@ -212,8 +217,12 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         "callers raced (R1, R7, R19)",
         ("R1", "R7", "R19"), "contract",
         rules=CORE | TIME | {"nack_now", "nack_later", "open_second_instance"},
-        concurrent=True, judges=frozenset({"consequences"}), checks=frozenset({"no-loss", "publish"}),
-        breaches=frozenset({"lost", "duplicate", "unexpected", "redelivered"}),
+        concurrent=True, judges=frozenset({"consequences"}),
+        owns=frozenset({facts.MISSED_CLAIMABLE, facts.UNKNOWN_MESSAGE, facts.ACKED_HELD_MESSAGE,
+                        facts.PUBLISH_ANSWERED, facts.DRAIN_DIFFERS, facts.LOST, facts.DUPLICATED,
+                        facts.UNEXPECTED, facts.REDELIVERED}),
+        # a message lost, duplicated or changed shows at every later claim and release of its group
+        explains=_CLAIM_ANSWERS | {facts.CURRENT_REFUSED, facts.PARK_REFUSED, facts.OVERLAP, facts.OUT_OF_ORDER},
         evidence=(OVERLAP,),
     ),
     Property(
@@ -221,7 +230,8 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         "callers that run at once get answers, not errors: no call fails only because others ran at the "
         "same time, such as SQLite's 'database is locked' (R19)",
         ("R19",), "contract",
-        search="concurrent", concurrent=True, judges=frozenset({"refusals"}), checks=frozenset({"contention"}),
+        search="concurrent", concurrent=True, judges=frozenset({"refusals"}),
+        owns=frozenset({facts.RAISED_UNDER_CONTENTION, facts.NONE_UNDER_CONTENTION}),
         evidence=(OVERLAP,),
     ),
     Property(
@@ -230,13 +240,14 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         "write nothing (R13)",
         ("R13",), "strict",
         rules=CORE | TIME | {"bad_input", "bad_release"},
-        checks=frozenset({"bad-input"}), blames_after=frozenset({AFTER_REFUSED}),
+        owns=frozenset({facts.BAD_INPUT_ACCEPTED}), blames_after=frozenset({facts.REFUSED}),
     ),
     Property(
         "close",
         "after close() every call raises; close() twice is harmless (R14)",
         ("R14",), "strict",
-        rules=CORE | TIME, judges=frozenset({"close"}), checks=frozenset({"close"}),
+        rules=CORE | TIME, judges=frozenset({"close"}),
+        owns=frozenset({facts.CLOSED_CALL_ANSWERED, facts.CLOSED_WITHOUT_SAYING}),
     ),
 )}
 """The verdict lines, in the order they are searched and reported."""
@@ -251,16 +262,18 @@ that they agree)."""
 
 
 def problems(rows: dict[str, Property]) -> list[str]:
-    """What is wrong with a property table: a check, diagnosis or breach that two rows claim
-    (whom would it count against?), an unknown level, search, machine rule or judged thing."""
+    """What is wrong with a property table: a kind of fact that no row or two rows own (whom
+    would it count against?), an unknown kind, context, level, search, machine rule or judged
+    thing."""
     found = []
-    for kind in ("checks", "diagnoses", "breaches"):
-        seen: dict[str, str] = {}
-        for name, row in rows.items():
-            for fact in getattr(row, kind):
-                if fact in seen:
-                    found.append(f"{kind[:-1]} {fact!r} is claimed by both {seen[fact]!r} and {name!r}")
-                seen[fact] = name
+    owners: dict[str, str] = {}
+    for name, row in rows.items():
+        for kind in sorted(row.owns):
+            if kind in owners:
+                found.append(f"the kind {kind!r} is owned by both {owners[kind]!r} and {name!r}")
+            owners[kind] = name
+    if unowned := set(KINDS) - FAULTS - set(owners):
+        found.append(f"no row owns the kinds {sorted(unowned)}")
     for name, row in rows.items():
         if name != row.name:
             found.append(f"row {name!r} is named {row.name!r}")
@@ -270,12 +283,18 @@ def problems(rows: dict[str, Property]) -> list[str]:
             found.append(f"{name!r}: search {row.search!r} is neither 'lockstep' nor 'concurrent'")
         if row.search == "concurrent" and not row.concurrent:
             found.append(f"{name!r}: searched only by the concurrent search, but not marked concurrent")
+        if unknown := (row.owns | row.explains) - set(KINDS):
+            found.append(f"{name!r}: no kind of fact {sorted(unknown)}")
+        if row.owns & row.explains:
+            found.append(f"{name!r}: explains kinds it owns {sorted(row.owns & row.explains)}")
+        if unknown := row.blames_after - set(CONTEXTS):
+            found.append(f"{name!r}: no context {sorted(unknown)}")
         if unknown := row.rules - MACHINE_RULES:
             found.append(f"{name!r}: no machine rule {sorted(unknown)}")
         if unknown := row.judges - set(JUDGED):
             found.append(f"{name!r}: judges {sorted(unknown)}, not in JUDGED")
-        if name not in row.checks:
-            found.append(f"{name!r}: its own name is not among its checks")
+        if not row.owns and not row.blames_after:
+            found.append(f"{name!r}: no fact can break it (it owns no kind and blames nothing)")
     return found
 
 
@@ -285,15 +304,31 @@ if _problems := problems(PROPERTIES):
 CONTRACT = frozenset(name for name, row in PROPERTIES.items() if row.level == "contract")
 """The properties of the ``contract`` level (SPEC.md R21)."""
 
-DIAGNOSES = tuple((rule, name) for name, row in PROPERTIES.items() for rule in sorted(row.diagnoses))
-"""The rules the linearizability checker leaves out, in order, to name what a history breaks."""
+_OWNERS = {kind: name for name, row in PROPERTIES.items() for kind in row.owns}
 
-_OWNERS = {check: name for name, row in PROPERTIES.items() for check in row.checks}
-CHECKS = frozenset(_OWNERS)
-"""Every check a checker may name; a failure's check may also be a fault of the transport
-(``exception``, ``panicked``, ``crashed``, ``hung``), which counts against the search's own
-property."""
-_BREACHES = {kind: name for name, row in PROPERTIES.items() for kind in row.breaches}
+
+def owner(kind: str) -> str:
+    """The property that owns the kind of fact ``kind``."""
+    return _OWNERS[kind]
+
+
+def fault_owner(search: str, covers: tuple[str, ...], rule: str | None) -> str:
+    """The property a fault (an error the spec never asks for, a panic, a crash, a hang) counts
+    against when the search ``search`` met it: a focused search's own property; in the shared
+    lockstep search the first property it covers whose own search makes the step that raised
+    (``rule``); in the concurrent search and the soak the property of calls made at once."""
+    if search in PROPERTIES:
+        return search
+    if search == SHARED:
+        return next((p for p in covers if rule in PROPERTIES[p].rules), covers[0])
+    return next(name for name, row in PROPERTIES.items() if row.search == "concurrent")
+
+
+def running(search: str) -> str:
+    """A property to select (``--only``) so that ``search`` runs again."""
+    if search in PROPERTIES:
+        return search
+    return next(name for name, row in PROPERTIES.items() if row.concurrent)
 
 
 def evidence(prop: str, caps: Capabilities) -> tuple[str, ...]:
@@ -304,35 +339,41 @@ def evidence(prop: str, caps: Capabilities) -> tuple[str, ...]:
     return tuple(s for s in situations if s not in EXACT_TIME_ONLY) if caps.clock == "wall" else situations
 
 
-def owner(check: str) -> str:
-    """The property a failed check counts against, wherever it was found."""
-    return _OWNERS[check]
+def machine_settings(covered: tuple[str, ...], caps: Capabilities, tick: float) -> dict[str, Any]:
+    """What the lockstep machine of a search covering the properties ``covered`` runs and
+    judges, for a transport of ``caps``: its rules, and the settings of
+    :func:`harel_ref.stateful.make_machine` that relax what none of them judges."""
+    rows = [PROPERTIES[p] for p in covered]
+    judges = frozenset().union(*(row.judges for row in rows))
+    wall = caps.clock == "wall"
+    by_seq = caps.acks == "by-seq" and "consequences" in judges
+    rules = frozenset().union(*(row.rules for row in rows))
+    if by_seq:  # stale acks and nacks by seq, and what they break (R20)
+        rules |= {"nack_now", "claim_at_deadline", "release_stale"}
+    stale = "stale leases" in judges
+    return dict(
+        capabilities=_judged_capabilities(caps, judges),
+        # The deadline rules need an injectable clock; with a wall clock, time passes by sleeping.
+        rules=rules | TIME if wall else rules,
+        stale_leases=stale or by_seq,
+        # Fencing asks whether stale acks and nacks do nothing: its model is fenced, whatever
+        # the transport declares, unless it declares the fence SQS gives (R10a).  When they
+        # answer nothing, their effect shows later.
+        model_acks="fenced" if stale and caps.acks != "until-reclaimed" else None,
+        ties="arrival" if "ties" in judges else "any",
+        clock_slack=0.0 if ("exact time" in judges or wall) else tick,
+        check_close="close" in judges,  # so a close bug leaves the other verdicts standing
+        # what stale acks and nacks by seq break, judged by the search of the property it breaks
+        holdings=facts.HOLDINGS & frozenset().union(*(row.owns for row in rows)),
+    )
 
 
-def owner_of_breach(kind: str) -> str | None:
-    """The property a history breach (:class:`harel_ref.stateful.history.Violation` kind) breaks;
-    None for ``model`` and ``undecided``, which the linearizability verdict covers."""
-    return _BREACHES.get(kind)
-
-
-def attribute(check: str, after: frozenset[str] | tuple[str, ...], search: str | None) -> tuple[str, str, str]:
-    """Whom a failed ``check`` counts against when the lockstep search ``search`` (a
-    property's focused search, or :data:`SHARED`) found it after the facts ``after``: the
-    property, the check as the report names it, and a note for its step (empty, or
-    ``(after a reopen; the check that failed: fifo)``).
-
-    In a search that judges the tie-break, a wrong order of groups is the tie-break's (its
-    check too); a failure after one of the facts that a property ``blames_after`` is that
-    property's, whatever check tripped, in its own search and in the shared one (the engine
-    gives it back to that check when the check's own search failed too, see ``_reblamed``)."""
-    prop = owner(check)
-    rows = [row for row in PROPERTIES.values() if row.search == "lockstep"] if search == SHARED else (
-        [PROPERTIES[search]] if search in PROPERTIES else [])
-    for row in rows:
-        if prop == "fairness" and "ties" in row.judges:
-            return row.name, row.name, ""
-    for fact in (AFTER_REOPEN, AFTER_REFUSED, AFTER_STEP_BACK, AFTER_STALE):  # the earliest kind of cause first
-        for row in rows:
-            if fact in after and fact in row.blames_after and prop != row.name:
-                return row.name, check, f"  (after {fact}; the check that failed: {prop})"
-    return prop, check, ""
+def _judged_capabilities(caps: Capabilities, judges: frozenset[str]) -> Capabilities:
+    """``caps`` with what a search does not judge left out: priorities, routing keys and the
+    order of groups are exercised only by the searches that judge them."""
+    return dataclasses.replace(
+        caps,
+        priority=caps.priority and "priority" in judges,
+        routing=caps.routing and "routing" in judges,
+        fairness=caps.fairness if "fairness" in judges else "unspecified",
+    )

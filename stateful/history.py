@@ -376,10 +376,10 @@ def check(records: Iterable[Record], drained: Iterable[Message] = (), *, acks: s
             report.lost.append(Violation("lost", message[0], f"{message[1]!r} was published and never acked nor left at the drain", (record,)))
     for message, acks in acked.items():
         if len(acks) > 1:
-            report.duplicates.append(Violation("duplicate", message[0], f"{message[1]!r} was acked {len(acks)} times", tuple(acks)))
+            report.duplicates.append(Violation("duplicated", message[0], f"{message[1]!r} was acked {len(acks)} times", tuple(acks)))
     for message, count in drained_count.items():
         if count > 1:
-            report.duplicates.append(Violation("duplicate", message[0], f"{message[1]!r} was drained {count} times"))
+            report.duplicates.append(Violation("duplicated", message[0], f"{message[1]!r} was drained {count} times"))
 
     for lease in leases.values():
         if lease.message not in publishes:
@@ -468,4 +468,4 @@ def _check_fifo(report, publishes, leases, acked, drained) -> None:
                 a = last_drained
                 why = f"the drain gave {b[1]!r} before {a[1]!r}, published earlier"
             if why:
-                report.fifo_breaks.append(Violation("fifo", group_id, why, (publishes[a], publishes[b])))
+                report.fifo_breaks.append(Violation("out-of-order", group_id, why, (publishes[a], publishes[b])))

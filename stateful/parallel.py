@@ -30,20 +30,21 @@ How one run goes (:func:`run_program`):
 
 Races are rare events, so :func:`check_program` runs a program ``repeats`` times and stops at
 the first run the checker refuses.  It raises :class:`ConcurrencyFailure`, a
-:class:`~harel_ref.stateful.Divergence` naming the property broken, with the program, the history and a
-timeline picture.
+:class:`~harel_ref.stateful.Divergence` carrying the fact seen (:mod:`harel_ref.stateful._facts`),
+with the program, the history and a timeline picture.
 
 Two judgements of each run, which the certifier's one concurrent search makes together:
 
 - ``histories``: the history must be linearizable.  A call that raised is taken as one that
   may or may not have happened (SPEC.md R17), so a transport that refuses concurrent callers
   is not blamed here for anything else.
-- ``contention``: no branch call may raise.  A run where one did is run again with the
-  branches one after another; if the same error comes again, it is not contention (the
-  lockstep searches own it), and the run is judged on its history alone.  A claim that answered None
-  while messages were claimable, during other callers' calls on their groups, and without which
-  the history is linearizable, is a refusal too, seen in the history (Postgres's ``SKIP
-  LOCKED``); when the branches run one after another fail as well, that failure is reported.
+- ``contention``: no branch call may raise (``raised-under-contention``).  A run where one did
+  is run again with the branches one after another; if the same error comes again, it is not
+  contention (the lockstep searches own it), and the run is judged on its history alone.  A
+  claim that answered None while messages were claimable, during other callers' calls on their
+  groups, and without which the history is linearizable, is a refusal too, seen in the history
+  (Postgres's ``SKIP LOCKED``, ``none-under-contention``); when the branches run one after
+  another fail as well, that failure is reported.
 
 ``contention=True`` alone judges refusals only (``histories`` defaults to ``not contention``);
 ``contention=True, histories=True`` judges both, refusals first.
@@ -72,8 +73,10 @@ from hypothesis import strategies as st
 
 from ._async import TransportHung, open_transport, release_call_thread
 from ._backend import Capabilities
-from ._linearize import DRAIN_WORKER, check_linearizable
-from ._properties import DIAGNOSES, OVERLAP
+import harel_ref.stateful._facts as facts
+from ._facts import Fact
+from ._linearize import DRAIN_WORKER, RELAXES, check_linearizable
+from ._properties import OVERLAP
 from ._machine import START, ClockedTransport, Divergence, FakeClock, MovingClock
 from ._timeline import timeline_svg, timeline_text
 from .history import Record
@@ -597,9 +600,8 @@ class ConcurrencyFailure(Divergence):
     """A program whose run the checker refused: a Divergence with the program, the run and a
     timeline.  ``runs`` is how many runs it took to see it."""
 
-    def __init__(self, property: str, step: str, expected: str, answered: str, state: str, *,
-                 run: Run, culprits: Sequence[Record], runs: int, check: str | None = None) -> None:
-        super().__init__(property, step, expected, answered, state, check)
+    def __init__(self, fact: Fact, *, run: Run, culprits: Sequence[Record], runs: int) -> None:
+        super().__init__(fact)
         self.program = run.program
         self.run = run
         self.culprits = tuple(culprits)
@@ -623,7 +625,7 @@ class ConcurrencyFailure(Divergence):
 
     @property
     def svg(self) -> str:
-        return timeline_svg(self.shown, self.culprits, title=f"{self.property}: {self.step}")
+        return timeline_svg(self.shown, self.culprits, title=f"{self.kind}: {self.fact.step}")
 
 
 def _around(records: Sequence[Record], culprits: Sequence[Record], most: int = 40) -> tuple[Record, ...]:
@@ -640,13 +642,22 @@ def _around(records: Sequence[Record], culprits: Sequence[Record], most: int = 4
 _FAILURE_CLASSES: dict[str, type[ConcurrencyFailure]] = {}
 
 
-def failure_class(prop: str) -> type[ConcurrencyFailure]:
-    """One subclass per property, so that Hypothesis keeps failures of different properties
+def failure_class(kind: str) -> type[ConcurrencyFailure]:
+    """One subclass per kind of fact, so that Hypothesis keeps failures of different kinds
     apart (it tells bugs apart by exception type) and shrinks each on its own."""
-    if prop not in _FAILURE_CLASSES:
-        name = "ConcurrencyFailure_" + prop.replace("-", "_")
-        _FAILURE_CLASSES[prop] = type(name, (ConcurrencyFailure,), {"__module__": __name__})
-    return _FAILURE_CLASSES[prop]
+    if kind not in _FAILURE_CLASSES:
+        name = "ConcurrencyFailure_" + kind.replace("-", "_")
+        _FAILURE_CLASSES[kind] = type(name, (ConcurrencyFailure,), {"__module__": __name__})
+    return _FAILURE_CLASSES[kind]
+
+
+def failure(fact: Fact, run: Run, culprits: Sequence[Record], runs: int) -> ConcurrencyFailure:
+    """The failure that shows ``fact`` in ``run``, its ``culprits`` marked."""
+    return failure_class(fact.kind)(fact, run=run, culprits=culprits, runs=runs)
+
+
+REFUSALS = frozenset({facts.RAISED_UNDER_CONTENTION, facts.NONE_UNDER_CONTENTION})
+"""What a call that refused to answer shows: an error, or a None where a group was claimable."""
 
 
 def judge(run: Run, *, contention: bool, histories: bool | None = None, runs: int = 1,
@@ -655,11 +666,12 @@ def judge(run: Run, *, contention: bool, histories: bool | None = None, runs: in
     a refusal first when ``contention``, then the history when ``histories`` (by default,
     when not ``contention``).
 
-    ``ignore``: properties already known broken.  The model leaves out the rule a property
-    stands for where there is one (R2 for single-in-flight, R10 for fencing), so that the run
-    is still judged for everything else; a failure of another ignored property counts as none
-    (``contention`` ignored: refusals are not judged)."""
-    if contention and "contention" not in ignore and (refused := refusal(run, runs, ignore, capabilities)) is not None:
+    ``ignore``: kinds of fact already seen.  The model leaves out the rule whose breach shows as
+    one of them where there is one (R2 for ``claimed-leased``, R10 for ``stale-acted``), so
+    that the run is still judged for everything else; a fact of another ignored kind counts as
+    none (``raised-under-contention`` ignored: errors are not judged)."""
+    if contention and facts.RAISED_UNDER_CONTENTION not in ignore \
+            and (refused := refusal(run, runs, ignore, capabilities)) is not None:
         return refused
     if histories is None:
         histories = not contention
@@ -668,32 +680,30 @@ def judge(run: Run, *, contention: bool, histories: bool | None = None, runs: in
 
 def refusal(run: Run, runs: int = 1, ignore: frozenset[str] = frozenset(),
             capabilities: Capabilities = Capabilities()) -> ConcurrencyFailure | None:
-    """A contention failure if a branch call raised in ``run``; a fencing failure if it was an
-    ack or nack whose lease was stale (:func:`surely_stale`, :func:`must_be_stale`), which R10
-    answers with False (or nothing), not an error, whatever else runs at the time (none, when
-    fencing is in ``ignore``; for a transport that acks by seq, a contention failure as any)."""
+    """The failure if a branch call raised in ``run``: ``stale-raised`` if it was an ack or
+    nack whose lease was stale (:func:`surely_stale`, :func:`must_be_stale`), which R10 answers
+    with False (or nothing), not an error, whatever else runs at the time (unless that kind is
+    in ``ignore``; for a transport that acks by seq, a refusal as any); else
+    ``raised-under-contention``."""
     raised = [r for r in run.records if r.error is not None and r.worker not in ("prefix", DRAIN_WORKER)]
     fenced = capabilities.acks != "by-seq"  # by seq, a stale release acts: its error is no fencing matter
     if stale := [r for r in raised if fenced and (surely_stale(r, run.records, capabilities.acks)
                                                   or must_be_stale(r, run.records, capabilities))]:
-        if "fencing" not in ignore:
+        if facts.STALE_RAISED not in ignore:
             return _stale_release(run, stale, runs)
         raised = [r for r in raised if r not in stale]
     if not raised:
         return None
     first = raised[0]
-    return failure_class("contention")(
-        "contention", f"{first.worker}: {first.op}({_args(first)}) while other branches ran",
-        "an answer (the spec allows no error here)", first.error, "", run=run, culprits=raised, runs=runs,
-    )
+    return failure(Fact(facts.RAISED_UNDER_CONTENTION, f"{first.worker}: {first.op}({_args(first)}) while other "
+                        "branches ran", "an answer (the spec allows no error here)", first.error),
+                   run, raised, runs)
 
 
 def _stale_release(run: Run, stale: list[Record], runs: int) -> ConcurrencyFailure:
-    return failure_class("fencing")(
-        "fencing", f"{stale[0].worker}: {stale[0].op}({_args(stale[0])}), its lease no longer current",
-        "False (nothing, under harel's Protocol): the call does nothing and says so, without an error (R10)",
-        stale[0].error, "", run=run, culprits=stale, runs=runs,
-    )
+    return failure(Fact(facts.STALE_RAISED, f"{stale[0].worker}: {stale[0].op}({_args(stale[0])}), its lease no "
+                        "longer current", "False (nothing, under harel's Protocol): the call does nothing and says "
+                        "so, without an error (R10)", stale[0].error), run, stale, runs)
 
 
 def surely_stale(release: Record, records: Sequence[Record], acks: str = "fenced") -> bool:
@@ -750,19 +760,16 @@ def _message_of(lease: Any) -> tuple[Any, Any]:
 
 def history_failure(run: Run, runs: int = 1, ignore: frozenset[str] = frozenset(),
                     capabilities: Capabilities = Capabilities()) -> ConcurrencyFailure | None:
-    """The failure of the property the linearizability checker names, if ``run``'s history is
-    not linearizable (failures of the properties in ``ignore`` aside)."""
-    relax = [rule for rule, prop in DIAGNOSES if prop in ignore]
+    """The failure showing the fact the linearizability checker names, if ``run``'s history is
+    not linearizable (facts of the kinds in ``ignore`` aside)."""
+    relax = [rule for rule, kind in RELAXES if kind in ignore]
     result = check_linearizable(run.records, fairness="unspecified", relax=relax, acks=capabilities.acks,
                                 acks_answer=capabilities.protocol != "harel")
     if result.ok is None:
         raise RuntimeError(f"the linearizability check gave up on a run of {len(run.records)} calls: {result}")
-    if result.ok or result.property in ignore:
+    if result.ok or result.kind in ignore:
         return None
-    return failure_class(result.property)(
-        result.property, result.step, result.expected, result.answered, result.state,
-        run=run, culprits=result.culprits, runs=runs,
-    )
+    return failure(result.fact, run, result.culprits, runs)
 
 
 def _args(record: Record) -> str:
@@ -791,7 +798,7 @@ def check_program(
     alternate: bool = False,
 ) -> int:
     """Run ``program`` up to ``repeats`` times; raise :class:`ConcurrencyFailure` at the first
-    run the checker refuses (failures of the properties in ``ignore`` aside), judged for
+    run the checker refuses (facts of the kinds in ``ignore`` aside), judged for
     refusals (``contention``), histories (``histories``, by default ``not contention``) or
     both.  Returns the number of runs made (all passed).  ``reached`` counts the runs whose
     branches overlapped (:data:`~harel_ref.stateful._properties.OVERLAP`).
@@ -813,27 +820,17 @@ def check_program(
             run = run_program(factory, program, capabilities, is_async=is_async, processes=in_processes, bench=bench)
             if reached is not None and overlapped(run.records):
                 reached[OVERLAP] += 1
-            failure = judge(run, contention=contention, histories=histories, runs=number, ignore=ignore,
-                            capabilities=capabilities)
+            found = judge(run, contention=contention, histories=histories, runs=number, ignore=ignore,
+                          capabilities=capabilities)
             # The next run on a queue surely empty (Bench); with a rule of the model left out
-            # (a property ignored), the drain may have left anything.  Refusals relax nothing.
-            if (ignore - {"contention"}) or not _left_empty(run):
+            # (a kind ignored), the drain may have left anything.  Refusals relax nothing.
+            if (ignore - REFUSALS) or not _left_empty(run):
                 bench.close()
                 bench = None
-            if failure is not None and failure.property == "contention":
-                if not _raised(failure):  # a claim passed over a group: does it without a race too?
-                    failure = _history_alone(factory, program, capabilities, is_async, ignore) or failure
-                elif (again := _also_alone(factory, program, capabilities, is_async, failure)) is not None:
-                    # the same error without concurrency: not contention (module docstring);
-                    # from an ack or nack of a stale lease, fencing's
-                    alone, record = again
-                    if (surely_stale(record, alone.records, capabilities.acks) and "fencing" not in ignore
-                            and capabilities.acks != "by-seq"):
-                        failure = _stale_release(alone, [record], number)
-                    else:
-                        failure = history_failure(run, number, ignore, capabilities) if histories else None
-            if failure is not None:
-                raise failure
+            if found is not None and found.kind in REFUSALS:
+                found = _refused_alone(factory, program, capabilities, is_async, found, run, number, ignore, histories)
+            if found is not None:
+                raise found
     finally:
         if bench is not None:
             bench.close()
@@ -851,10 +848,22 @@ def overlapped(records: list[Record]) -> bool:
     return False
 
 
-def _raised(failure: ConcurrencyFailure) -> bool:
-    """Whether ``failure`` is a call that raised (a refusal), not a claim that passed over a
-    claimable group (which the history shows, see :mod:`._linearize`)."""
-    return any(record.error is not None for record in failure.culprits)
+def _refused_alone(factory, program, capabilities, is_async, found: ConcurrencyFailure, run: Run, number: int,
+                   ignore: frozenset[str], histories: bool) -> ConcurrencyFailure | None:
+    """What a refusal ``found`` in ``run`` is once the branches run one after another: a claim
+    that passed over a group and does so without a race too shows that history's failure; an
+    error that comes again without concurrency is no refusal (module docstring): from an ack or
+    nack of a stale lease it is ``stale-raised``, else the run is judged on its history."""
+    if found.kind == facts.NONE_UNDER_CONTENTION:
+        return _history_alone(factory, program, capabilities, is_async, ignore) or found
+    again = _also_alone(factory, program, capabilities, is_async, found)
+    if again is None:
+        return found
+    alone, record = again
+    if (surely_stale(record, alone.records, capabilities.acks) and facts.STALE_RAISED not in ignore
+            and capabilities.acks != "by-seq"):
+        return _stale_release(alone, [record], number)
+    return history_failure(run, number, ignore, capabilities) if histories else None
 
 
 def _history_alone(factory, program, capabilities, is_async, ignore) -> ConcurrencyFailure | None:
@@ -863,19 +872,19 @@ def _history_alone(factory, program, capabilities, is_async, ignore) -> Concurre
     that history's failure, not contention."""
     for _ in range(3):
         alone = run_program(factory, program, capabilities, is_async=is_async, concurrently=False)
-        if (failure := history_failure(alone, 1, ignore, capabilities)) is not None:
-            return failure
+        if (shown := history_failure(alone, 1, ignore, capabilities)) is not None:
+            return shown
     return None
 
 
-def _also_alone(factory, program, capabilities, is_async, failure: ConcurrencyFailure) -> tuple[Run, Record] | None:
-    """The run, and its call, showing that the error of ``failure`` also comes when the
+def _also_alone(factory, program, capabilities, is_async, found: ConcurrencyFailure) -> tuple[Run, Record] | None:
+    """The run, and its call, showing that the error of ``found`` also comes when the
     branches run one after another: the same call (branch and op) raising the same error
     (paths and numbers aside), or an ack or nack of a surely stale lease raising it, the
     branches in any order (a branch that claims the message again, or releases a shared
     lease, going first).  None if it does not come."""
-    seen = {(r.worker, r.op, _error_kind(r.error)) for r in failure.culprits}
-    releases = {_error_kind(r.error) for r in failure.culprits if r.op in ("ack", "nack")}
+    seen = {(r.worker, r.op, _error_kind(r.error)) for r in found.culprits}
+    releases = {_error_kind(r.error) for r in found.culprits if r.op in ("ack", "nack")}
     orders = list(itertools.permutations(range(len(program.branches))))
     # The branches in their order three times, then (for a release's error) in every other order once.
     for order in [orders[0]] * 3 + (orders[1:] if releases else []):

@@ -14,7 +14,7 @@ the queue is drained, and the history is judged twice:
 - by :func:`harel_ref.stateful.history.check`: overlapping leases, FIFO breaks, lost, duplicated and
   redelivered messages, each reported in its own words.
 
-A call that raised, or did not return within two minutes, counts against ``contention``:
+A call that raised, or did not return within two minutes, shows ``raised-under-contention``:
 nothing here is a fault, so a worker that gets an error got it because others ran at the
 same time.
 """
@@ -36,10 +36,11 @@ from ._async import open_transport
 from ._backend import Capabilities
 from ._machine import Choices
 from ._linearize import DRAIN_WORKER, Linearizability
-from ._properties import owner_of_breach
+import harel_ref.stateful._facts as facts
+from ._facts import Fact
 from .history import HistoryReport, Record, _jsonable, check
 from . import parallel
-from .parallel import ConcurrencyFailure, Run, _together, close_all, failure_class
+from .parallel import ConcurrencyFailure, Run, _together, close_all
 
 __all__ = ["SoakResult", "soak"]
 
@@ -102,31 +103,29 @@ class SoakResult:
         return [r for r in self.records if r.worker != DRAIN_WORKER and (r.error is not None or r.complete is None)]
 
     def failures(self) -> list[ConcurrencyFailure]:
-        """One failure per property broken, the first seen of each: errors (contention), then
-        the model's verdict, then the history checks."""
+        """One failure per kind of fact seen, the first of each: errors, then the model's
+        verdict, then the history checks."""
         found: dict[str, ConcurrencyFailure] = {}
 
-        def add(prop: str, step: str, expected: str, answered: str, state: str, culprits) -> None:
-            if prop not in found:
-                found[prop] = failure_class(prop)(prop, step, expected, answered, state, run=self.run,
-                                                   culprits=culprits, runs=1)
+        def add(fact: Fact, culprits) -> None:
+            if fact.kind not in found:
+                found[fact.kind] = parallel.failure(fact, self.run, culprits, 1)
 
         stale = [r for r in self.errors if r.error is not None and self.capabilities.acks != "by-seq"
                  and parallel.surely_stale(r, self.records, self.capabilities.acks)]
         if stale:  # an error for a lease that was no longer current: R10 asks for False
-            add("fencing", f"{stale[0].worker}: {stale[0].op} of a stale lease during the soak",
-                "False (nothing, under harel's Protocol), without an error (R10)", stale[0].error, "", stale[:3])
+            add(Fact(facts.STALE_RAISED, f"{stale[0].worker}: {stale[0].op} of a stale lease during the soak",
+                     "False (nothing, under harel's Protocol), without an error (R10)", stale[0].error), stale[:3])
         if errors := [r for r in self.errors if r not in stale]:
             first = errors[0]
             answered = first.error if first.error is not None else f"no answer within {parallel.HUNG:g} s"
-            add("contention", f"{first.worker}: {first.op} during the soak", "an answer", answered, "", errors[:3])
-        result = self.linearizability
-        if result.ok is False:
-            add(result.property, result.step, result.expected, result.answered, result.state, result.culprits)
+            add(Fact(facts.RAISED_UNDER_CONTENTION, f"{first.worker}: {first.op} during the soak", "an answer",
+                     answered), errors[:3])
+        if (fact := self.linearizability.fact) is not None:
+            add(fact, self.linearizability.culprits)
         for violation in self.history.violations:
-            if (prop := owner_of_breach(violation.kind)) is not None:  # "model": the verdict above says it
-                add(prop, str(violation), "no such breach", violation.kind, "",
-                    violation.records)
+            if violation.kind in facts.KINDS:  # "model": the verdict above says it
+                add(Fact(violation.kind, str(violation), "no such breach", violation.kind), violation.records)
         return list(found.values())
 
 

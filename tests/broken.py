@@ -298,9 +298,30 @@ SHARED_ONLY = {
 """Broken variants that no focused search catches and the shared search does (SPEC.md C5)."""
 
 
+class DropsAnEventEqualToOneItHolds(InMemoryTransport):
+    """publish drops an event equal to one its group still holds, as a store that keys messages
+    by their text would (R1).  One bug, seen by nearly every search: the message is lost
+    (no-loss), and every later claim of its group looks wrong to the others (a group passed over,
+    a head missing, a floor or routing key that no longer matches)."""
+
+    class Core(InMemoryCore):
+        def publish(self, group_id, event, priority, routing_key):
+            group = self.store.groups.get(group_id)
+            if group is not None and any(message.event == event for message in group.messages):
+                return None
+            return super().publish(group_id, event, priority, routing_key)
+
+
+ONE_BUG_MANY_SEARCHES = {
+    "an event equal to one held is dropped": (DropsAnEventEqualToOneItHolds, "no-loss"),
+}
+"""Broken variants whose one bug disturbs many searches: one property fails, and the others it
+disturbs are its consequences (SPEC.md C5)."""
+
+
 def broken_backend(name: str) -> Backend:
     """A :class:`Backend` for the broken variant ``name``, declared like the real one."""
-    cls, _ = {**BROKEN, **SHARED_ONLY}[name]
+    cls, _ = {**BROKEN, **SHARED_ONLY, **ONE_BUG_MANY_SEARCHES}[name]
     stores: dict[str, InMemoryStore] = {}
 
     def factory(clock, namespace):

@@ -280,10 +280,10 @@ def test_an_interrupt_raised_by_the_transport_in_a_search_process_stops_the_run(
 def test_a_failure_of_the_certifier_writes_the_report_so_far_then_raises(tmp_path, monkeypatch):
     from harel_ref.certify import _engine
 
-    def judge_fails(prop, *args, **kwargs):
+    def judge_fails(search, *args, **kwargs):
         raise RuntimeError("a bug in the certifier")
 
-    monkeypatch.setattr(_engine, "_judge", judge_fails)
+    monkeypatch.setattr(_engine, "_ended", judge_fails)
     with pytest.raises(RuntimeError, match="a bug in the certifier"):
         main(["certify", "--bundled", "memory", "--profile", "quick", "--only", "fifo", "--quiet",
               "--report-dir", str(tmp_path)])
@@ -430,8 +430,8 @@ def test_a_failure_found_before_the_stop_is_reported_as_found(tmp_path, jobs):
     assert ("searches: 2 at once, each in a process of its own" in command.stdout) == (jobs == "2")
     verdicts, data = _report(reports)
     assert verdicts == {"fifo": "failed", "close": "unknown"}
-    failure = data["properties"][0]["failure"]
-    assert failure["unshrunk"] == "the run's stop (stopped by KeyboardInterrupt)" and failure["property"] == "fifo"
+    fifo = data["properties"][0]
+    assert fifo["failure"]["unshrunk"] == "the run's stop (stopped by KeyboardInterrupt)" and fifo["property"] == "fifo"
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")

@@ -23,6 +23,7 @@ from harel.spec.states import Event
 from harel.testing import assert_transport_contract
 
 from examples.harel_protocol import ListTransport
+from facts_support import blamed
 from broken import BROKEN, CONCURRENCY_BROKEN, broken_backend, broken_sqlite_backend
 from harel_ref.certify import CertificationError, certify
 from harel_ref.certify._target import Target, detect_protocol
@@ -391,7 +392,6 @@ def test_harels_memory_transport_breaks_ties_by_message_seq(tmp_path):
     says g1, harel's in-memory transport takes g2's seq 3, the lower seq."""
     from harel_ref.certify import focus_machine
     from harel_ref.stateful import Divergence
-    from harel_ref.stateful._properties import attribute
 
     target = Target.from_bundled("harel-memory", tmp_path)
     machine = focus_machine(target.factory, "tie-break", target.capabilities)()
@@ -402,7 +402,7 @@ def test_harels_memory_transport_breaks_ties_by_message_seq(tmp_path):
         machine.claim_any(via=0, visibility=5.0, worker="w1")
     machine.teardown()
     assert "group_id='g2'" in failed.value.answered and "the head of 'g1'" in failed.value.expected
-    assert attribute(failed.value.check, failed.value.after, "tie-break")[0] == "tie-break"
+    assert blamed(failed.value, "tie-break") == "tie-break"
 
 
 @pytest.mark.parametrize("name", ["InMemoryTransport", "SqliteTransport"])

@@ -25,11 +25,11 @@ from pathlib import Path
 
 import pytest
 
+from facts_support import blamed, property_of, replay
 from harel_ref.certify import Profile, certify, focus_machine
-from harel_ref.certify._engine import _confirmed, _replay
 from harel_ref.certify._target import Target
 from harel_ref.stateful import Divergence
-from harel_ref.stateful._properties import SHARED, attribute
+from harel_ref.stateful._properties import SHARED
 from server_support import close_machine, require_mongo, require_server
 
 pytest.importorskip("harel", reason="the harel extra is not installed: pip install 'harel-ref[harel]'")
@@ -93,7 +93,7 @@ def test_harels_server_transports_stamp_fairness_with_the_leases_end(name, tmp_p
             machine.claim_any(via=0, visibility=5.0, worker="w1")
     finally:
         close_machine(machine)
-    assert failed.value.check == "fairness" and "group_id='g1'" in failed.value.answered, failed.value
+    assert property_of(failed.value) == "fairness" and "group_id='g1'" in failed.value.answered, failed.value
 
 
 @pytest.mark.parametrize("name", ["harel-postgres", "harel-postgres-async", "harel-redis", "harel-redis-async",
@@ -113,7 +113,7 @@ def test_harels_postgres_and_redis_break_ties_by_group_id(name, tmp_path):
     with pytest.raises(Divergence) as failed:
         machine.teardown()  # the drain takes g1 first
     assert "group_id='g1'" in failed.value.answered and "the head of 'g2'" in failed.value.expected
-    assert attribute(failed.value.check, failed.value.after, "tie-break")[0] == "tie-break"
+    assert blamed(failed.value, "tie-break") == "tie-break"
 
 
 @pytest.mark.parametrize("hold", ["lease", "park"])
@@ -133,7 +133,7 @@ def test_harels_mongo_hands_out_a_lease_or_park_at_its_exact_end(name, hold, tmp
             machine.claim_at_deadline(past=False, via=0, visibility=0.25, which=0, worker="w2")
     finally:
         machine.teardown()
-    assert failed.value.check == ("lease-expiry" if hold == "lease" else "parking")
+    assert property_of(failed.value) == ("lease-expiry" if hold == "lease" else "parking")
     assert failed.value.expected == "None (nothing claimable)"
 
 
@@ -141,16 +141,17 @@ def test_harels_mongo_hands_out_a_lease_or_park_at_its_exact_end(name, hold, tmp
 def test_harels_mongo_answers_none_after_the_clock_steps_back_and_that_is_lease_expirys(name, tmp_path):
     """The ack stamps the group claimable from its moment: a step back of a millisecond and
     the freed group is not claimable.  The failure comes after a step back, which
-    lease-expiry owns; without the step back the same steps pass, so the blame stands."""
+    lease-expiry owns; without the step back the same steps pass, so the step back is the cause
+    (and the shrinker, which drops the steps a failure of the same kind does without, keeps it)."""
     target = target_for(name, tmp_path)
     steps = ["state = LeaseExpiryMachine()", "state.prefill(messages=[('g1', '', 0, None), ('g1', '', 0, None)])",
              "leases_0 = state.claim_any(via=0, visibility=0.25, worker='w1')", "state.ack(lease=leases_0, via=0)",
              "state.step_back(seconds=0.0009765625)", "state.claim_any(via=0, visibility=0.25, worker='w1')",
              "state.teardown()"]
-    error = _replay(steps, target, "lease-expiry")
-    assert error is not None and error.check == "no-loss" and error.answered == "None"
-    assert attribute(error.check, error.after, "lease-expiry")[0] == "lease-expiry"
-    assert _confirmed(error, steps, target, "lease-expiry") == (error, steps)  # the step back is the cause
+    error = replay(steps, target, "lease-expiry")
+    assert error is not None and property_of(error) == "no-loss" and error.answered == "None"
+    assert blamed(error, "lease-expiry") == "lease-expiry"
+    assert replay([step for step in steps if not step.startswith("state.step_back(")], target, "lease-expiry") is None
 
 
 def _recorded(lease) -> dict:
@@ -216,7 +217,7 @@ def test_harels_mongo_stale_ack_deletes_the_message_its_new_holder_works_on():
         Record("w3", "claim", 12, {"visibility": 10.0}, 13, _recorded(after), at=111.0),
     ]
     verdict = check_linearizable(history, fairness="unspecified", acks_answer=False)
-    assert not verdict.ok and verdict.property == "fencing", verdict
+    assert not verdict.ok and property_of(verdict) == "fencing", verdict
 
 
 @pytest.mark.parametrize("events", [("a", "b"), ("a", "b", "a")])
@@ -236,7 +237,7 @@ def test_harels_redis_ignores_the_ack_of_a_lapsed_lease_nobody_replaced(name, ev
     machine.ack(lease=lease, via=0)
     with pytest.raises(Divergence) as failed:
         machine.teardown()  # the drain gets 'a' again, then 'b'
-    assert failed.value.check == "no-loss" and "'a'" in failed.value.answered, failed.value
+    assert property_of(failed.value) == "no-loss" and "'a'" in failed.value.answered, failed.value
 
 
 @pytest.mark.parametrize("name", ["harel-redis", "harel-redis-async"])
@@ -257,7 +258,7 @@ def test_harels_redis_ignores_the_park_of_a_lapsed_lease_nobody_replaced(name, t
             machine.claim_any(via=0, visibility=0.25, worker="w2")
     finally:
         close_machine(machine)
-    assert failed.value.check == "parking" and "'a'" in failed.value.answered, failed.value
+    assert property_of(failed.value) == "parking" and "'a'" in failed.value.answered, failed.value
 
 
 def test_harels_redis_nack_checks_then_frees_the_group_under_its_next_holder():
@@ -316,7 +317,7 @@ def test_harels_redis_nack_checks_then_frees_the_group_under_its_next_holder():
         Record("w3", "claim", 10, {"visibility": 30.0}, 11, _recorded(third), at=160.0),
     ]
     verdict = check_linearizable(history, fairness="unspecified", acks_answer=False)
-    assert not verdict.ok and verdict.property == "single-in-flight", verdict
+    assert not verdict.ok and property_of(verdict) == "single-in-flight", verdict
 
 
 @pytest.mark.parametrize("name", ["harel-redis", "harel-redis-async"])
@@ -337,8 +338,8 @@ def test_harels_redis_park_keeps_the_token_so_the_parked_lease_unparks_it(name, 
             machine.claim_any(via=0, visibility=5.0, worker="w2")
     finally:
         close_machine(machine)
-    assert failed.value.check == "parking" and "'a'" in failed.value.answered, failed.value
-    assert attribute(failed.value.check, failed.value.after, "fencing")[0] == "fencing"
+    assert property_of(failed.value) == "parking" and "'a'" in failed.value.answered, failed.value
+    assert blamed(failed.value, "fencing") == "fencing"
 
 
 @pytest.mark.parametrize("name", [
@@ -362,7 +363,7 @@ def test_a_park_that_keeps_its_token_is_caught_as_fencing(name, tmp_path):
     with pytest.raises(Divergence) as failed:
         machine.teardown()  # the drain finds nothing
     assert failed.value.answered == "None" and "the head of 'g1'" in failed.value.expected
-    assert attribute(failed.value.check, failed.value.after, SHARED)[0] == "fencing"
+    assert blamed(failed.value, SHARED) == "fencing"
 
 
 def test_harels_postgres_claim_passes_over_a_group_another_transaction_has_locked():
@@ -477,7 +478,7 @@ def _assert_publishes_out_of_order_are_fifos(held, after) -> None:
         Record("w2", "claim", 8, {"visibility": 30.0}, 9, _recorded(after), at=100.0),
     ]
     verdict = check_linearizable(history, fairness="unspecified", acks_answer=False)
-    assert not verdict.ok and verdict.property == "fifo", verdict
+    assert not verdict.ok and property_of(verdict) == "fifo", verdict
 
 
 def test_harels_mongo_publishes_insert_out_of_seq_order_and_that_is_fifos():
@@ -621,18 +622,20 @@ state.teardown()""".splitlines()
 """The shared search's counterexample on harel-postgres (quick, seed 0), blamed on the reopens."""
 
 
-def test_a_failure_blamed_on_reopens_that_played_no_part_is_given_to_its_cause(tmp_path):
-    """Shrunk under durability, the stale ack after a park kept three reopens; replayed without
-    them it fails the same way, then is blamed on a refused bad input, then on a step back of
-    the clock, and fails without each: the certifier counts it against fencing, with the steps
-    that show it."""
+def test_steps_that_played_no_part_in_a_failure_are_shrunk_away(tmp_path):
+    """Shrunk under durability when a failure's kind of exception was its property, the stale
+    ack after a park kept three reopens, a refused bad input and a step back, which made it
+    durability's.  Without them it fails with the same fact at the same step, and is fencing's:
+    a lockstep search now gives each kind of fact one kind of exception, whatever came before
+    it (SPEC.md C7), so Hypothesis drops such steps as it shrinks."""
     target = Target.from_bundled("harel-postgres", tmp_path)
-    error = _replay(DURABILITY_AS_SHRUNK, target, SHARED)
-    assert error is not None and attribute(error.check, error.after, SHARED)[0] == "durability"
-    confirmed, steps = _confirmed(error, DURABILITY_AS_SHRUNK, target, SHARED)
-    assert attribute(confirmed.check, confirmed.after, SHARED)[0] == "fencing"
-    assert not [step for step in steps if step.startswith(("state.reopen(", "state.bad_input(", "state.step_back("))]
-    assert len(steps) == len(DURABILITY_AS_SHRUNK) - 5
+    error = replay(DURABILITY_AS_SHRUNK, target, SHARED)
+    assert error is not None and blamed(error, SHARED) == "durability"
+    steps = [step for step in DURABILITY_AS_SHRUNK
+             if not step.startswith(("state.reopen(", "state.bad_input(", "state.step_back("))]
+    without = replay(steps, target, SHARED)
+    assert without is not None and (without.kind, without.fact.step) == (error.kind, error.fact.step)
+    assert blamed(without, SHARED) == "fencing" and type(without) is type(error)
 
 
 def test_a_mongo_server_whose_port_is_taken_says_so_and_leaves_no_process():

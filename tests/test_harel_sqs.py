@@ -26,6 +26,7 @@ from pathlib import Path
 
 import pytest
 
+from facts_support import property_of, blamed
 from harel_ref.certify import Profile, certify, focus_machine
 from harel_ref.certify._target import Target
 from harel_ref.stateful import Divergence
@@ -66,7 +67,7 @@ def test_a_stale_receipt_handle_raises_and_that_is_fencings(name, tmp_path):
         stale = stale_after_a_reclaim(machine)
         with pytest.raises(Divergence) as caught:
             machine.nack_later(delay=1.0, lease=stale, via=0)
-        assert caught.value.property == "fencing" and caught.value.check == "fencing"
+        assert property_of(caught.value) == "fencing" and property_of(caught.value) == "fencing"
         assert "ReceiptHandleIsInvalid" in repr(caught.value.__cause__)
     finally:
         close_machine(machine)
@@ -77,7 +78,7 @@ def test_a_park_keeps_the_receipt_handle_as_sqs_does_and_as_declared(name, tmp_p
     """The lease that parked its message still deletes it: SQS's receipt handle stays good
     until the message is received again (R10a, ``acks="until-reclaimed"``), and the model
     follows.  Judged fenced (R10), the same steps fail: the drain finds the message gone."""
-    from harel_ref.stateful._properties import SHARED, attribute
+    from harel_ref.stateful._properties import SHARED
 
     target = Target.from_bundled(name, tmp_path)
     for acks in ("until-reclaimed", "fenced"):
@@ -96,7 +97,7 @@ def test_a_park_keeps_the_receipt_handle_as_sqs_does_and_as_declared(name, tmp_p
         with pytest.raises(Divergence) as failed:
             machine.teardown()
         assert failed.value.answered == "None" and "the head of 'g1'" in failed.value.expected
-        assert attribute(failed.value.check, failed.value.after, SHARED)[0] == "fencing"
+        assert blamed(failed.value, SHARED) == "fencing"
 
 
 def test_int_visibility_turns_a_lease_under_a_second_into_none():

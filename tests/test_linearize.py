@@ -14,6 +14,7 @@ from harel_ref.transport import InMemoryTransport
 from harel_ref.model import QueueModel, When
 from harel_ref.stateful import check_linearizable
 from harel_ref.stateful.history import Record
+from harel_ref.stateful._properties import owner
 
 
 def lease(group, event, token, seq=1):
@@ -44,7 +45,7 @@ def test_two_claims_of_one_head_at_once_break_single_in_flight():
     records = [publish(0, 1, "g", "a"), claim(2, 5, lease("g", "a", "t1"), worker="w1"),
                claim(3, 6, lease("g", "a", "t2"), worker="w2")]
     result = check_linearizable(records)
-    assert result.ok is False and result.property == "single-in-flight" and result.relaxed == "R2"
+    assert result.ok is False and owner(result.kind) == "single-in-flight" and result.relaxed == "R2"
     assert {r.worker for r in result.culprits} == {"w1", "w2"}  # both claims are marked
     assert "leased by" in result.state
 
@@ -55,7 +56,7 @@ def test_a_stale_ack_racing_a_claim_that_takes_over_breaks_fencing():
                claim(4, 6, lease("g", "a", "t2"), worker="w2", clock=10.0),  # t1 lapsed at 5
                ack(4.5, 7, stale, clock=10.0)]  # answered True: it deleted w2's message
     result = check_linearizable(records)
-    assert result.ok is False and result.property == "fencing" and result.relaxed == "R10"
+    assert result.ok is False and owner(result.kind) == "fencing" and result.relaxed == "R10"
     assert result.expected == "False" and result.answered == "True"
 
 
@@ -63,14 +64,14 @@ def test_one_lease_acked_twice_breaks_fencing():
     held = lease("g", "a", "t1")
     records = [publish(0, 1, "g", "a"), claim(2, 3, held), ack(4, 6, held, worker="w1"), ack(5, 7, held, worker="w2")]
     result = check_linearizable(records)
-    assert result.ok is False and result.property == "fencing" and result.relaxed is None
+    assert result.ok is False and owner(result.kind) == "fencing" and result.relaxed is None
 
 
 def test_a_claim_during_a_park_breaks_parking():
     held = lease("g", "a", "t1")
     records = [publish(0, 1, "g", "a"), claim(2, 3, held), nack(4, 5, held, delay=3.0),
                claim(6, 7, lease("g", "a", "t2"), clock=1.0)]
-    assert check_linearizable(records).property == "parking"
+    assert owner(check_linearizable(records).kind) == "parking"
     later = records[:3] + [claim(6, 7, lease("g", "a", "t2"), clock=3.0 + 2.0**-10)]
     assert check_linearizable(later).ok
 
@@ -86,14 +87,14 @@ def test_a_park_ended_by_its_own_lease_is_no_cover_for_a_none_in_any_partition()
                claim(3, 3.1, None, worker="b", clock=3.0), claim(4, 4.1, lease("g", "m2", "C", seq=2), worker="c", clock=4.0)]
     for partition in (True, False):
         result = check_linearizable(records, partition=partition, acks="until-reclaimed")
-        assert result.ok is False and result.property == "no-loss", (partition, result)
+        assert result.ok is False and owner(result.kind) == "no-loss", (partition, result)
     right = records[:5] + [claim(3, 3.1, lease("g", "m2", "B", seq=2), worker="b", clock=3.0)]
     assert check_linearizable(right, partition=True, acks="until-reclaimed").ok
 
 
 def test_none_while_something_is_claimable_breaks_no_loss():
     result = check_linearizable([publish(0, 1, "g", "a"), claim(2, 3, None)])
-    assert result.property == "no-loss" and "the head of 'g'" in result.expected
+    assert owner(result.kind) == "no-loss" and "the head of 'g'" in result.expected
 
 
 def skipped_while_acking(drained, raced=True):
@@ -110,22 +111,22 @@ def skipped_while_acking(drained, raced=True):
 
 def test_none_from_a_claim_that_raced_a_call_on_its_group_breaks_contention_when_nothing_was_lost():
     result = skipped_while_acking(drained=True)
-    assert result.ok is False and result.property == "contention", result
+    assert result.ok is False and owner(result.kind) == "contention", result
     assert result.step.startswith("w2: claim") and "the head of 'g'" in result.expected
 
 
 def test_none_from_a_claim_that_raced_is_no_loss_when_the_drain_does_not_find_the_message():
-    assert skipped_while_acking(drained=False).property == "no-loss"
+    assert owner(skipped_while_acking(drained=False).kind) == "no-loss"
 
 
 def test_none_from_a_claim_that_raced_nothing_is_no_loss():
-    assert skipped_while_acking(drained=True, raced=False).property == "no-loss"
+    assert owner(skipped_while_acking(drained=True, raced=False).kind) == "no-loss"
 
 
 def test_none_from_a_claim_that_raced_a_call_on_another_group_is_no_loss():
     records = [publish(0, 1, "g", "a"), claim(2, 4, None, worker="w2"), publish(3, 5, "h", "b", worker="w1"),
                claim(6, 7, lease("g", "a", "t1"), worker="drain"), claim(8, 9, lease("h", "b", "t2", seq=2), worker="drain")]
-    assert check_linearizable(records).property == "no-loss"
+    assert owner(check_linearizable(records).kind) == "no-loss"
 
 
 def test_a_message_handed_out_again_after_its_ack_breaks_no_loss_not_fifo():
@@ -136,7 +137,7 @@ def test_a_message_handed_out_again_after_its_ack_breaks_no_loss_not_fifo():
     records = [publish(0, 1, "g", "a"), publish(1, 2, "g", "b"), claim(2, 3, held, visibility=1.0),
                ack(4, 5, held, answer=None, clock=10.0), claim(6, 7, lease("g", "a", "t2"), worker="w2", clock=10.0)]
     result = check_linearizable(records, acks_answer=False)
-    assert result.ok is False and result.property == "no-loss", result
+    assert result.ok is False and owner(result.kind) == "no-loss", result
     assert "the head of 'g' (event 'b')" in result.expected
 
 
@@ -149,15 +150,15 @@ def test_a_drain_that_finds_a_message_ahead_of_a_head_already_handed_out_breaks_
                claim(10, 11, lease("g", "e5", "t2", seq=1), worker="drain", clock=10.0),
                ack(12, 13, lease("g", "e5", "t2", seq=1), worker="drain", clock=10.0),
                claim(14, 15, lease("g", "e6", "t3", seq=2), worker="drain", clock=10.0)]
-    assert check_linearizable(records).property == "fifo"
-    assert check_linearizable(records[:4]).property == "no-loss"  # e5 never comes out: lost
+    assert owner(check_linearizable(records).kind) == "fifo"
+    assert owner(check_linearizable(records[:4]).kind) == "no-loss"  # e5 never comes out: lost
 
 
 def test_a_drain_that_finds_an_acked_message_breaks_no_loss():
     held = lease("g", "a", "t1")
     records = [publish(0, 1, "g", "a"), claim(2, 3, held), ack(4, 5, held),
                claim(6, 7, lease("g", "a", "t2"), worker="drain")]
-    assert check_linearizable(records).property == "no-loss"
+    assert owner(check_linearizable(records).kind) == "no-loss"
 
 
 def test_overlapping_calls_may_take_either_order():
@@ -172,7 +173,7 @@ def test_overlapping_calls_may_take_either_order():
     assert check_linearizable(both).ok
     # ...but not when one surely came first.
     ordered = [publish(0, 1, "g", "a"), publish(2, 3, "g", "b"), claim(5, 6, lease("g", "b", "t1"))]
-    assert check_linearizable(ordered).property == "fifo"
+    assert owner(check_linearizable(ordered).kind) == "fifo"
 
 
 # --- calls without an answer (SPEC.md R17) ------------------------------------------------------
@@ -187,7 +188,7 @@ def test_a_claim_whose_answer_was_lost_may_have_leased_the_head():
 def test_a_claim_refused_with_storage_error_did_nothing():
     records = [publish(0, 1, "g", "a"), claim(2, 3, None, error="StorageError('node down')"),
                claim(4, 5, None, worker="w2")]
-    assert check_linearizable(records).property == "no-loss"
+    assert owner(check_linearizable(records).kind) == "no-loss"
 
 
 def test_an_ack_without_answer_may_or_may_not_have_acted():
@@ -378,9 +379,9 @@ def test_leaving_out_a_rule_known_broken_still_finds_what_else_breaks():
                claim(4, 6, lease("g", "a", "t2"), worker="w2", clock=10.0),
                claim(4, 6, lease("g", "a", "t3"), worker="w3", clock=10.0),
                ack(7, 8, stale, clock=10.0)]
-    assert check_linearizable(records).property == "single-in-flight"
+    assert owner(check_linearizable(records).kind) == "single-in-flight"
     without_r2 = check_linearizable(records, relax=["R2"])
-    assert without_r2.property == "fencing" and without_r2.relaxed == "R10"
+    assert owner(without_r2.kind) == "fencing" and without_r2.relaxed == "R10"
     assert check_linearizable(records, relax=["R2", "R10"]).ok
 
 
@@ -390,7 +391,7 @@ def test_a_claim_without_answer_is_not_blamed_when_one_with_an_answer_broke_the_
                claim(4, 9, None, worker="wx", error="OutcomeUnknownError('timeout')"),
                claim(5, 6, lease("g", "a", "t2"), worker="w2")]  # took the head t1 holds
     result = check_linearizable(records)
-    assert result.property == "single-in-flight"
+    assert owner(result.kind) == "single-in-flight"
     assert [r.worker for r in result.culprits][0] == "w2", result
 
 

@@ -23,6 +23,8 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from facts_support import property_of
+from harel_ref.certify import focus_machine
 from harel_ref.stateful import Backend, Divergence, check_linearizable, make_machine
 from harel_ref.stateful._record import Record
 from server_support import assert_concurrent_properties_pass_in_processes, require_mongo
@@ -92,14 +94,17 @@ def _with_core(core: type) -> Backend:
                                         (AcksBySeq, "fencing")],
                          ids=["stamps-on-claim", "never-stamps", "acks-by-seq"])
 def test_broken_cores_fail_their_property(core, prop):
-    machine = make_machine(_with_core(core))
+    backend = _with_core(core)
+    # the order of groups is fairness's to judge: in its search, groups stamped alike may go in
+    # any order, so a wrong stamp shows as a group passed over, not as a tie taken out of turn
+    machine = focus_machine(backend.factory, prop, backend.capabilities)
     with pytest.raises(Divergence) as caught:
         run_state_machine_as_test(
             machine,
             settings=settings(max_examples=300, derandomize=True, database=None, deadline=None,
                               report_multiple_bugs=False, phases=[Phase.generate]),
         )
-    assert caught.value.property == prop, str(caught.value)
+    assert property_of(caught.value) == prop, str(caught.value)
 
 
 # --- processes racing for claims ------------------------------------------------------------
@@ -199,7 +204,7 @@ def test_a_write_that_trusts_its_find_takes_one_group_twice_and_the_checker_says
     history = [Record("p", "publish", 0, {"group_id": "g", "event": "e1"}, 1, None, at=100.0),
                _lease_record("a", 2, 5, first), _lease_record("b", 2, 5, second)]
     verdict = check_linearizable(history)
-    assert not verdict.ok and verdict.property == "single-in-flight", verdict
+    assert not verdict.ok and property_of(verdict) == "single-in-flight", verdict
 
 
 def test_a_claim_given_a_torn_answer_does_not_take_a_held_group():

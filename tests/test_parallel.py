@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from facts_support import property_of
 from broken import CONCURRENCY_BROKEN, IMPORTABLE, NARROW_RACE, WIDE_RACE, broken_backend, broken_sqlite_backend
 from harel_ref.certify import PROFILES, Profile, certify
 from harel_ref.certify._target import Target
@@ -230,14 +231,14 @@ def test_a_race_is_shrunk_to_a_few_calls(tmp_path):
 @pytest.mark.parametrize("name", sorted({**CONCURRENCY_BROKEN, **NARROW_RACE}))
 def test_broken_under_concurrency_passes_every_sequential_search(name, tmp_path):
     """Why the parallel searches exist: one call at a time, these transports are correct."""
-    from harel_ref.certify._engine import PROPERTIES, _judge, _run_search, _Search, focus_machine
+    from harel_ref.certify._engine import PROPERTIES, _ended, _run_search, _Search, focus_machine
 
     backend = broken_sqlite_backend(name, tmp_path)
     target = Target.from_factory(backend.factory, backend.capabilities, False)
     for prop in ("single-in-flight", "fencing", "no-loss"):
         search = _Search(deadline=float("inf"), grace=0)
         _run_search(focus_machine(backend.factory, prop, backend.capabilities), PROFILES["quick"], 0, search)
-        assert _judge(prop, search, target, PROFILES["quick"], 0)[0] == "passed"
+        assert _ended(prop, search, target, PROFILES["quick"], 0)[0] == "passed"
     assert PROPERTIES["single-in-flight"].concurrent
 
 
@@ -254,7 +255,7 @@ def test_a_concurrent_reproduction_replays(tmp_path, monkeypatch):
     code = failure.reproduction.replace("factory = ...", "factory = the_factory  #")
     with pytest.raises(ConcurrencyFailure) as caught:
         exec(compile(code, "<reproduction>", "exec"), {"the_factory": backend.factory, "__name__": "replay"})
-    assert caught.value.property == broken
+    assert property_of(caught.value) == broken
 
 
 def test_each_concurrent_property_gets_its_own_verdict():
@@ -265,7 +266,7 @@ def test_each_concurrent_property_gets_its_own_verdict():
     verdicts = {v.property: v.verdict for v in report.verdicts}
     assert verdicts == {"single-in-flight": "passed", "fencing": "failed", "no-loss": "passed",
                         "contention": "passed"}, report.to_markdown()
-    assert "searched again with fencing taken as broken" in report.verdict("single-in-flight").reason
+    assert "searched again with stale-acted taken as known" in report.verdict("single-in-flight").reason
     assert report.verdict("fencing").failure.expected == "False"  # a stale lease that acted
 
 
@@ -288,7 +289,7 @@ def test_one_concurrent_search_judges_refusals_and_histories(tmp_path):
                         "contention": "failed"}, report.to_markdown()
     failure = report.verdict("contention").failure
     assert failure.found_by == "concurrent" and "contention=True, histories=False" in failure.reproduction
-    assert "searched again with contention taken as broken" in report.verdict("no-loss").reason
+    assert "searched again with raised-under-contention taken as known" in report.verdict("no-loss").reason
     assert "every history linearizable" in report.verdict("no-loss").reason
 
 
@@ -375,7 +376,7 @@ def test_a_claim_that_passes_over_a_group_without_a_race_too_is_not_contention()
     with pytest.raises(ConcurrencyFailure) as failed:
         check_program(factory, program, Capabilities(durable=True, shared=True), repeats=3, contention=True,
                       histories=True)
-    assert failed.value.property == "no-loss", failed.value
+    assert property_of(failed.value) == "no-loss", failed.value
 
 
 # --- the soak -------------------------------------------------------------------------------
@@ -394,7 +395,7 @@ def test_a_soak_catches_a_claim_without_a_transaction(tmp_path):
     # One second of six workers makes about 4,000 calls here, with dozens of overlapping claims; a
     # longer soak only makes the history the linearizability checker must search larger.
     result = soak(backend.factory, backend.capabilities, 1.0, workers=6)
-    broken = {failure.property for failure in result.failures()}
+    broken = {property_of(failure) for failure in result.failures()}
     assert broken & {"single-in-flight", "no-loss"}, str(result.history)
 
 
@@ -469,7 +470,7 @@ def test_a_transport_that_hangs_under_concurrency_is_reported_not_waited_for(mon
 
     result = soak(blocking, Capabilities(shared=True), 0.3)
     gate.set()
-    assert [f.property for f in result.failures()][0] == "contention"
+    assert [property_of(f) for f in result.failures()][0] == "contention"
     assert "no answer within 1 s" in result.failures()[0].answered
 
 
@@ -517,14 +518,14 @@ def test_an_error_on_a_live_lease_stays_contention_and_one_on_a_stale_lease_is_f
 
     live = Program(prefix=(Publish("g1", "e1"), Claim()), branches=((Ack("p0"),), (Publish("g2", "e2"),)))
     run = run_program(factory, live, caps, concurrently=False)
-    assert any(r.error for r in run.records) and refusal(run, capabilities=caps).property == "contention"
+    assert any(r.error for r in run.records) and property_of(refusal(run, capabilities=caps)) == "contention"
 
     broken = broken_backend("a stale ack or nack raises")
     used = Program(prefix=(Publish("g1", "e1"), Claim()), branches=((Ack("p0"),), (Ack("p0"),)))
     run = run_program(broken.factory, used, broken.capabilities, concurrently=False)
-    assert refusal(run, capabilities=broken.capabilities).property == "fencing"
+    assert property_of(refusal(run, capabilities=broken.capabilities)) == "fencing"
     by_seq = Capabilities(durable=True, shared=True, acks="by-seq")  # a stale release acts: no fencing matter
-    assert refusal(run, capabilities=by_seq).property == "contention"
+    assert property_of(refusal(run, capabilities=by_seq)) == "contention"
 
 
 def test_under_until_reclaimed_a_nack_does_not_make_its_lease_stale_but_a_new_claim_does():
@@ -536,9 +537,9 @@ def test_under_until_reclaimed_a_nack_does_not_make_its_lease_stale_but_a_new_cl
     caps = dataclasses.replace(broken.capabilities, acks="until-reclaimed")
     after_nack = Program(prefix=(Publish("g1", "e1"), Claim()), branches=((Nack("p0"),), (Ack("p0"),)))
     run = run_program(broken.factory, after_nack, caps, concurrently=False)
-    assert any(r.error for r in run.records) and refusal(run, capabilities=caps).property == "contention"
-    assert refusal(run, capabilities=broken.capabilities).property == "fencing"  # by R10 it was stale
+    assert any(r.error for r in run.records) and property_of(refusal(run, capabilities=caps)) == "contention"
+    assert property_of(refusal(run, capabilities=broken.capabilities)) == "fencing"  # by R10 it was stale
 
     reclaimed = Program(prefix=(Publish("g1", "e1"), Claim(), Lapse(), Claim()), branches=((Ack("p0"),), ()))
     run = run_program(broken.factory, reclaimed, caps, concurrently=False)
-    assert refusal(run, capabilities=caps).property == "fencing"
+    assert property_of(refusal(run, capabilities=caps)) == "fencing"

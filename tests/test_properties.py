@@ -1,5 +1,6 @@
-"""The property table (stateful/_properties.py): consistent with the machine, the spec and
-itself, and the one place that says whom a failed check counts against."""
+"""The property table (stateful/_properties.py): consistent with the machine, the spec, the
+facts and itself, and the one place that says which property a fact breaks; and the verdict
+function (certify/_verdicts.py) that decides, once, whom each fact counts against."""
 
 from __future__ import annotations
 
@@ -8,20 +9,15 @@ import re
 from pathlib import Path
 
 from harel_ref.certify import CONTRACT
-from harel_ref.stateful import FOCUS_RULES, RULES
-from harel_ref.stateful._properties import (
-    AFTER_REFUSED,
-    AFTER_REOPEN,
-    AFTER_STALE,
-    MACHINE_RULES,
-    PROPERTIES,
-    SHARED,
-    attribute,
-    owner,
-    problems,
-)
+from harel_ref.certify._report import Failure
+from harel_ref.certify._verdicts import Searched, blame, consequences, verdicts
+from harel_ref.stateful import FOCUS_RULES, RULES, Capabilities
+import harel_ref.stateful._facts as facts
+from harel_ref.stateful._facts import Fact
+from harel_ref.stateful._properties import MACHINE_RULES, PROPERTIES, SHARED, owner, problems
 
 SPEC = (Path(__file__).resolve().parent.parent / "SPEC.md").read_text()
+LOCKSTEP = tuple(p for p, row in PROPERTIES.items() if row.search == "lockstep")
 
 
 def test_the_table_knows_the_machines_rules_and_the_specs():
@@ -35,39 +31,89 @@ def test_the_table_knows_the_machines_rules_and_the_specs():
                         "durability", "no-loss", "contention"}
 
 
-def test_a_table_that_would_blame_a_check_on_two_properties_is_refused():
+def test_a_table_that_would_give_a_kind_of_fact_to_two_properties_or_none_is_refused():
     broken = dict(PROPERTIES)
-    broken["fifo"] = dataclasses.replace(PROPERTIES["fifo"], checks=frozenset({"fifo", "publish"}), level="core")
+    broken["fifo"] = dataclasses.replace(PROPERTIES["fifo"], owns=PROPERTIES["fifo"].owns | {facts.LOST},
+                                         level="core")
+    broken["close"] = dataclasses.replace(PROPERTIES["close"], owns=frozenset({facts.CLOSED_CALL_ANSWERED}))
     assert problems(broken) == [
-        "check 'publish' is claimed by both 'fifo' and 'no-loss'",
+        "the kind 'lost' is owned by both 'fifo' and 'no-loss'",
+        "no row owns the kinds ['closed-without-saying']",
         "'fifo': level 'core' is neither 'contract' nor 'strict'",
     ]
 
 
-def test_whom_a_failed_check_counts_against():
-    assert owner("publish") == "no-loss" and owner("ack") == "fencing" and owner("fifo") == "fifo"
-    assert attribute("fifo", (), "fifo") == ("fifo", "fifo", "")
-    # in durability's own search, a failure after a reopen is durability's; elsewhere it is not
-    assert attribute("fifo", {AFTER_REOPEN}, "durability") == (
-        "durability", "fifo", "  (after a reopen; the check that failed: fifo)")
-    assert attribute("fifo", {AFTER_REOPEN}, "fifo") == ("fifo", "fifo", "")
-    assert attribute("no-loss", {AFTER_STALE}, "fencing")[0] == "fencing"
-    # the tie-break's search judges the order of groups with the tie-break
-    assert attribute("fairness", (), "tie-break") == ("tie-break", "tie-break", "")
-    assert attribute("fairness", (), "fairness") == ("fairness", "fairness", "")
+def _searched(search: str, *found: Fact, ended: str = "failed", covers: tuple[str, ...] | None = None) -> Searched:
+    failures = tuple(Failure(fact, found_by=search, steps=(), reproduction="", replay=None) for fact in found)
+    return Searched(search, covers if covers is not None else (search,), ended, failures=failures)
 
 
-def test_whom_a_failure_of_the_shared_search_counts_against():
+def test_whom_a_fact_counts_against():
+    assert owner(facts.PUBLISH_ANSWERED) == "no-loss" and owner(facts.STALE_RAISED) == "fencing"
+    assert owner(facts.TIE_ORDER) == "tie-break" and owner(facts.PASSED_OVER) == "fairness"
+    not_head = Fact(facts.NOT_HEAD, "claim(...)")
+    after_reopen = dataclasses.replace(not_head, after=(facts.REOPENED,))
+    assert blame(not_head, _searched("fifo")) == "fifo"
+    # in durability's own search, a fact after a reopen is durability's; elsewhere it is not
+    assert blame(after_reopen, _searched("durability")) == "durability"
+    assert blame(after_reopen, _searched("fifo")) == "fifo"
+    stale = Fact(facts.DRAIN_DIFFERS, "drain", after=(facts.RELEASED_STALE,))
+    assert blame(stale, _searched("fencing")) == "fencing"
+    assert blame(stale, _searched("no-loss")) == "no-loss"  # what a stale release by seq breaks (R20)
+    assert after_reopen.note() == "  (after a reopen)"
+
+
+def test_whom_a_fact_of_the_shared_search_counts_against():
     # the shared search runs every rule: each fact is blamed as the search of the property that
     # blames it would, the earliest kind of cause first (SPEC.md C5)
-    assert attribute("fifo", (), SHARED) == ("fifo", "fifo", "")
-    assert attribute("priority-floor", {AFTER_REOPEN}, SHARED) == (
-        "durability", "priority-floor", "  (after a reopen; the check that failed: priority-floor)")
-    assert attribute("fifo", {AFTER_REFUSED, AFTER_REOPEN}, SHARED)[0] == "durability"
-    assert attribute("fifo", {AFTER_REFUSED}, SHARED)[0] == "bad-input"
-    assert attribute("no-loss", {AFTER_STALE}, SHARED)[0] == "fencing"
-    assert attribute("durability", {AFTER_REOPEN}, SHARED) == ("durability", "durability", "")
-    assert attribute("fairness", (), SHARED) == ("tie-break", "tie-break", "")  # it judges the tie-break
+    shared = _searched(SHARED, covers=LOCKSTEP)
+    assert blame(Fact(facts.NOT_HEAD, "s"), shared) == "fifo"
+    assert blame(Fact(facts.BELOW_FLOOR, "s", after=(facts.REOPENED,)), shared) == "durability"
+    assert blame(Fact(facts.NOT_HEAD, "s", after=(facts.REFUSED, facts.REOPENED)), shared) == "durability"
+    assert blame(Fact(facts.NOT_HEAD, "s", after=(facts.REFUSED,)), shared) == "bad-input"
+    assert blame(Fact(facts.DRAIN_DIFFERS, "s", after=(facts.RELEASED_STALE,)), shared) == "fencing"
+    # a fault counts against the first property whose own search makes the step that raised
+    assert blame(Fact(facts.RAISED, "s", rule="reopen"), shared) == "durability"
+    assert blame(Fact(facts.RAISED, "s", rule="nack_later"), shared) == "fifo"
+    assert blame(Fact(facts.HUNG, "s"), _searched("concurrent", covers=("fencing",))) == "contention"
+
+
+def test_a_failure_another_failure_explains_is_its_consequence():
+    """One bug, many searches: a queue that drops an event equal to one it holds loses a
+    message, and the fairness, fifo and routing searches each see a later claim go wrong."""
+    lost = Fact(facts.DRAIN_DIFFERS, "drain")
+    failed = {"no-loss": [lost], "fairness": [Fact(facts.PASSED_OVER, "claim")],
+              "fifo": [Fact(facts.NOT_HEAD, "claim")], "routing": [Fact(facts.OUTSIDE_KEYS, "claim")]}
+    assert consequences(failed) == {"fairness": "no-loss", "fifo": "no-loss", "routing": "no-loss"}
+    # two bugs neither explains: both stand
+    assert consequences({"fifo": [Fact(facts.NOT_HEAD, "c")], "close": [Fact(facts.CLOSED_CALL_ANSWERED, "c")]}) == {}
+    # a fault is nobody's consequence
+    assert consequences({"fifo": [Fact(facts.RAISED, "c")], "no-loss": [lost]}) == {}
+    # fairness explains a tie taken out of order, not the other way round
+    assert consequences({"fairness": [Fact(facts.PASSED_OVER, "c")], "tie-break": [Fact(facts.TIE_ORDER, "c")]}) \
+        == {"tie-break": "fairness"}
+    # explained both ways (every fact of each is one the other's bug shows as): neither follows
+    both = {"fairness": [Fact(facts.TIE_ORDER, "c", after=(facts.REOPENED,))], "tie-break": [Fact(facts.TIE_ORDER, "c")]}
+    assert consequences({"fairness": both["fairness"], "tie-break": both["tie-break"]}) == {}
+
+
+def test_the_verdicts_name_one_root_and_list_its_consequences():
+    caps = Capabilities(durable=True, shared=True)
+    searched = [
+        _searched("fifo", Fact(facts.NOT_HEAD, "claim")),
+        _searched("fairness", ended="passed"),
+        _searched("durability", Fact(facts.MISSED_CLAIMABLE, "claim", after=(facts.REOPENED,))),
+        _searched("no-loss", Fact(facts.DRAIN_DIFFERS, "drain", "['a', 'a']", "['a']")),
+        _searched("close", Fact(facts.BAD_INPUT_ACCEPTED, "publish('', 'e')")),  # stopped at bad-input's
+    ]
+    made = verdicts(["fifo", "fairness", "durability", "no-loss", "close"], caps, searched)
+    assert {p: v.verdict for p, v in made.items()} == {
+        "fifo": "unknown", "fairness": "passed", "durability": "unknown", "no-loss": "failed", "close": "unknown",
+        "bad-input": "failed"}
+    assert made["no-loss"].consequences == ("fifo", "durability")
+    assert made["fifo"].reason.startswith("a consequence of no-loss's failure: its search saw not-head")
+    assert made["close"].reason == "a consequence of bad-input's failure: its search stopped at it (see bad-input)"
+    assert made["bad-input"].consequences == ("close",)
 
 
 def test_the_machine_counts_the_situations_it_reaches():
@@ -114,3 +160,41 @@ def test_a_pass_that_never_reached_a_situation_says_so(monkeypatch):
     assert fifo.verdict == "passed" and fifo.evidence == {REOPEN_HELD: 0}
     assert fifo.reason.endswith(f"; never reached: {REOPEN_HELD}")
     assert f"- **fifo**: {REOPEN_HELD}: 0" in report.to_markdown()
+
+
+ROOT = Path(__file__).resolve().parent.parent
+OTHER_MEANINGS = {field.name for field in dataclasses.fields(Capabilities)} | {
+    "publish", "claim", "ack", "nack", "close"}
+"""Words that are property names and something else too: a capability (``parking``,
+``routing``, ``fairness``) or a method of the Protocol (``close``)."""
+
+
+def _property_names_held(path: Path) -> list[str]:
+    """Where the module at ``path`` holds a property name as a string of its own."""
+    import ast
+
+    tree = ast.parse(path.read_text(), str(path))
+    return [f"{path.relative_to(ROOT)}:{node.lineno}: {node.value!r}" for node in ast.walk(tree)
+            if isinstance(node, ast.Constant) and node.value in PROPERTIES and node.value not in OTHER_MEANINGS]
+
+
+def test_no_module_but_the_table_holds_a_property_name():
+    """Checkers report facts, and the table alone names properties (issue 41): a property name
+    as a string anywhere else would be a checker, or the engine, deciding whom a fact counts
+    against.  (The report writer prints the names the verdicts carry; it holds none itself.)"""
+    modules = [p for folder in ("harel_ref", "stateful", "model") for p in (ROOT / folder).rglob("*.py")]
+    held = [hit for path in modules if path != ROOT / "stateful" / "_properties.py"
+            for hit in _property_names_held(path)]
+    assert held == []
+    assert len(_property_names_held(ROOT / "stateful" / "_properties.py")) == len(set(PROPERTIES) - OTHER_MEANINGS)
+
+
+def test_no_checker_output_names_a_property():
+    from harel_ref.stateful import Divergence, Linearizability
+    from harel_ref.stateful.history import Violation
+    from harel_ref.stateful.parallel import ConcurrencyFailure
+
+    for output in (Fact, Failure, Linearizability, Violation):
+        assert "property" not in {field.name for field in dataclasses.fields(output)}, output
+    for output in (Divergence, ConcurrencyFailure):
+        assert not hasattr(output, "property"), output

@@ -8,6 +8,7 @@ import pytest
 
 from harel_ref.transport import InMemoryStore, InMemoryTransport, Lease, TransportClosedError
 from harel_ref.model import Claimed, QueueModel, When
+from harel_ref.stateful._properties import owner
 
 
 def claim(q: QueueModel, now, token="t", visibility=10.0, **filters):
@@ -334,7 +335,7 @@ def test_r19_overlapping_calls_need_one_order_that_fits_the_model():
     assert check_linearizable([publish, first, nothing])  # w1 first, then w2 finds "a" leased
     both = Record("w2", "claim", 3, {"worker_id": "w2", "visibility": 5.0}, complete=6, result=lease("t2"), at=1.0)
     refused = check_linearizable([publish, first, both])  # two leases on one head: no order fits
-    assert refused.ok is False and refused.property == "single-in-flight"
+    assert refused.ok is False and owner(refused.kind) == "single-in-flight"
 
 
 def test_r10a_until_reclaimed_a_lease_acts_after_its_own_nack_until_the_message_is_claimed_again():
@@ -367,11 +368,11 @@ def test_r10a_until_reclaimed_is_judged_in_histories_too():
     ack = Record("w1", "ack", 6, {"lease": lease("t1")}, complete=7, result=True, at=4.0)
     assert check_linearizable([publish, claim, nack, ack], acks="until-reclaimed").ok
     refused = check_linearizable([publish, claim, nack, ack])  # fenced: the nack ended the lease
-    assert refused.ok is False and refused.property == "fencing"
+    assert refused.ok is False and owner(refused.kind) == "fencing"
     reclaim = Record("w2", "claim", 6, {"worker_id": "w2", "visibility": 50.0}, complete=7, result=lease("t2"), at=4.0)
     stale = Record("w1", "ack", 8, {"lease": lease("t1")}, complete=9, result=True, at=5.0)
     refused = check_linearizable([publish, claim, nack, reclaim, stale], acks="until-reclaimed")
-    assert refused.ok is False and refused.property == "fencing"  # claimed again: t1 is done
+    assert refused.ok is False and owner(refused.kind) == "fencing"  # claimed again: t1 is done
 
 
 def test_r20_an_ack_by_seq_acts_whoever_holds_the_message_and_the_holder_still_holds_it():

@@ -14,6 +14,7 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
+from facts_support import property_of
 from harel_ref.transport import SqliteTransport
 from harel_ref.transport._sql import SqlCore, Statement
 from harel_ref.stateful import Backend, Capabilities, Divergence, make_machine
@@ -66,4 +67,4 @@ def test_machine_catches_the_seeds_unfenced_ack(tmp_path):
             settings=settings(max_examples=500, derandomize=True, database=None, deadline=None,
                               report_multiple_bugs=False, phases=[Phase.generate]),
         )
-    assert caught.value.property == "fencing", str(caught.value)
+    assert property_of(caught.value) == "fencing", str(caught.value)

@@ -21,6 +21,7 @@ import uuid
 import pytest
 from hypothesis import settings
 
+from facts_support import property_of
 from harel_ref.certify import focus_machine
 from harel_ref.stateful import Backend, Divergence, make_machine
 from server_support import (assert_concurrent_properties_pass_in_processes, close_machine, require_server,
@@ -98,7 +99,7 @@ def test_a_stale_handle_that_raises_fails_fencing():
         stale = stale_after_a_reclaim(machine)
         with pytest.raises(Divergence) as caught:
             machine.nack_later(delay=1.0, lease=stale, via=0)
-        assert caught.value.property == "fencing" and "ReceiptHandleIsInvalid" in repr(caught.value.__cause__)
+        assert property_of(caught.value) == "fencing" and "ReceiptHandleIsInvalid" in repr(caught.value.__cause__)
     finally:
         close_machine(machine)
 
@@ -118,7 +119,7 @@ def test_a_transport_that_fences_its_own_nacks_does_not_do_what_it_declares():
         machine.nack_now(lease=lease, via=0)
         with pytest.raises(Divergence) as caught:
             machine.ack(lease=lease, via=0)  # R10a: the handle still deletes the message
-        assert caught.value.property == "fencing" and caught.value.answered == "False"
+        assert property_of(caught.value) == "fencing" and caught.value.answered == "False"
     finally:
         close_machine(machine)
 

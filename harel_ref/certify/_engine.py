@@ -17,11 +17,11 @@ check, four times a focused search's examples.  If it passes, it stands for the 
 finds anything, the focused searches run ("stand by") and decide the verdicts, and what the
 shared search found is weighed after them.
 
-What each search runs, and whom a failed check counts against, is the property table's to say
-(:mod:`harel_ref.stateful._properties`): the checkers report facts (the check that failed, what
-came before it), and the table turns them into properties.  A search that stops at another
-property's failure records it against that property, and its own verdict is "unknown" (it was
-cut short).  Each search is seeded, so a failure replays exactly.
+What each search runs is the property table's to say (:mod:`harel_ref.stateful._properties`):
+the checkers report facts (:mod:`harel_ref.stateful._facts`), and one pure function
+(:mod:`harel_ref.certify._verdicts`) turns what the searches found into verdicts: whom each fact
+counts against, which failures are consequences of another, and every verdict.  This module only
+runs the searches.  Each search is seeded, so a failure replays exactly.
 
 Concurrency (SPEC.md R19) has one search of its own (:mod:`harel_ref.stateful.parallel`): the
 *concurrent* search runs programs of a sequential prefix and two or three branches at once,
@@ -31,15 +31,15 @@ each ``repeats`` times, and judges every run twice (SPEC.md C6):
 - by the linearizability checker, for ``single-in-flight``, ``fencing`` and ``no-loss``, whose
   verdicts need both their lockstep search and it.
 
-It records what it finds under the property named (``contention``, or the one the checker
-names), and runs once, for the first property that needs it.  With ``soak=SECONDS``, a soak
+It runs once, for the first property that needs it; once it finds something it goes on with
+what it found taken as known, so that the other properties it judges get verdicts of their own.  With ``soak=SECONDS``, a soak
 (:mod:`harel_ref.stateful.soak`) is shared the same way by those four.
 
 Every search is a task (:class:`_Task`) that reports what it found as data (:class:`_Found`).
 Tasks run one at a time here or ``jobs`` at a time in search processes
-(:mod:`harel_ref.certify._jobs`); either way :meth:`_Certification.weigh` settles whom each
-failure counts against in the order a serial run makes the searches, so the report does not
-depend on which search finished first (SPEC.md C1, C2).
+(:mod:`harel_ref.certify._jobs`); either way the verdicts are made from the searches in the order
+a serial run makes them, so the report does not depend on which search finished first (SPEC.md
+C1, C2).
 
 The certifier survives anything a transport does (:mod:`harel_ref.stateful._async`): every call is made
 under a deadline (``call_deadline``), and a call that panics, crashes its thread or its branch
@@ -82,17 +82,17 @@ from harel_ref.stateful._async import (
     limit_calls,
     open_transport,
 )
-from harel_ref.stateful._machine import FOCUS_RULES, RULES, TICK, Choices, FakeClock, divergence_class
-from harel_ref.stateful._properties import (
-    AFTER_REFUSED, AFTER_REOPEN, AFTER_STEP_BACK, CHECKS, PROPERTIES, SHARED, TIME, attribute, owner,
-)
-from harel_ref.stateful._properties import evidence as evidence_for
+import harel_ref.stateful._facts as facts
+from harel_ref.stateful._facts import Fact
+from harel_ref.stateful._machine import FOCUS_RULES, RULES, TICK, Choices, FakeClock
+from harel_ref.stateful._properties import PROPERTIES, SHARED, machine_settings, running
 from harel_ref.stateful._processes import BranchProcesses
-from harel_ref.stateful.parallel import ConcurrencyFailure, check_program, close_all, programs
+from harel_ref.stateful.parallel import REFUSALS, ConcurrencyFailure, check_program, close_all, programs
 from harel_ref.stateful.soak import soak as run_soak
 
 from ._jobs import SearchProcesses
 from ._report import LEVELS, Failure, PropertyVerdict, Report
+from ._verdicts import Searched, verdicts
 from ._memory import DEFAULT_MEMORY_LIMIT, MemoryLimitReached, memory_limit as limit_memory
 from ._signals import STUCK_AFTER, describe, last_resort, raise_if_stopped, signals_deferred, stop_on_signals, stopping
 from ._target import CertificationError, Target, detect_protocol
@@ -190,11 +190,6 @@ PROFILES = {
 }
 
 
-CONSEQUENCES = frozenset(name for name, row in PROPERTIES.items() if "consequences" in row.judges)
-"""The properties whose searches also send stale acks and nacks to a transport that acks by
-seq, and judge what they break (SPEC.md R20)."""
-
-
 def default_level(caps: Capabilities) -> str:
     """The level the exit code follows unless one is chosen: ``contract`` for a transport of
     harel's Protocol, ``strict`` for one of harel-ref's."""
@@ -240,38 +235,10 @@ def focus_machine(
         raise ValueError(f"{property!r} is searched by running programs at once, not by a lockstep machine")
     else:
         covered = (property,)
-    rows = [PROPERTIES[p] for p in covered]
-    judges = frozenset().union(*(row.judges for row in rows))
-    effective = dataclasses.replace(
-        caps,
-        priority=caps.priority and "priority" in judges,
-        routing=caps.routing and "routing" in judges,
-        fairness=caps.fairness if "fairness" in judges else "unspecified",
-    )
-    wall = caps.clock == "wall"
-    by_seq = caps.acks == "by-seq" and property in CONSEQUENCES
+    settings = machine_settings(covered, caps, TICK)
     name = "".join(word.capitalize() for word in property.split("-")) + "Machine"
-    rules = frozenset().union(*(row.rules for row in rows))
-    if by_seq:
-        rules |= {"nack_now", "claim_at_deadline", "release_stale"}
-    stale = "stale leases" in judges
-    machine = make_machine(
-        Backend(property, factory, effective, is_async=is_async),
-        # The deadline rules need an injectable clock; with a wall clock, time passes by sleeping.
-        rules=rules | TIME if wall else rules,
-        stale_leases=stale or by_seq,
-        # Fencing asks whether stale acks and nacks do nothing: its model is fenced, whatever
-        # the transport declares, unless it declares the fence SQS gives (R10a).  When they
-        # answer nothing, their effect shows later.
-        model_acks="fenced" if stale and caps.acks != "until-reclaimed" else None,
-        consequences=CONSEQUENCES & set(covered),
-        ties="arrival" if "ties" in judges else "any",
-        clock_slack=0.0 if ("exact time" in judges or wall) else TICK,
-        check_close="close" in judges,  # so a close bug leaves the other verdicts standing
-        name=name,
-    )
-    machine.searched = property  # whom its failures count against: see attribute()
-    return machine
+    backend = Backend(property, factory, settings.pop("capabilities"), is_async=is_async)
+    return make_machine(backend, name=name, **settings)
 
 
 # --- one search --------------------------------------------------------------------------
@@ -360,16 +327,15 @@ def _watched(machine: type, search: _Search) -> type:
                     discard(self.namespace)
                 search.found()
 
-        def _diverge(self, *args, **kwargs):
-            divergence = super()._diverge(*args, **kwargs)
-            # One kind of failure per property it counts against in this search (and the
-            # property of the check that tripped), so that Hypothesis shrinks one counterexample
-            # per verdict (see divergence_class).
-            counted, _, _ = attribute(divergence.check, divergence.after, machine.searched)
-            divergence.__class__ = divergence_class(counted, divergence.property)
-            if search.first is None or search.first is self._crash:  # a divergence the error was filed as
-                search.first = divergence  # (a stale release's error is fencing's, R10) stands for it
-            return divergence
+        def _fail(self, *args, **kwargs):
+            try:
+                super()._fail(*args, **kwargs)
+            except Divergence as divergence:
+                # a divergence the error was filed as (a stale release's error is stale-raised,
+                # R10) stands for it
+                if search.first is None or search.first is self._crash:
+                    search.first = divergence
+                raise
 
         def _call(self, method, *args):
             try:
@@ -434,8 +400,8 @@ def _run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed
                   ignore: frozenset[str] = frozenset()) -> None:
     """The concurrent search: ``profile.programs`` programs, each run up to ``profile.repeats``
     times (fewer while a failure is shrunk), each run judged for what ``judges`` holds:
-    ``refusals`` (contention), ``histories`` (linearizability), or both (failures of the
-    properties in ``ignore`` aside).  Branches run in ``processes`` (every other run with
+    ``refusals`` (contention), ``histories`` (linearizability), or both (facts of the kinds in
+    ``ignore`` aside).  Branches run in ``processes`` (every other run with
     ``alternate``, see :func:`check_program`), else in threads or tasks."""
 
     def concurrent(program):
@@ -856,19 +822,18 @@ def _tasks(chosen: list[str], applicable: list[str], soak: float | None, sharing
 
 @dataclass
 class _Found:
-    """What one search found, as data (it comes back from a search process): its verdict and
-    reason, its time and examples, and the failures it found.  Whom a failure counts against is
-    settled when the searches are weighed (:meth:`_Certification.weigh`), as is the verdict of a
-    search that found one.  The soak gives a verdict for each property it counts for (``each``)."""
+    """What one search found, as data (it comes back from a search process): how it ended
+    (``passed``, ``failed``: it stopped at the failures it found, ``unknown``: it could not
+    finish, ``covered``: the shared search made it needless) and why, its time and examples, and
+    the failures it found.  Whom a failure counts against, and so every verdict, is
+    :func:`harel_ref.certify._verdicts.verdicts`'s to say."""
 
-    verdict: str
+    ended: str
     reason: str
     seconds: float
     examples: int
     failures: list[Failure] = dataclasses.field(default_factory=list)
-    earlier: int = 0  # of the failures, how many the runs before the last found (they do not bear on its verdict)
-    note: str = ""  # said after the settled reason
-    each: dict[str, tuple[str, str]] | None = None
+    earlier: int = 0  # of the failures, how many the passes before the last found (shrunk before a stop)
     reached: dict[str, int] = dataclasses.field(default_factory=dict)  # situations met (_properties)
 
 
@@ -896,27 +861,41 @@ def _run_task(target: Target, context: dict[str, Any], task: _Task, started, eve
             return _search_once(target, context, task, share, limits, event, pool)
         if PROPERTIES[task.prop].search != "lockstep":  # no search of its own has started it (contention)
             event("started", task.prop)
-        ignore: frozenset[str] = frozenset()
-        earlier: list[Failure] = []
-        reached: collections.Counter = collections.Counter()
-        while True:  # the shared concurrent search, again with what failed taken as broken
-            found = _search_once(target, context, task, share, limits, event, pool, ignore, earlier)
-            broken = frozenset(failure.property for failure in earlier + found.failures)
-            if ignore:
-                found.note = f" (searched again with {', '.join(sorted(ignore))} taken as broken)"
-            judged_all = "histories" not in task.judges and "contention" in broken  # nothing left to judge
-            if (found.verdict == "passed" or broken <= ignore or len(broken) >= 4 or judged_all
-                    or limits.broken is not None):
-                found.seconds, found.earlier = time.monotonic() - began, len(earlier)
-                found.failures = earlier + found.failures
-                found.reached = dict(reached + collections.Counter(found.reached))
-                return found
-            earlier += found.failures
-            reached += collections.Counter(found.reached)
-            ignore = broken
-            # What a stop before the next pass finds anything reports: these, shrunk, and the
-            # properties the next pass judges unknown.
-            event("found", _Found("unknown", "", time.monotonic() - began, 0, list(earlier), earlier=len(earlier)))
+        return _concurrent_passes(target, context, task, share, limits, event, pool, began)
+
+
+CONCURRENT_PASSES = 4
+"""How many passes the concurrent search makes at most, each with what the passes before it
+found taken as known (:func:`_concurrent_passes`)."""
+
+
+def _concurrent_passes(target: Target, context: dict[str, Any], task: _Task, share: float, limits: CallLimits,
+                       event: Callable, pool: BranchProcesses | None, began: float) -> _Found:
+    """The concurrent search, again with what it found taken as known (its kinds of fact
+    ignored: a rule of the model left out, or errors no longer judged), until a pass finds
+    nothing new, :data:`CONCURRENT_PASSES` passes were made, or the transport broke.  Each
+    property it judges then gets a verdict of its own, not the first failure's (SPEC.md C6)."""
+    ignore: frozenset[str] = frozenset()
+    earlier: list[Failure] = []
+    reached: collections.Counter = collections.Counter()
+    for number in range(1, CONCURRENT_PASSES + 1):
+        found = _search_once(target, context, task, share, limits, event, pool, ignore, earlier)
+        seen = frozenset(failure.kind for failure in found.failures)
+        if ignore and found.ended == "passed":
+            found.reason += f" (searched again with {', '.join(sorted(ignore))} taken as known)"
+        reached += collections.Counter(found.reached)
+        judged_all = "histories" not in task.judges and facts.RAISED_UNDER_CONTENTION in ignore | seen
+        last = number == CONCURRENT_PASSES or limits.broken is not None or seen & facts.FAULTS or judged_all
+        if found.ended != "failed" or last:
+            found.seconds, found.earlier = time.monotonic() - began, len(earlier)
+            found.failures = earlier + found.failures
+            found.reached = dict(reached)
+            return found
+        earlier += found.failures
+        ignore |= seen
+        # What a stop before the next pass finds anything reports: these, shrunk.
+        event("found", _Found("unknown", "", time.monotonic() - began, 0, list(earlier), earlier=len(earlier)))
+    raise AssertionError("unreachable")
 
 
 @contextlib.contextmanager
@@ -967,7 +946,7 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
                      on_example=lambda done: event("searching", task.prop, shown, done, total))
 
     def found() -> None:  # the failure as found, for a report made while it is shrunk (a stopped run)
-        _, _, failures = _judge(kind, search, target, profile, context["seed"], context["branches"])
+        _, _, failures = _ended(kind, search, target, profile, context["seed"], context["branches"])
         event("found", _Found("failed", "", time.monotonic() - began, search.examples, [*earlier, *failures],
                               earlier=len(earlier)))
 
@@ -978,14 +957,14 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
     else:
         _run_parallel(target, caps, profile, context["seed"], search, judges=task.judges,
                       processes=pool, alternate=context["branches"] == "both", ignore=ignore)
-    verdict, reason, failures = _judge(kind, search, target, profile, context["seed"], context["branches"])
-    if not lockstep and verdict == "passed":
-        judged = ["no call refused"] * ("refusals" in task.judges and "contention" not in ignore) + [
+    ended, reason, failures = _ended(kind, search, target, profile, context["seed"], context["branches"])
+    if not lockstep and ended == "passed":
+        judged = ["no call refused"] * ("refusals" in task.judges and facts.RAISED_UNDER_CONTENTION not in ignore) + [
             "every history linearizable"] * ("histories" in task.judges)
         reason = f"{search.examples} programs × {profile.repeats} runs, {', '.join(judged)}"
     elif not lockstep:
         reason = reason.replace("examples", "programs", 1)
-    return _Found(verdict, reason, time.monotonic() - began, search.examples, failures, reached=dict(search.reached))
+    return _Found(ended, reason, time.monotonic() - began, search.examples, failures, reached=dict(search.reached))
 
 
 def _clean_up_process(target: Target) -> None:
@@ -1087,7 +1066,7 @@ class _Certification:
     def shared_passed(self) -> bool:
         """Whether the shared lockstep search ran and passed: then it stands for the focused
         searches of the properties it covers, which do not run (SPEC.md C5)."""
-        return self.shared in self.found and self.found[self.shared].verdict == "passed"
+        return self.shared in self.found and self.found[self.shared].ended == "passed"
 
     def shared_ended(self) -> list[int]:
         """Once the shared search has ended: the standby searches to run now (all of them,
@@ -1099,14 +1078,15 @@ class _Certification:
         self.context["budgeted"] += len(self.standby)  # their share of a time budget
         return list(self.standby)
 
-    # --- weighing what the searches found ------------------------------------------------
+    # --- verdicts ---------------------------------------------------------------------------
 
     def tell(self, upcoming: int | None = None) -> None:
-        """Tell progress the verdicts now settled, in order: a property's verdict is settled
-        once every search up to its last is done (an earlier one may re-blame its failure).
-        ``upcoming``: the search about to run here, up to which not-applicable verdicts go."""
+        """Tell progress the verdicts now settled, in order.  A property's verdict is settled
+        once its searches are done, if it passed (nothing found later can change that), else
+        once every search is done (a later failure may be the root of its own).  ``upcoming``:
+        the search about to run here, up to which not-applicable verdicts go."""
         done = next((n for n in range(len(self.tasks)) if n not in self.found), len(self.tasks))
-        verdicts = self.verdicts()
+        made = self.verdicts()
         while self.told < len(self.chosen):
             prop = self.chosen[self.told]
             numbers = [n for n, task in enumerate(self.tasks) if task.prop == prop]
@@ -1115,7 +1095,9 @@ class _Certification:
             last = max(numbers, default=-1)
             if last >= done or (not numbers and upcoming is not None and self.first_of(prop) > upcoming):
                 return
-            self.progress.finished(verdicts[prop])
+            if made[prop].verdict not in ("passed", "not applicable") and done < len(self.tasks):
+                return
+            self.progress.finished(made[prop])
             self.told += 1
 
     def first_of(self, prop: str) -> int:
@@ -1124,80 +1106,25 @@ class _Certification:
         after = self.chosen[self.chosen.index(prop):]
         return next((n for n, task in enumerate(self.tasks) if task.prop in after), len(self.tasks))
 
-    def weigh(self) -> tuple[dict[str, list[Failure]], dict[int, tuple[str, str, float, int]]]:
-        """Every failure found, under the property it counts against, and each search's
-        settled verdict, weighed in the order of the searches."""
-        failures: dict[str, list[Failure]] = {}
-        settled = {}
-        order = [n for n in range(len(self.tasks)) if n != self.shared] + [self.shared] * (self.shared is not None)
-        for number in order:  # the shared search last: a failure it found may be given back to its check
-            task = self.tasks[number]
-            if number not in self.found:
-                continue
-            found = self.found[number]
-            counted = []
-            for failure in found.failures:
-                if task.kind != "soak":
-                    failure = _reblamed(failure, failures)
-                failures.setdefault(failure.property, []).append(failure)
-                counted.append(failure.property)
-            verdict, reason = found.verdict, found.reason
-            counted = counted[found.earlier:]
-            if verdict == "failed":  # the search stopped at failures: whose are they?
-                if task.kind in counted:
-                    verdict, reason = "failed", failures[task.kind][-1].summary()
-                else:
-                    broken = ", ".join(dict.fromkeys(counted))
-                    verdict, reason = "unknown", f"cut short: the search stopped at a failure of {broken} (see there)"
-            settled[number] = (verdict, reason + found.note, found.seconds, found.examples)
-        return failures, settled
+    def searched(self, why: str | None = None) -> list[Searched]:
+        """Every search, as the verdicts need it: how it ended, or that it never did."""
+        applicable = [p for p in self.chosen if PROPERTIES[p].needs(self.caps) is None]
+        concurrent = tuple(p for p in PROPERTIES if p in applicable and PROPERTIES[p].concurrent)
+        covers = {SHARED: tuple(p for p in PROPERTIES if p in self.covered), "concurrent": concurrent,
+                  "soak": concurrent}
+        searched = []
+        for number, task in enumerate(self.tasks):
+            found = self.found.get(number)
+            if found is None:
+                how = "interrupted" if number in self.running else "not reached"
+                found = _Found("unknown", f"{how}: {why}" if why else how, 0.0, 0)
+            searched.append(Searched(task.kind, covers.get(task.kind, (task.kind,)), found.ended, found.reason,
+                                     found.seconds, found.examples, tuple(found.failures), found.reached))
+        return searched
 
     def verdicts(self, why: str | None = None) -> dict[str, PropertyVerdict]:
         """The verdict on every chosen property (and any other that a search found broken)."""
-        failures, settled = self.weigh()
-        searched, evidence = {}, {}
-        for prop in self.chosen:
-            if (reason := PROPERTIES[prop].needs(self.caps)) is not None:
-                searched[prop] = ("not applicable", reason, 0.0, 0)
-                continue
-            parts = []
-            reached: collections.Counter = collections.Counter()
-            shared_time = 0.0
-            for number, task in enumerate(self.tasks):
-                uses = task.prop == prop or (task.kind == "soak" and prop in SOAK_PROPERTIES) or (
-                    task.kind == "concurrent" and PROPERTIES[prop].concurrent) or (
-                    task.kind == SHARED and prop in self.covered)
-                if not uses or (task.standby and self.shared_passed()):
-                    continue
-                if number in self.found:
-                    reached.update(self.found[number].reached)
-                part = settled.get(number)
-                if task.kind == SHARED and part is not None and part[0] != "passed":
-                    shared_time = part[2]  # it found something: the property's own search says
-                    continue
-                if part is None:
-                    how = "interrupted" if number in self.running else "not reached"
-                    part = ("unknown", f"{how}: {why}" if why else how, 0.0, 0)
-                elif task.kind == "soak":
-                    part = (*self.found[number].each[prop], part[2], part[3])
-                elif task.kind == SHARED:
-                    part = (part[0], f"shared search: {part[1]}", *part[2:])
-                if task.prop != prop:  # a shared search counts its time for the first that needs it
-                    part = (*part[:2], 0.0, 0 if task.kind != SHARED else part[3])
-                own = task.kind == prop or task.kind == SHARED
-                parts.append(("own" if own else task.kind, part))
-            parts.sort(key=lambda named: named[0] != "own")  # its own search first, then the shared
-            searched[prop] = _combine(parts)
-            if shared_time and self.tasks[self.shared].prop == prop:
-                searched[prop] = (*searched[prop][:2], searched[prop][2] + shared_time, searched[prop][3])
-            evidence[prop] = {situation: reached[situation] for situation in evidence_for(prop, self.caps)}
-            never = [situation for situation, times in evidence[prop].items() if not times]
-            if searched[prop][0] == "passed" and never:
-                verdict, reason, *rest = searched[prop]
-                searched[prop] = (verdict, f"{reason}; never reached: {'; '.join(never)}", *rest)
-        order = self.chosen + [p for p in PROPERTIES if p in failures and p not in self.chosen]
-        return {p: _verdict(p, searched.get(p, ("unknown", "not selected", 0.0, 0)), failures, evidence.get(p, {}))
-                for p in order}
+        return verdicts(self.chosen, self.caps, self.searched(why), why)
 
     def report(self, why: str | None = None) -> Report:
         """The report: of the whole run, or (``why`` it stopped) of the run so far, where a
@@ -1209,7 +1136,7 @@ class _Certification:
                 stopped = [dataclasses.replace(failure, unshrunk=stop) for failure in found.failures[found.earlier:]]
                 self.found[number] = dataclasses.replace(
                     found, failures=[*found.failures[:found.earlier], *stopped],
-                    reason=found.reason if found.verdict != "unknown" else f"interrupted: {why}")
+                    reason=found.reason if found.ended != "unknown" else f"interrupted: {why}")
                 self.running.discard(number)
         verdicts = self.verdicts(why)
         return Report(
@@ -1230,28 +1157,6 @@ class _Certification:
         )
 
 
-def _reblamed(failure: Failure, failures: dict[str, list[Failure]]) -> Failure:
-    """``failure``, counted against the check that tripped instead of the property a focused
-    search blamed (a reopen or a refused bad input before it), when that check's own search
-    had already failed without one: then it is that property's bug."""
-    tripped = owner(failure.check) if failure.check in CHECKS else failure.property  # a fault: its search's
-    if tripped != failure.property and any(f.found_by == tripped for f in failures.get(tripped, [])):
-        return dataclasses.replace(failure, property=tripped)
-    return failure
-
-
-def _combine(parts: list[tuple[str, tuple[str, str, float, int]]]) -> tuple[str, str, float, int]:
-    """One verdict from a property's own search and the shared searches it needs: passed when
-    all passed, else unknown with the first reason why (a failure is recorded apart)."""
-    seconds = sum(part[2] for _, part in parts)
-    examples = parts[0][1][3]
-    for kind, (verdict, reason, _, _) in parts:
-        if verdict != "passed":
-            return verdict, reason if kind == "own" else f"{kind} search: {reason}", seconds, examples
-    reasons = [reason if kind == "own" else f"{kind}: {reason}" for kind, (_, reason, _, _) in parts]
-    return "passed", "; ".join(reasons), seconds, examples
-
-
 def _branch_processes(target: Target, call_deadline: float | None) -> BranchProcesses:
     """Worker processes for the branches, once it is known that they can share the queue."""
     if target.recipe is None:
@@ -1270,40 +1175,26 @@ def _branch_processes(target: Target, call_deadline: float | None) -> BranchProc
 
 
 def _soak(target: Target, seconds: float, run_seed: int) -> _Found:
-    """Run the soak; what it breaks, and its verdict for each property it counts for.
-
-    Errors (contention) and the history checks are judged independently of one another; the
-    model check stops at its first failure, so a property it did not name stays unknown."""
+    """Run the soak, and what it found: a failure per kind of fact seen (errors, the model's
+    verdict, the history's breaches; SPEC.md R19)."""
     began = time.monotonic()
+    replay = target.command("quick", run_seed, only=running("soak"), soak=seconds)
     try:
         result = run_soak(target.factory, target.capabilities, seconds, is_async=target.is_async, seed=run_seed,
                           checkpoint=raise_if_stopped)
         calls, lin = len(result.records), result.linearizability
     except Exception as exc:
-        check, answered = _exception_outcome(exc)
-        failure = Failure(
-            property="contention", found_by="soak", check=check, step=f"the soak{_did(check)}",
-            expected="an answer or error the spec allows", answered=answered,
-            state="", steps=(), reproduction="", replay=target.command("quick", run_seed, only="contention", soak=seconds),
-        )
-        crashed = ("unknown", "the soak crashed (see contention)")
-        return _Found(*crashed, time.monotonic() - began, 0, [failure], each=dict.fromkeys(SOAK_PROPERTIES, crashed))
+        fact = _fault(exc, "the soak")
+        failure = Failure(fact, found_by="soak", steps=(), reproduction="", replay=replay)
+        return _Found("failed", "the soak crashed", time.monotonic() - began, 0, [failure])
     failures = [_failure("soak", divergence, False, target, PROFILES["quick"], run_seed, "threads", soak=seconds)
                 for divergence in result.failures()]
-    broken = {failure.property for failure in failures}
-    each = {}
-    for prop in SOAK_PROPERTIES:
-        if prop in broken:
-            each[prop] = ("unknown", "the soak broke it (see the failure)")
-        elif prop == "contention":
-            each[prop] = ("passed", f"{calls} calls in {result.seconds:.0f} s, none raised")
-        elif lin.ok is False:
-            each[prop] = ("unknown", f"the soak's model check stopped at a failure of {lin.property}")
-        elif lin.ok is None:
-            each[prop] = ("unknown", f"the soak's model check gave up: {lin}")
-        else:
-            each[prop] = ("passed", f"{calls} calls in {result.seconds:.0f} s, linearizable, no history violation")
-    return _Found("passed", "", time.monotonic() - began, calls, failures, each=each)
+    if failures:
+        return _Found("failed", "", time.monotonic() - began, calls, failures)
+    if lin.ok is None:
+        return _Found("unknown", f"the soak's model check gave up: {lin}", time.monotonic() - began, calls)
+    return _Found("passed", f"{calls} calls in {result.seconds:.0f} s, linearizable, no history violation, none raised",
+                  time.monotonic() - began, calls)
 
 
 def preflight(target: Target) -> Speed:
@@ -1343,12 +1234,11 @@ def preflight(target: Target) -> Speed:
         close_all(opened, loop)
 
 
-def _judge(prop, search: _Search, target: Target, profile: Profile, run_seed: int,
+def _ended(search_name: str, search: _Search, target: Target, profile: Profile, run_seed: int,
            branches: str = "threads") -> tuple[str, str, list[Failure]]:
-    """The verdict of ``prop``'s own search (or of the shared ``"concurrent"`` one), and every
-    failure it found (Hypothesis reports distinct bugs of one search together).  A search that
-    found failures is "failed" here; whom they count against, and so its verdict, is settled
-    when the searches are weighed (:meth:`_Certification.weigh`)."""
+    """How the search ``search_name`` (a property's own, ``"shared"`` or ``"concurrent"``)
+    ended, why, and every failure it found (Hypothesis reports distinct bugs of one search
+    together)."""
     exc = search.outcome()  # unshrunk when time ran out, or the transport broke, while shrinking
     if exc is None:
         if search.cut_short:
@@ -1360,7 +1250,7 @@ def _judge(prop, search: _Search, target: Target, profile: Profile, run_seed: in
         if search.first is None:
             return "unknown", f"Hypothesis stopped: {type(exc).__name__}: {str(exc).splitlines()[0]}", []
         found = [search.first]  # shrinking was cut short by the time budget: no steps to show
-    failures = [_failure(prop, error, flaky, target, profile, run_seed, branches)
+    failures = [_failure(search_name, error, flaky, target, profile, run_seed, branches)
                 for error in found if not isinstance(error, HypothesisException)]
     if search.shrink_cut:
         failures = [dataclasses.replace(failure, unshrunk=f"the shrink limit ({search.shrink_limit:g} s)")
@@ -1368,154 +1258,57 @@ def _judge(prop, search: _Search, target: Target, profile: Profile, run_seed: in
     return "failed", "", failures
 
 
-def _failure(prop: str, error: BaseException, flaky: bool, target: Target, profile: Profile, run_seed: int,
+def _failure(search_name: str, error: BaseException, flaky: bool, target: Target, profile: Profile, run_seed: int,
              branches: str, soak: float | None = None) -> Failure:
-    """The report's account of a failure that the search ``prop`` found (a property's own
-    search, ``"concurrent"`` or ``"soak"``)."""
+    """The report's account of a failure that the search ``search_name`` (a property's own,
+    ``"shared"``, ``"concurrent"`` or ``"soak"``) found: its fact, and how to see it again."""
+    lockstep = search_name == SHARED or (search_name in PROPERTIES and PROPERTIES[search_name].search == "lockstep")
+    replay = target.command(profile.name, run_seed, only=None if search_name == SHARED else running(search_name),
+                            branches=branches, soak=soak)
     if isinstance(error, ConcurrencyFailure):
         program = error.program
-        contention = error.property == "contention"  # replayed as judged when it was found
+        refusal = error.kind in REFUSALS  # replayed as judged when it was found
         return Failure(
-            property=error.property,
-            found_by=prop,
-            check=error.check,
-            step=error.step,
-            expected=error.expected,
-            answered=error.answered,
-            state=error.state,
+            error.fact, found_by=search_name,
             steps=tuple(str(program).splitlines()) if program is not None else (),
             reproduction="" if program is None else target.parallel_reproduction(
-                prop, program, contention=contention, histories=not contention,
+                search_name, program, contention=refusal, histories=not refusal,
                 repeats=profile.repeats, branches=branches),
-            # --only a property whose verdict runs the search that found it, so the replay does
-            replay=target.command(profile.name, run_seed, only=_runs_search(prop, error.property),
-                                  branches=branches, soak=soak),
-            flaky=flaky,
-            timeline=error.timeline,
-            timeline_svg=error.svg,
+            replay=replay, flaky=flaky, timeline=error.timeline, timeline_svg=error.svg,
             history=tuple(_jsonable(record) for record in error.shown),
         )
-    if prop != SHARED and (prop not in PROPERTIES or PROPERTIES[prop].search != "lockstep"):
+    if not lockstep:  # the transport raised in a parallel search, outside any judged call
         steps = _program_note(error)
-        common = dict(found_by=prop, steps=tuple(steps), reproduction="",
-                      replay=target.command(profile.name, run_seed, only=prop if prop in PROPERTIES else None,
-                                            branches=branches, soak=soak), flaky=flaky)
-        where = "running a program" if steps else "a parallel search"
-        check, answered = _exception_outcome(error)
-        return Failure(property=prop if prop in PROPERTIES else "contention", check=check,
-                       step=f"{where}{_did(check)}", expected="an answer or error the spec allows",
-                       answered=answered, state="", **common)
+        fact = _fault(error, "running a program" if steps else "a parallel search")
+        return Failure(fact, found_by=search_name, steps=tuple(steps), reproduction="", replay=replay, flaky=flaky)
     steps = _steps(error)
+    reproduction = target.reproduction(search_name, steps)
     if isinstance(error, Divergence):
-        error, steps = _confirmed(error, steps, target, prop)
-    common = dict(
-        found_by=prop,
-        steps=tuple(steps),
-        reproduction=target.reproduction(prop, steps),
-        replay=target.command(profile.name, run_seed, only=None if prop == SHARED else prop),
-        flaky=flaky,
-    )
-    if isinstance(error, Divergence):
-        counted, check, note = attribute(error.check, error.after, prop)
-        return Failure(
-            property=counted,
-            check=check,
-            step=error.step + note,
-            expected=error.expected,
-            answered=error.answered,
-            state=error.state,
-            **common,
-        )
+        return Failure(error.fact, found_by=search_name, steps=tuple(steps), reproduction=reproduction,
+                       replay=replay, flaky=flaky)
     # The transport (or its factory) raised something the spec never asks for, or panicked,
-    # crashed or hung: it counts against the property being searched (in the shared search,
-    # the first whose own search makes the step that raised).
-    check, answered = _exception_outcome(error)
-    if prop == SHARED:
-        covered = shared_properties(target.capabilities)
-        prop = next((p for p in covered if _raising_rule(error) in PROPERTIES[p].rules), covered[0])
-    return Failure(
-        property=prop,
-        check=check,
-        step=f"{_raising_step(error)}{_did(check)}",
-        expected="an answer or error the spec allows",
-        answered=answered,
-        state="",
-        **common,
-    )
+    # crashed or hung: the rule it raised in says whose it is (fault_owner).
+    fact = _fault(error, _raising_step(error), rule=_raising_rule(error))
+    return Failure(fact, found_by=search_name, steps=tuple(steps), reproduction=reproduction, replay=replay,
+                   flaky=flaky)
 
 
-FACT_STEPS = {AFTER_REOPEN: ("state.reopen(",), AFTER_REFUSED: ("state.bad_input(", "state.bad_release("),
-              AFTER_STEP_BACK: ("state.step_back(",)}
-"""The steps that make each fact a failure may be blamed on (a stale ack is an ordinary ack:
-it cannot be left out, so a blame on it is not replayed)."""
-
-
-def _confirmed(error: Divergence, steps: list[str], target: Target, prop: str) -> tuple[Divergence, list[str]]:
-    """``error`` and its steps, or, when the blame rests on a fact before the failing step (a
-    reopen, a refused bad input, a clock that stepped back) and the same steps without that fact's steps fail too, at the
-    same step and check, that replay's divergence and steps: the fact was not the cause (and so on, for the fact the
-    replay's failure is blamed on).  Hypothesis shrinks each kind of
-    failure apart, so a failure blamed on a reopen keeps its reopens even when they played no
-    part (harel's Postgres transport: a park keeps the lease's token, and the stale ack that
-    follows takes the message; shrunk under durability, with three reopens)."""
-    while True:
-        _, _, note = attribute(error.check, error.after, prop)
-        fact = next((f for f in FACT_STEPS if f"(after {f};" in note), None)
-        if fact is None or not steps:
-            return error, steps
-        kept = [step for step in steps if not step.strip().startswith(FACT_STEPS[fact])]
-        replayed = _replay(kept, target, prop)
-        if replayed is None or fact in replayed.after or (replayed.check, replayed.step) != (error.check, error.step):
-            return error, steps  # confirmed: without those steps it passes, or fails otherwise
-        error, steps = replayed, kept  # then the next fact it may be blamed on, if any
-
-
-def _replay(steps: list[str], target: Target, prop: str) -> Divergence | None:
-    """The divergence that running ``steps`` (``state = Machine()`` ... ``state.teardown()``)
-    on the focus machine of ``prop`` raises, or None (they pass, or fail otherwise)."""
-    name = steps[0].removeprefix("state = ").removesuffix("()")
-    machine = focus_machine(target.factory, prop, target.capabilities, is_async=target.is_async)
-    discard = getattr(target.factory, "discard", None)
-    namespace: dict[str, Any] = {name: machine}
-    try:
-        try:  # the steps the report prints, as a reproduction runs them
-            exec("\n".join(step for step in steps if step != "state.teardown()"), namespace)
-        finally:
-            if (state := namespace.get("state")) is not None:
-                state.teardown()  # drains and compares unless a step failed; closes in any case
-    except Divergence as divergence:
-        return divergence
-    except Exception:
-        return None
-    finally:
-        if discard is not None and (state := namespace.get("state")) is not None:
-            discard(state.namespace)
-    return None
+def _fault(error: BaseException, where: str, rule: str | None = None) -> Fact:
+    """The fact of an exception out of the transport, met ``where``: ``raised`` and
+    ``ValueError: ...`` for an ordinary one; ``panicked``, ``crashed`` or ``hung`` and the
+    fault's own message (which says so) for a fault."""
+    kind, answered = _exception_outcome(error)
+    return Fact(kind, f"{where}{' raised' if kind == facts.RAISED else ''}", "an answer or error the spec allows",
+                answered, rule=rule)
 
 
 def _exception_outcome(error: BaseException) -> tuple[str, str]:
-    """The check a failure names, and the answer it shows, for an exception out of the
-    transport: ``exception`` and ``ValueError: ...`` for an ordinary one; ``panicked``,
-    ``crashed`` or ``hung`` and the fault's own message (which says so) for a fault."""
-    for fault, check in ((TransportPanic, "panicked"), (TransportCrashed, "crashed"), (TransportHung, "hung")):
+    """The kind of fact an exception out of the transport is, and the answer it shows."""
+    for fault, kind in ((TransportPanic, facts.PANICKED), (TransportCrashed, facts.CRASHED),
+                        (TransportHung, facts.HUNG)):
         if isinstance(error, fault):
-            return check, str(error)
-    return "exception", f"{type(error).__name__}: {error}"
-
-
-def _did(check: str) -> str:
-    """What a failing step did, after its name: ``state.claim(...) raised``; nothing for a
-    fault, whose answer says it (``hung: ...``)."""
-    return " raised" if check == "exception" else ""
-
-
-def _runs_search(search: str, prop: str) -> str:
-    """A property to select (``--only``) so that ``search`` runs again: ``prop`` itself if
-    that runs it, else one that does."""
-    row = PROPERTIES.get(prop)
-    if row is not None and (row.concurrent if search == "concurrent" else prop in SOAK_PROPERTIES):
-        return prop
-    return "single-in-flight"
+            return kind, str(error)
+    return facts.RAISED, f"{type(error).__name__}: {error}"
 
 
 def _program_note(error: BaseException) -> list[str]:
@@ -1554,13 +1347,3 @@ def _leaves(exc: BaseException) -> list[BaseException]:
     if isinstance(exc, BaseExceptionGroup):
         return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
     return [exc]
-
-
-def _verdict(prop: str, searched, failures: dict[str, list[Failure]], evidence: dict[str, int]) -> PropertyVerdict:
-    verdict, reason, seconds, examples = searched
-    found = failures.get(prop, [])
-    if found and verdict != "not applicable":
-        own = [f for f in found if f.found_by == prop]
-        failure = (own or found)[0]
-        return PropertyVerdict(prop, "failed", failure.summary(), seconds, examples, failure, evidence)
-    return PropertyVerdict(prop, verdict, reason, seconds, examples, None, evidence)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from harel_ref.stateful import Capabilities
+from harel_ref.stateful._facts import FAULTS, KINDS, Fact, ShowsAFact
 from harel_ref.stateful._properties import CONTRACT
 
 __all__ = ["CONTRACT", "EXIT_CODES", "LEVELS", "Failure", "PropertyVerdict", "Report", "VERDICTS", "timeline_file"]
@@ -29,12 +30,12 @@ property failed (1), the command was wrong (2), some property unknown and none f
 LEVELS = {"contract": "harel contract", "strict": "harel-ref strict"}
 """The conformance levels, and how a report names them."""
 
-FAULTS = frozenset({"panicked", "crashed", "hung"})
-"""The checks of a failure whose answer is a fault of the transport (harel_ref.stateful._async): the
+SAYS_ITSELF = FAULTS - {"raised"}
+"""The kinds of a failure whose answer is a fault of the transport (harel_ref.stateful._async): the
 answer says what happened (``hung: claim did not return within 30 s``), no model is involved."""
 
 STOPS = frozenset({"hung", "crashed"})
-"""The checks of a failure after which the search may not have gone on (a hung transport, a
+"""The kinds of a failure after which the search may not have gone on (a hung transport, a
 dead branch process): its example is then shown as found, not shrunk."""
 
 
@@ -60,17 +61,12 @@ told, where the transport allows it."""
 
 
 @dataclass(frozen=True)
-class Failure:
-    """A counterexample: the shrunk steps and what the model expected beside the answer."""
+class Failure(ShowsAFact):
+    """A counterexample: the fact seen (what the model allows beside the answer, at which step),
+    and the shrunk steps that show it.  Which property it counts against is its verdict's."""
 
-    property: str  # the verdict line it counts against
-    found_by: str  # the focused search that found it
-    check: str  # the machine's name for the check that failed ("exception" if it raised;
-    # "panicked", "crashed" or "hung" for what stateful._async contains)
-    step: str  # the call that diverged
-    expected: str  # what the model allows
-    answered: str  # what the transport answered
-    state: str  # the queue per the model just before
+    fact: Fact  # what was seen (harel_ref.stateful._facts)
+    found_by: str  # the search that found it: a property's own, "shared", "concurrent" or "soak"
     steps: tuple[str, ...]  # the shrunk steps as Hypothesis printed them
     reproduction: str  # runnable Python that replays them ("" if shrinking was cut short)
     replay: str | None  # the harel-ref command that runs this search again
@@ -80,9 +76,16 @@ class Failure:
     history: tuple[dict[str, Any], ...] = ()  # the records of the calls the timeline shows
     unshrunk: str = ""  # what stopped its shrinking before the end ("the shrink limit (120 s)"), if anything
 
+    def to_dict(self) -> dict[str, Any]:
+        """As report.json gives it: the fact's fields first (its ``kind``, the ``step`` with what
+        came before it, ``expected``, ``answered``, ``state``), then how to see it again."""
+        fact = dataclasses.asdict(self.fact)
+        rest = {name: value for name, value in dataclasses.asdict(self).items() if name != "fact"}
+        return {**fact, "step": self.step, "says": KINDS[self.kind], **rest}
+
     def summary(self) -> str:
         text = f"{self.step}: the model allows {self.expected}; the transport answered {self.answered}"
-        if self.check in FAULTS:
+        if self.kind in SAYS_ITSELF:
             text = f"{self.step}: {self.answered}"
         text = " ".join(text.split())
         return text if len(text) <= 220 else text[:217] + "..."
@@ -92,7 +95,9 @@ class Failure:
 class PropertyVerdict:
     """The verdict on one property, why, and what it cost.  ``evidence``: how often its searches
     reached each situation its rules are about (``harel_ref.stateful._properties``, a row's
-    ``evidence``); a pass whose situation was never reached says so in its reason."""
+    ``evidence``); a pass whose situation was never reached says so in its reason.
+    ``consequences``: for a failure, the other properties whose searches it disturbed (their
+    verdicts are unknown, and say so); fix this one first."""
 
     property: str
     verdict: Verdict
@@ -101,6 +106,7 @@ class PropertyVerdict:
     examples: int
     failure: Failure | None = None
     evidence: dict[str, int] = field(default_factory=dict)
+    consequences: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -189,6 +195,7 @@ class Report:
                     **dataclasses.asdict(v),
                     "seconds": round(v.seconds, 3),
                     "checks": self.descriptions.get(v.property, ""),
+                    "failure": None if v.failure is None else v.failure.to_dict(),
                 }
                 for v in self.verdicts
             ],
@@ -252,20 +259,24 @@ class Report:
         lines = [
             f"## {verdict.property}: failed",
             "",
-            f"Found by the `{f.found_by}` search (the machine's check: `{f.check}`)"
+            f"Found by the `{f.found_by}` search; what it saw: `{f.kind}`, {KINDS[f.kind]}"
             + (", flaky: it did not fail again on replay" if f.flaky else "") + ".",
             "",
             f"- the step: `{f.step}`",
             f"- the model allows: {f.expected}",
             f"- the transport answered: {f.answered}",
         ]
+        if verdict.consequences:
+            shown = ", ".join(f"`{prop}`" for prop in verdict.consequences)
+            lines += ["", f"Consequences: {shown}. Their searches met what this failure explains, so their "
+                      "verdicts are unknown; fix this one and certify again."]
         if f.state:
             lines += ["", "The queue per the model at that step:", "", "```", f.state, "```"]
         if f.timeline:
             lines += [
                 "", "The history (one lane per caller; the horizontal axis is the order of the calls' "
                 "starts and ends, so bars overlap exactly when the calls did; red: the calls blamed "
-                "and their leases):", "", f"![timeline of the {verdict.property} failure]({timeline_file(f.property)})",
+                "and their leases):", "", f"![timeline of the {verdict.property} failure]({timeline_file(verdict.property)})",
                 "", "```", f.timeline, "```",
             ]
         if f.unshrunk:
@@ -278,8 +289,8 @@ class Report:
             lines += ["", "The program it ran:", "", "```python", *f.steps, "```"]
         elif f.found_by == "soak":
             lines += ["", "(A soak is random and timed: it is not replayed step by step; run it again below.)"]
-        elif f.check in STOPS:
-            lines += ["", f"(The search stopped when the transport {f.check}: it is not called again after "
+        elif f.kind in STOPS:
+            lines += ["", f"(The search stopped when the transport {f.kind}: it is not called again after "
                       "that, so the example was not shrunk; replay with the command below.)"]
         elif not f.unshrunk:
             lines += ["", "(Shrinking was cut short by the time budget; replay with the command below.)"]
@@ -297,9 +308,9 @@ class Report:
         directory.mkdir(parents=True, exist_ok=True)
         for old in directory.glob("timeline-*.svg"):
             old.unlink()
-        for failure in self.failures:
-            if failure.timeline_svg:
-                (directory / timeline_file(failure.property)).write_text(failure.timeline_svg, encoding="utf-8")
+        for verdict in self.verdicts:
+            if verdict.failure is not None and verdict.failure.timeline_svg:
+                (directory / timeline_file(verdict.property)).write_text(verdict.failure.timeline_svg, encoding="utf-8")
         json_path, md_path = directory / "report.json", directory / "REPORT.md"
         json_path.write_text(self.to_json() + "\n", encoding="utf-8")
         md_path.write_text(self.to_markdown(), encoding="utf-8")

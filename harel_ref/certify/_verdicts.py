@@ -1,0 +1,195 @@
+"""One pure function from what the searches of a certification found to a verdict per property.
+
+The checkers report facts (:mod:`harel_ref.stateful._facts`), each search ends as a
+:class:`Searched`, and :func:`verdicts` decides, once and nowhere else:
+
+1. **Whom each fact counts against.**  The property that owns its kind in the table
+   (:mod:`harel_ref.stateful._properties`), unless the example did something before it that a
+   property the search covers ``blames_after`` (a reopen is durability's: what it broke shows
+   at a later step); a fault (an error the spec never asks for, a panic, a hang) counts against
+   the property whose search met it (:func:`~harel_ref.stateful._properties.fault_owner`).
+2. **Which failures are consequences of another.**  One bug shows in many searches: a queue
+   that drops an event equal to one it holds loses a message (no-loss), and every later claim
+   of that group looks wrong to the other searches (a group passed over, a head missing).  A
+   property whose every fact is one that another failed property owns or ``explains``, where
+   that other property also failed in a way this one does not explain, is a *consequence* of
+   it: its verdict is unknown, and the root failure lists it.  So is a property whose search
+   stopped at another's failure.
+3. **Every verdict**, from the searches that stand for the property: its own, the shared
+   lockstep search when that passed (SPEC.md C5), the concurrent search and the soak for the
+   properties they judge.
+
+Nothing here runs a search, replays an example or reads a clock: the same searches always give
+the same verdicts (SPEC.md C1).
+"""
+
+from __future__ import annotations
+
+import collections
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+
+from harel_ref.stateful._backend import Capabilities
+from harel_ref.stateful._facts import CONTEXTS, FAULTS, Fact
+from harel_ref.stateful._properties import PROPERTIES, SHARED, evidence, fault_owner, owner
+
+from ._report import Failure, PropertyVerdict
+
+__all__ = ["Searched", "blame", "consequences", "verdicts"]
+
+
+@dataclass(frozen=True)
+class Searched:
+    """What one search of a certification ended with.
+
+    - ``search``: a property's own search (its name), ``"shared"``, ``"concurrent"`` or
+      ``"soak"``; ``covers``: the properties whose rules it ran, in the table's order.
+    - ``ended``: ``"passed"`` (nothing found, or, for the concurrent search, nothing new once
+      what it found was taken as known), ``"failed"`` (it stopped at the failures it found),
+      ``"unknown"`` (it could not finish: ``reason`` says why) or ``"covered"`` (a focused
+      search the shared search made needless: it never ran).
+    - ``failures``: what it found, each with its fact; ``reached``: the situations it met."""
+
+    search: str
+    covers: tuple[str, ...]
+    ended: str
+    reason: str = ""
+    seconds: float = 0.0
+    examples: int = 0
+    failures: tuple[Failure, ...] = ()
+    reached: Mapping[str, int] = field(default_factory=dict)
+
+    def decides(self, prop: str) -> bool:
+        """Whether this search stands for ``prop``'s verdict: a shared lockstep search only when
+        it passed (else the focused searches ran and decide), a search never run not at all."""
+        if prop not in self.covers or self.ended == "covered":
+            return False
+        return self.search != SHARED or self.ended == "passed"
+
+
+def blame(fact: Fact, search: Searched) -> str:
+    """The property ``fact``, found by ``search``, counts against (the module docstring, 1)."""
+    if fact.kind in FAULTS:
+        return fault_owner(search.search, search.covers, fact.rule)
+    for context in CONTEXTS:  # the earliest kind of cause first
+        if context in fact.after:
+            for prop in search.covers:
+                if context in PROPERTIES[prop].blames_after:
+                    return prop
+    return owner(fact.kind)
+
+
+def consequences(failed: Mapping[str, Sequence[Fact]]) -> dict[str, str]:
+    """Of the properties with facts against them (``failed``), each that is a consequence of
+    another, and the root failure it follows from (the module docstring, 2).  Candidates are
+    tried in the table's order; a chain leads to its root, and a cycle is no consequence."""
+
+    def explains(prop: str, kind: str) -> bool:
+        row = PROPERTIES[prop]
+        return kind in row.owns or kind in row.explains
+
+    follows: dict[str, str] = {}
+    for prop in (p for p in PROPERTIES if p in failed):
+        for root in (r for r in PROPERTIES if r in failed and r != prop):
+            if all(explains(root, f.kind) for f in failed[prop]) and \
+                    not all(explains(prop, f.kind) for f in failed[root]):
+                follows[prop] = root
+                break
+    found = {}
+    for prop in follows:
+        chain = [prop]
+        while chain[-1] in follows and follows[chain[-1]] not in chain:
+            chain.append(follows[chain[-1]])
+        if chain[-1] not in follows:  # a root, not a cycle
+            found[prop] = chain[-1]
+    return found
+
+
+def verdicts(chosen: Sequence[str], caps: Capabilities, searched: Sequence[Searched],
+             why: str | None = None) -> dict[str, PropertyVerdict]:
+    """The verdict on every chosen property, and on any other a search found broken, in the
+    table's order for the latter.  ``why``: the run was stopped (a search that did not end says
+    it was interrupted, or not reached)."""
+    against: dict[str, list[tuple[Failure, Searched]]] = collections.defaultdict(list)
+    for search in searched:
+        for failure in search.failures:
+            against[blame(failure.fact, search)].append((failure, search))
+    follows = consequences({prop: [f.fact for f, _ in found] for prop, found in against.items()})
+    stopped = {prop: _stopped_by(prop, searched, against, follows) for prop in chosen}
+    follows.update({prop: root for prop, root in stopped.items() if root is not None and prop not in against})
+    order = list(chosen) + [p for p in PROPERTIES if p in against and p not in chosen]
+    return {prop: _verdict(prop, caps, searched, against.get(prop, []), follows, why) for prop in order}
+
+
+def _stopped_by(prop: str, searched: Sequence[Searched], against, follows: dict[str, str]) -> str | None:
+    """The root failure a search that stands for ``prop`` stopped at, if one did."""
+    for search in searched:
+        if search.decides(prop) and search.ended == "failed":
+            for failure in search.failures:
+                blamed = blame(failure.fact, search)
+                if blamed != prop:
+                    return follows.get(blamed, blamed)
+    return None
+
+
+def _verdict(prop: str, caps: Capabilities, searched: Sequence[Searched], found: list[tuple[Failure, Searched]],
+             follows: dict[str, str], why: str | None) -> PropertyVerdict:
+    parts = sorted((s for s in searched if s.decides(prop)), key=lambda s: s.search != prop)  # its own first
+    seconds = sum(_share(search, prop) for search in searched)
+    examples = parts[0].examples if parts else 0
+    reached: collections.Counter[str] = collections.Counter()
+    for search in searched:
+        if prop in search.covers:
+            reached.update(search.reached)
+    counted = {situation: reached[situation] for situation in evidence(prop, caps)}
+    if (reason := PROPERTIES[prop].needs(caps)) is not None:
+        return PropertyVerdict(prop, "not applicable", reason, 0.0, 0)
+    if prop in follows:
+        return PropertyVerdict(prop, "unknown", _consequence_reason(prop, follows[prop], found), seconds, examples,
+                               evidence=counted)
+    if found:
+        failure = next((f for f, search in found if search.search == prop), found[0][0])
+        shown = tuple(p for p, root in sorted(follows.items(), key=lambda item: list(PROPERTIES).index(item[0]))
+                      if root == prop)
+        return PropertyVerdict(prop, "failed", failure.summary(), seconds, examples, failure, counted, shown)
+    verdict, reason = _combined(prop, parts, why)
+    never = [situation for situation, times in counted.items() if not times]
+    if verdict == "passed" and never:
+        reason = f"{reason}; never reached: {'; '.join(never)}"
+    return PropertyVerdict(prop, verdict, reason, seconds, examples, evidence=counted)
+
+
+def _share(search: Searched, prop: str) -> float:
+    """The seconds of ``search`` that ``prop``'s verdict cost: an equal share among the
+    properties it stands for, or, a search that stands for none (a shared search that found
+    something), among those it covers."""
+    if prop not in search.covers:
+        return 0.0
+    decided = [p for p in search.covers if search.decides(p)]
+    if decided:
+        return search.seconds / len(decided) if prop in decided else 0.0
+    return search.seconds / len(search.covers)
+
+
+def _consequence_reason(prop: str, root: str, found: list[tuple[Failure, Searched]]) -> str:
+    if not found:
+        return f"a consequence of {root}'s failure: its search stopped at it (see {root})"
+    failure = found[0][0]
+    return (f"a consequence of {root}'s failure: its search saw {failure.kind}, which {root}'s bug explains "
+            f"(see {root}): {failure.summary()}")
+
+
+def _combined(prop: str, parts: list[Searched], why: str | None) -> tuple[str, str]:
+    """One verdict from the searches that stand for ``prop`` and found nothing against it:
+    passed when all passed, else unknown with the first reason why."""
+    if not parts:
+        how = "interrupted" if why else "not reached"
+        return "unknown", f"{how}: {why}" if why else how
+    reasons = []
+    for search in parts:
+        own = search.search == prop
+        if search.ended != "passed":
+            return "unknown", search.reason if own else f"{search.search} search: {search.reason}"
+        label = "" if own else "shared search: " if search.search == SHARED else f"{search.search}: "
+        reasons.append(f"{label}{search.reason}")
+    return "passed", "; ".join(reasons)
