@@ -298,10 +298,11 @@ class Console(Progress):
     """What ``harel-ref certify`` prints on stdout, each verdict once.
 
     - A header: the transport, the profile, the properties, an estimate of the time.
-    - A line per property as its verdict is reached.  On a terminal, the property being
-      searched has a live line first (its search, examples done of the most it will run,
-      seconds), redrawn in place and replaced by the verdict.  Elsewhere (a pipe, a CI log)
-      there is no live line and no control character: only the verdict lines.
+    - A line per property, once every search has ended (what any search finds may bear on any
+      verdict).  Meanwhile, on a terminal, a live line shows the search under way (the property
+      it runs for, its examples done of the most it will run, seconds), redrawn in place and
+      replaced by the verdicts.  Elsewhere (a pipe, a CI log) there is no live line and no
+      control character: only the verdict lines.
     - A summary: both conformance levels, the outcome, where the report is, how to replay.
 
     ``quiet``: no header and nothing live; the verdict lines come together before the summary.

@@ -1140,8 +1140,9 @@ def claim_fact(allowed, lease, model: QueueModel, now: When, min_priority, routi
     ``now`` (a window around it)."""
     holds = model.holds()
     if lease is None:  # something was claimable: why did the transport not see it?
-        lapsed = [holds[c.group_id][0] for c in allowed if c is not None and c.group_id in holds]
-        if lapsed:
+        missed = [c.group_id for c in allowed if c is not None]
+        lapsed = [holds[group][0] for group in missed if group in holds]
+        if lapsed and len(lapsed) == len(missed):  # a group never held was passed over too: not that
             return facts.MISSED_ENDED_PARK if None in lapsed else facts.MISSED_LAPSED_LEASE
         if min_priority > 0:
             return facts.MISSED_ABOVE_FLOOR  # a group at or above the floor was passed over

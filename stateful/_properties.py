@@ -40,7 +40,7 @@ from ._facts import CONTEXTS, FAULTS, KINDS
 
 __all__ = [
     "CONTRACT", "JUDGED", "PROPERTIES", "Property", "SHARED", "evidence", "fault_owner", "machine_settings",
-    "owner", "problems", "running",
+    "owner", "owners", "problems", "running",
 ]
 
 CORE = frozenset({"prefill", "publish", "claim_any", "ack"})
@@ -194,6 +194,8 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         rules=CORE | TIME | {"claim"},
         needs=_declared("priority", "the transport does not declare priorities"),
         judges=frozenset({"priority"}), owns=frozenset({facts.BELOW_FLOOR, facts.MISSED_ABOVE_FLOOR}),
+        # a floor misapplied passes over a group above it whose lease or park lapsed, too
+        explains=frozenset({facts.MISSED_LAPSED_LEASE, facts.MISSED_ENDED_PARK}),
     ),
     Property(
         "routing",
@@ -202,6 +204,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         rules=CORE | TIME | {"claim"},
         needs=_declared("routing", "the transport does not declare routing keys"),
         judges=frozenset({"routing"}), owns=frozenset({facts.OUTSIDE_KEYS, facts.MISSED_KEYED}),
+        explains=frozenset({facts.MISSED_LAPSED_LEASE, facts.MISSED_ENDED_PARK}),
     ),
     Property(
         "durability",
@@ -312,6 +315,11 @@ def owner(kind: str) -> str:
     return _OWNERS[kind]
 
 
+def owners(kinds: frozenset[str]) -> set[str]:
+    """The properties that own some of ``kinds`` (faults, which nobody owns, left out)."""
+    return {_OWNERS[kind] for kind in kinds if kind in _OWNERS}
+
+
 def fault_owner(search: str, covers: tuple[str, ...], rule: str | None) -> str:
     """The property a fault (an error the spec never asks for, a panic, a crash, a hang) counts
     against when the search ``search`` met it: a focused search's own property; in the shared
@@ -324,10 +332,15 @@ def fault_owner(search: str, covers: tuple[str, ...], rule: str | None) -> str:
     return next(name for name, row in PROPERTIES.items() if row.search == "concurrent")
 
 
-def running(search: str) -> str:
-    """A property to select (``--only``) so that ``search`` runs again."""
+def running(search: str, kind: str | None = None) -> str:
+    """A property to select (``--only``) so that ``search`` runs again, judging what it judged
+    when it saw a fact of ``kind``: that fact's owner, if the search judges it (the concurrent
+    search judges only errors for ``--only contention``)."""
     if search in PROPERTIES:
         return search
+    row = PROPERTIES.get(_OWNERS.get(kind, ""))
+    if row is not None and row.concurrent:
+        return row.name
     return next(name for name, row in PROPERTIES.items() if row.concurrent)
 
 

@@ -659,6 +659,10 @@ def failure(fact: Fact, run: Run, culprits: Sequence[Record], runs: int) -> Conc
 REFUSALS = frozenset({facts.RAISED_UNDER_CONTENTION, facts.NONE_UNDER_CONTENTION})
 """What a call that refused to answer shows: an error, or a None where a group was claimable."""
 
+RAISES = frozenset({facts.RAISED_UNDER_CONTENTION, facts.STALE_RAISED})
+"""What the judgement of errors (``contention=True``, :func:`refusal`) shows; every other kind
+is the history's (``histories=True``)."""
+
 
 def judge(run: Run, *, contention: bool, histories: bool | None = None, runs: int = 1,
           ignore: frozenset[str] = frozenset(), capabilities: Capabilities = Capabilities()) -> ConcurrencyFailure | None:

@@ -312,8 +312,22 @@ class DropsAnEventEqualToOneItHolds(InMemoryTransport):
             return super().publish(group_id, event, priority, routing_key)
 
 
+class HighFloorFindsNothing(InMemoryTransport):
+    """A claim with a floor of 3 or more answers None (R4), as a query that compared the
+    priority as text might.  When every group above the floor had a lease that lapsed, it looks
+    like a lapsed lease not seen: the priority-floor search sees that, the lease-expiry search,
+    which claims without a floor, does not."""
+
+    class Core(InMemoryCore):
+        def claim(self, token, now, visibility, min_priority, routing_keys):
+            if min_priority >= 3:
+                return None
+            return super().claim(token, now, visibility, min_priority, routing_keys)
+
+
 ONE_BUG_MANY_SEARCHES = {
     "an event equal to one held is dropped": (DropsAnEventEqualToOneItHolds, "no-loss"),
+    "a floor of 3 or more finds nothing": (HighFloorFindsNothing, "priority-floor"),
 }
 """Broken variants whose one bug disturbs many searches: one property fails, and the others it
 disturbs are its consequences (SPEC.md C5)."""

@@ -102,6 +102,15 @@ def test_one_bug_fails_one_property_and_lists_the_searches_it_disturbed():
     assert "Consequences: " in report.to_markdown() and report.exit_code == 1
 
 
+def test_a_fact_another_search_would_have_seen_is_the_bug_of_the_search_that_saw_it():
+    """A floor of 3 or more that finds nothing: when every group above the floor had a lapsed
+    lease it looks like lease-expiry's fact, but lease-expiry's own search passes; the fact is
+    priority-floor's, and lease-expiry stands passed."""
+    backend = broken_backend("a floor of 3 or more finds nothing")
+    report = certify(backend.factory, backend.capabilities, profile="quick", properties=["lease-expiry", "priority-floor"])
+    assert _verdicts(report) == {"lease-expiry": "passed", "priority-floor": "failed"}, report.to_markdown()
+
+
 def test_a_stale_release_that_raises_fails_fencing_alone():
     """An error from the ack or nack of a lease that is not current is fencing's (R10), whichever
     search made the call: before, the shared search gave it to the first property whose rules

@@ -258,6 +258,26 @@ def test_a_concurrent_reproduction_replays(tmp_path, monkeypatch):
     assert property_of(caught.value) == broken
 
 
+def test_a_reproduction_judges_what_found_the_failure():
+    """An error is replayed with errors judged, whatever the property it counts against (an ack
+    of a stale lease that raised is fencing's, and only the judgement of errors sees it); any
+    other failure with the history judged."""
+    from harel_ref.certify._engine import _failure
+    import harel_ref.stateful._facts as facts
+    from harel_ref.stateful.parallel import Claim, ConcurrencyFailure, Program, Publish, Run
+
+    backend = load("memory")(None)
+    target = Target.from_factory(backend.factory, backend.capabilities, False)
+    program = Program((Publish("g1", "e1"),), ((Claim(),), (Claim(),)))
+    for kind, judged in ((facts.STALE_RAISED, "contention=True, histories=False"),
+                         (facts.RAISED_UNDER_CONTENTION, "contention=True, histories=False"),
+                         (facts.NONE_UNDER_CONTENTION, "contention=False, histories=True"),
+                         (facts.CLAIMED_LEASED, "contention=False, histories=True")):
+        error = ConcurrencyFailure(facts.Fact(kind, "b0: claim()"), run=Run(program, (), "threads"), culprits=(), runs=1)
+        failure = _failure("concurrent", error, False, target, PROFILES["quick"], 0, "threads")
+        assert judged in failure.reproduction, (kind, failure.reproduction)
+
+
 def test_each_concurrent_property_gets_its_own_verdict():
     """The unfenced ack breaks fencing under concurrency too; the concurrent search is then run
     again without judging fencing, and single-in-flight and no-loss pass on their own."""
@@ -266,7 +286,7 @@ def test_each_concurrent_property_gets_its_own_verdict():
     verdicts = {v.property: v.verdict for v in report.verdicts}
     assert verdicts == {"single-in-flight": "passed", "fencing": "failed", "no-loss": "passed",
                         "contention": "passed"}, report.to_markdown()
-    assert "searched again with stale-acted taken as known" in report.verdict("single-in-flight").reason
+    assert "searched again with fencing taken as broken" in report.verdict("single-in-flight").reason
     assert report.verdict("fencing").failure.expected == "False"  # a stale lease that acted
 
 
@@ -289,7 +309,7 @@ def test_one_concurrent_search_judges_refusals_and_histories(tmp_path):
                         "contention": "failed"}, report.to_markdown()
     failure = report.verdict("contention").failure
     assert failure.found_by == "concurrent" and "contention=True, histories=False" in failure.reproduction
-    assert "searched again with raised-under-contention taken as known" in report.verdict("no-loss").reason
+    assert "searched again with contention taken as broken" in report.verdict("no-loss").reason
     assert "every history linearizable" in report.verdict("no-loss").reason
 
 

@@ -198,3 +198,77 @@ def test_no_checker_output_names_a_property():
         assert "property" not in {field.name for field in dataclasses.fields(output)}, output
     for output in (Divergence, ConcurrencyFailure):
         assert not hasattr(output, "property"), output
+
+
+def test_a_fault_explains_nothing():
+    """A property whose only failure is a crash or a hang cannot be the root of another's real
+    failure: a root needs a fact of a kind it owns."""
+    made = verdicts(["fifo", "no-loss"], Capabilities(),
+                    [_searched("no-loss", Fact(facts.RAISED, "state.ack(...) raised", rule="ack")),
+                     _searched("fifo", Fact(facts.NOT_HEAD, "claim"))])
+    assert (made["fifo"].verdict, made["no-loss"].verdict) == ("failed", "failed")
+    assert consequences({"no-loss": [Fact(facts.HUNG, "c")], "single-in-flight": [Fact(facts.CLAIMED_LEASED, "c")]}) == {}
+
+
+def test_a_search_that_went_on_stands_for_what_it_covers_but_what_it_stopped_at():
+    """The concurrent search found claimed-leased, went on, and stopped at a hang in its next
+    pass: fencing and no-loss are undecided because of the hang (contention's), not because of
+    single-in-flight's failure, which it went on after."""
+    concurrent = ("single-in-flight", "fencing", "no-loss", "contention")
+    leased = Failure(Fact(facts.CLAIMED_LEASED, "b0: claim()"), "concurrent", (), "", None)
+    hung = Failure(Fact(facts.HUNG, "running a program"), "concurrent", (), "", None)
+    search = Searched("concurrent", concurrent, "failed", failures=(leased, hung), stopped_at=(hung,))
+    made = verdicts(list(concurrent), Capabilities(), [search])
+    assert made["single-in-flight"].verdict == made["contention"].verdict == "failed"
+    assert made["fencing"].reason == "a consequence of contention's failure: its search stopped at it (see contention)"
+    assert made["contention"].consequences == ("fencing", "no-loss")
+
+
+def test_a_soak_judges_errors_and_breaches_in_full():
+    """A soak whose model check passed but whose history shows a lost message: no-loss fails, and
+    what it found nothing against passed (the soak ran its whole time)."""
+    lost = Failure(Fact(facts.LOST, "[lost] group 'g1': ..."), "soak", (), "", None)
+    soak = Searched("soak", ("single-in-flight", "no-loss", "contention"), "passed", "900 calls in 5 s, linearizable",
+                    failures=(lost,))
+    made = verdicts(["single-in-flight", "no-loss", "contention"], Capabilities(), [soak])
+    assert {p: v.verdict for p, v in made.items()} == {
+        "single-in-flight": "passed", "no-loss": "failed", "contention": "passed"}
+
+
+def test_a_fact_its_owners_own_search_cleared_counts_against_the_search_that_explains_it():
+    """A floor misapplied passes over a group whose lease lapsed: the priority-floor search sees
+    missed-lapsed-lease, the lease-expiry search, which looks for exactly that, passes; so it is
+    priority-floor's, also when the shared search found it, and lease-expiry passed."""
+    lapsed = Fact(facts.MISSED_LAPSED_LEASE, "claim('w1', visibility=0.25, min_priority=3)")
+    caps = Capabilities()
+    searched = [_searched(SHARED, lapsed, covers=LOCKSTEP), _searched("lease-expiry", ended="passed"),
+                _searched("priority-floor", lapsed)]
+    made = verdicts(["lease-expiry", "priority-floor"], caps, searched)
+    assert (made["lease-expiry"].verdict, made["priority-floor"].verdict) == ("passed", "failed")
+    # where lease-expiry's own search failed too, it is lease-expiry's, and the floor search stopped at it
+    searched[1] = _searched("lease-expiry", lapsed)
+    made = verdicts(["lease-expiry", "priority-floor"], caps, searched)
+    assert (made["lease-expiry"].verdict, made["priority-floor"].verdict) == ("failed", "unknown")
+
+
+def test_a_consequence_keeps_its_counterexample_in_the_report():
+    from harel_ref.certify._report import Report
+    from harel_ref.certify._engine import PROFILES as ENGINE_PROFILES
+
+    searched = [_searched("fairness", Fact(facts.PASSED_OVER, "claim(...)", "g1", "g2")),
+                _searched("no-loss", Fact(facts.DRAIN_DIFFERS, "drain", "['a']", "[]"))]
+    made = verdicts(["fairness", "no-loss"], Capabilities(), searched)
+    assert made["fairness"].failure.kind == facts.PASSED_OVER and made["fairness"].verdict == "unknown"
+    report = Report("t", Capabilities(), False, ENGINE_PROFILES["quick"], 0, tuple(made.values()), 1.0, None)
+    markdown = report.to_markdown()
+    assert "## fairness: a consequence of no-loss's failure" in markdown and "Consequences: `fairness`" in markdown
+    assert [f.kind for f in report.failures] == [facts.DRAIN_DIFFERS]  # the failures of failed properties
+
+
+def test_the_replay_of_a_concurrent_failure_selects_what_judged_it():
+    from harel_ref.stateful._properties import running
+
+    assert running("concurrent", facts.RAISED_UNDER_CONTENTION) == "contention"  # errors are judged for it
+    assert running("concurrent", facts.STALE_ACTED) == "fencing"
+    assert running("concurrent", facts.NOT_HEAD) == "single-in-flight"  # fifo has no concurrent search
+    assert running("fifo") == "fifo"

@@ -85,9 +85,9 @@ from harel_ref.stateful._async import (
 import harel_ref.stateful._facts as facts
 from harel_ref.stateful._facts import Fact
 from harel_ref.stateful._machine import FOCUS_RULES, RULES, TICK, Choices, FakeClock
-from harel_ref.stateful._properties import PROPERTIES, SHARED, machine_settings, running
+from harel_ref.stateful._properties import PROPERTIES, SHARED, machine_settings, owners, running
 from harel_ref.stateful._processes import BranchProcesses
-from harel_ref.stateful.parallel import REFUSALS, ConcurrencyFailure, check_program, close_all, programs
+from harel_ref.stateful.parallel import RAISES, ConcurrencyFailure, check_program, close_all, programs
 from harel_ref.stateful.soak import soak as run_soak
 
 from ._jobs import SearchProcesses
@@ -492,8 +492,8 @@ class Progress:
         or ``"soak"``) starts example (program) ``done`` of at most ``total``."""
 
     def finished(self, verdict: PropertyVerdict) -> None:
-        """The verdict on a property: once per selected property, in order (a property that is
-        not applicable gets its verdict without having started)."""
+        """The verdict on a property: once per selected property, in order, once every search
+        has ended (what any search finds may bear on any verdict, SPEC.md C12)."""
 
 
 class _CallbackProgress(Progress):
@@ -785,12 +785,13 @@ class _Task:
     ``prop``, the first property that needs it.  A ``standby`` search is a focused lockstep
     search that runs only if the shared lockstep search did not pass (SPEC.md C5).  The
     concurrent search ``judges`` ``refusals``, ``histories`` or both: what the chosen
-    properties need (SPEC.md C6)."""
+    properties need (SPEC.md C6).  ``covers``: the properties whose rules it runs."""
 
     kind: str
     prop: str
     standby: bool = False
     judges: frozenset[str] = frozenset()
+    covers: tuple[str, ...] = ()
 
 
 def _tasks(chosen: list[str], applicable: list[str], soak: float | None, sharing: tuple[str, ...] = ()) -> list[_Task]:
@@ -801,22 +802,22 @@ def _tasks(chosen: list[str], applicable: list[str], soak: float | None, sharing
     it runs when they are two or more and all of them are chosen, and their own searches stand by."""
     tasks, shared = [], set()
     sharing = sharing if len(sharing) > 1 and set(sharing) <= set(chosen) else ()
-    concurrent = [PROPERTIES[p] for p in applicable if PROPERTIES[p].concurrent]
-    judges = frozenset(["refusals"] * any("refusals" in row.judges for row in concurrent)
-                       + ["histories"] * any(row.search == "lockstep" for row in concurrent))
+    concurrent = tuple(p for p in PROPERTIES if p in applicable and PROPERTIES[p].concurrent)
+    judges = frozenset(["refusals"] * any("refusals" in PROPERTIES[p].judges for p in concurrent)
+                       + ["histories"] * any(PROPERTIES[p].search == "lockstep" for p in concurrent))
     for prop in chosen:
         if prop not in applicable:
             continue
         if sharing and prop == next(p for p in chosen if p in sharing):
-            tasks.append(_Task(SHARED, prop))
+            tasks.append(_Task(SHARED, prop, covers=tuple(p for p in PROPERTIES if p in sharing)))
         if PROPERTIES[prop].search == "lockstep":
-            tasks.append(_Task(prop, prop, standby=prop in sharing))
+            tasks.append(_Task(prop, prop, standby=prop in sharing, covers=(prop,)))
         wanted = ["concurrent"] + (["soak"] if soak else []) if prop in SOAK_PROPERTIES else []
         for kind in wanted:
             if kind in shared:
                 continue
             shared.add(kind)
-            tasks.append(_Task(kind, prop, judges=judges if kind == "concurrent" else frozenset()))
+            tasks.append(_Task(kind, prop, judges=judges if kind == "concurrent" else frozenset(), covers=concurrent))
     return tasks
 
 
@@ -833,7 +834,9 @@ class _Found:
     seconds: float
     examples: int
     failures: list[Failure] = dataclasses.field(default_factory=list)
-    earlier: int = 0  # of the failures, how many the passes before the last found (shrunk before a stop)
+    # of the failures, how many come before those it stopped at: the concurrent search's earlier
+    # passes (shrunk before a stop), the soak's errors and history breaches (judged in full)
+    earlier: int = 0
     reached: dict[str, int] = dataclasses.field(default_factory=dict)  # situations met (_properties)
 
 
@@ -871,10 +874,11 @@ found taken as known (:func:`_concurrent_passes`)."""
 
 def _concurrent_passes(target: Target, context: dict[str, Any], task: _Task, share: float, limits: CallLimits,
                        event: Callable, pool: BranchProcesses | None, began: float) -> _Found:
-    """The concurrent search, again with what it found taken as known (its kinds of fact
-    ignored: a rule of the model left out, or errors no longer judged), until a pass finds
-    nothing new, :data:`CONCURRENT_PASSES` passes were made, or the transport broke.  Each
-    property it judges then gets a verdict of its own, not the first failure's (SPEC.md C6)."""
+    """The concurrent search, again with what it found taken as known (every kind of fact of
+    the properties it showed broken ignored: a rule of the model left out, or errors no longer
+    judged), until a pass finds nothing new, every property it covers is known broken,
+    :data:`CONCURRENT_PASSES` passes were made, or the transport broke.  Each property it judges
+    then gets a verdict of its own, not the first failure's (SPEC.md C6)."""
     ignore: frozenset[str] = frozenset()
     earlier: list[Failure] = []
     reached: collections.Counter = collections.Counter()
@@ -882,9 +886,11 @@ def _concurrent_passes(target: Target, context: dict[str, Any], task: _Task, sha
         found = _search_once(target, context, task, share, limits, event, pool, ignore, earlier)
         seen = frozenset(failure.kind for failure in found.failures)
         if ignore and found.ended == "passed":
-            found.reason += f" (searched again with {', '.join(sorted(ignore))} taken as known)"
+            found.reason += f" (searched again with {', '.join(sorted(owners(ignore)))} taken as broken)"
         reached += collections.Counter(found.reached)
-        judged_all = "histories" not in task.judges and facts.RAISED_UNDER_CONTENTION in ignore | seen
+        broken = owners(ignore | seen)
+        judged_all = set(task.covers) <= broken or (
+            "histories" not in task.judges and facts.RAISED_UNDER_CONTENTION in ignore | seen)
         last = number == CONCURRENT_PASSES or limits.broken is not None or seen & facts.FAULTS or judged_all
         if found.ended != "failed" or last:
             found.seconds, found.earlier = time.monotonic() - began, len(earlier)
@@ -892,7 +898,7 @@ def _concurrent_passes(target: Target, context: dict[str, Any], task: _Task, sha
             found.reached = dict(reached)
             return found
         earlier += found.failures
-        ignore |= seen
+        ignore |= frozenset().union(*(PROPERTIES[prop].owns for prop in owners(seen)))
         # What a stop before the next pass finds anything reports: these, shrunk.
         event("found", _Found("unknown", "", time.monotonic() - began, 0, list(earlier), earlier=len(earlier)))
     raise AssertionError("unreachable")
@@ -1029,7 +1035,6 @@ class _Certification:
                 continue
             raise_if_stopped()
             self.running.add(number)
-            self.tell(number)
             event = functools.partial(self.event, number)
             self.found[number] = _run_task(self.target, self.context, self.tasks[number], started, event, self.pool)
             self.running.discard(number)
@@ -1080,46 +1085,28 @@ class _Certification:
 
     # --- verdicts ---------------------------------------------------------------------------
 
-    def tell(self, upcoming: int | None = None) -> None:
-        """Tell progress the verdicts now settled, in order.  A property's verdict is settled
-        once its searches are done, if it passed (nothing found later can change that), else
-        once every search is done (a later failure may be the root of its own).  ``upcoming``:
-        the search about to run here, up to which not-applicable verdicts go."""
-        done = next((n for n in range(len(self.tasks)) if n not in self.found), len(self.tasks))
+    def tell(self) -> None:
+        """Tell progress every verdict, in order, once every search has ended: a fact any search
+        finds may count against any property (a drain in one search shows a fifo failure), or
+        make a failure the consequence of another, so no verdict is settled before."""
+        if len(self.found) < len(self.tasks):
+            return
         made = self.verdicts()
         while self.told < len(self.chosen):
-            prop = self.chosen[self.told]
-            numbers = [n for n, task in enumerate(self.tasks) if task.prop == prop]
-            if prop in self.covered and self.shared in self.found and not self.shared_passed():
-                numbers += self.standby  # a failure of the shared search is weighed after them all
-            last = max(numbers, default=-1)
-            if last >= done or (not numbers and upcoming is not None and self.first_of(prop) > upcoming):
-                return
-            if made[prop].verdict not in ("passed", "not applicable") and done < len(self.tasks):
-                return
-            self.progress.finished(made[prop])
+            self.progress.finished(made[self.chosen[self.told]])
             self.told += 1
-
-    def first_of(self, prop: str) -> int:
-        """The number of the first search after ``prop`` in order (where its verdict, had it
-        searches, would come)."""
-        after = self.chosen[self.chosen.index(prop):]
-        return next((n for n, task in enumerate(self.tasks) if task.prop in after), len(self.tasks))
 
     def searched(self, why: str | None = None) -> list[Searched]:
         """Every search, as the verdicts need it: how it ended, or that it never did."""
-        applicable = [p for p in self.chosen if PROPERTIES[p].needs(self.caps) is None]
-        concurrent = tuple(p for p in PROPERTIES if p in applicable and PROPERTIES[p].concurrent)
-        covers = {SHARED: tuple(p for p in PROPERTIES if p in self.covered), "concurrent": concurrent,
-                  "soak": concurrent}
         searched = []
         for number, task in enumerate(self.tasks):
             found = self.found.get(number)
             if found is None:
                 how = "interrupted" if number in self.running else "not reached"
                 found = _Found("unknown", f"{how}: {why}" if why else how, 0.0, 0)
-            searched.append(Searched(task.kind, covers.get(task.kind, (task.kind,)), found.ended, found.reason,
-                                     found.seconds, found.examples, tuple(found.failures), found.reached))
+            searched.append(Searched(task.kind, task.covers, found.ended, found.reason, found.seconds,
+                                     found.examples, tuple(found.failures), found.reached,
+                                     stopped_at=tuple(found.failures[found.earlier:])))
         return searched
 
     def verdicts(self, why: str | None = None) -> dict[str, PropertyVerdict]:
@@ -1175,8 +1162,10 @@ def _branch_processes(target: Target, call_deadline: float | None) -> BranchProc
 
 
 def _soak(target: Target, seconds: float, run_seed: int) -> _Found:
-    """Run the soak, and what it found: a failure per kind of fact seen (errors, the model's
-    verdict, the history's breaches; SPEC.md R19)."""
+    """Run the soak, and what it found: a failure per kind of fact seen (errors and the
+    history's breaches, each judged in full, and the model's verdict, which stops at its first
+    misfit; SPEC.md R19).  It ended "passed" when the model's verdict did: what it covers and
+    found nothing against holds."""
     began = time.monotonic()
     replay = target.command("quick", run_seed, only=running("soak"), soak=seconds)
     try:
@@ -1189,12 +1178,14 @@ def _soak(target: Target, seconds: float, run_seed: int) -> _Found:
         return _Found("failed", "the soak crashed", time.monotonic() - began, 0, [failure])
     failures = [_failure("soak", divergence, False, target, PROFILES["quick"], run_seed, "threads", soak=seconds)
                 for divergence in result.failures()]
-    if failures:
-        return _Found("failed", "", time.monotonic() - began, calls, failures)
+    judged = [failure for failure in failures if failure.fact != lin.fact]  # in full
+    spent = time.monotonic() - began
     if lin.ok is None:
-        return _Found("unknown", f"the soak's model check gave up: {lin}", time.monotonic() - began, calls)
-    return _Found("passed", f"{calls} calls in {result.seconds:.0f} s, linearizable, no history violation, none raised",
-                  time.monotonic() - began, calls)
+        return _Found("unknown", f"the soak's model check gave up: {lin}", spent, calls, failures)
+    if lin.ok is False:
+        return _Found("failed", "", spent, calls, judged + [f for f in failures if f not in judged], earlier=len(judged))
+    clean = "" if failures else ", no history violation, none raised"
+    return _Found("passed", f"{calls} calls in {result.seconds:.0f} s, linearizable{clean}", spent, calls, failures)
 
 
 def preflight(target: Target) -> Speed:
@@ -1263,16 +1254,15 @@ def _failure(search_name: str, error: BaseException, flaky: bool, target: Target
     """The report's account of a failure that the search ``search_name`` (a property's own,
     ``"shared"``, ``"concurrent"`` or ``"soak"``) found: its fact, and how to see it again."""
     lockstep = search_name == SHARED or (search_name in PROPERTIES and PROPERTIES[search_name].search == "lockstep")
-    replay = target.command(profile.name, run_seed, only=None if search_name == SHARED else running(search_name),
-                            branches=branches, soak=soak)
+    only = None if search_name == SHARED else running(search_name, getattr(error, "kind", None))
+    replay = target.command(profile.name, run_seed, only=only, branches=branches, soak=soak)
     if isinstance(error, ConcurrencyFailure):
         program = error.program
-        refusal = error.kind in REFUSALS  # replayed as judged when it was found
         return Failure(
             error.fact, found_by=search_name,
             steps=tuple(str(program).splitlines()) if program is not None else (),
-            reproduction="" if program is None else target.parallel_reproduction(
-                search_name, program, contention=refusal, histories=not refusal,
+            reproduction="" if program is None else target.parallel_reproduction(  # judged as it was found
+                search_name, program, contention=error.kind in RAISES, histories=error.kind not in RAISES,
                 repeats=profile.repeats, branches=branches),
             replay=replay, flaky=flaky, timeline=error.timeline, timeline_svg=error.svg,
             history=tuple(_jsonable(record) for record in error.shown),

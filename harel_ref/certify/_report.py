@@ -165,7 +165,9 @@ class Report:
 
     @property
     def failures(self) -> list[Failure]:
-        return [v.failure for v in self.verdicts if v.failure is not None]
+        """The failures of the failed properties (a consequence's counterexample is on its
+        unknown verdict)."""
+        return [v.failure for v in self.verdicts if v.failure is not None and v.verdict == "failed"]
 
     # --- JSON --------------------------------------------------------------------------------
 
@@ -256,8 +258,9 @@ class Report:
     def _failure_markdown(self, verdict: PropertyVerdict) -> list[str]:
         f = verdict.failure
         assert f is not None
+        heading = "failed" if verdict.verdict == "failed" else verdict.reason.partition(":")[0]
         lines = [
-            f"## {verdict.property}: failed",
+            f"## {verdict.property}: {heading}",
             "",
             f"Found by the `{f.found_by}` search; what it saw: `{f.kind}`, {KINDS[f.kind]}"
             + (", flaky: it did not fail again on replay" if f.flaky else "") + ".",
@@ -268,8 +271,10 @@ class Report:
         ]
         if verdict.consequences:
             shown = ", ".join(f"`{prop}`" for prop in verdict.consequences)
-            lines += ["", f"Consequences: {shown}. Their searches met what this failure explains, so their "
-                      "verdicts are unknown; fix this one and certify again."]
+            lines += ["", f"Consequences: {shown}. Their searches met what this failure explains, or stopped at "
+                      "it, so their verdicts are unknown (each says which); fix this one and certify again."]
+        elif verdict.verdict != "failed":
+            lines += ["", f"This is not counted as a failure of its own: {verdict.reason}"]
         if f.state:
             lines += ["", "The queue per the model at that step:", "", "```", f.state, "```"]
         if f.timeline:

@@ -6,8 +6,11 @@ The checkers report facts (:mod:`harel_ref.stateful._facts`), each search ends a
 1. **Whom each fact counts against.**  The property that owns its kind in the table
    (:mod:`harel_ref.stateful._properties`), unless the example did something before it that a
    property the search covers ``blames_after`` (a reopen is durability's: what it broke shows
-   at a later step); a fault (an error the spec never asks for, a panic, a hang) counts against
-   the property whose search met it (:func:`~harel_ref.stateful._properties.fault_owner`).
+   at a later step), or the owner's own search, which looks for exactly that, passed and a
+   property that ``explains`` its kind found it in its own search, or found it in the shared
+   search and failed in its own (a floor misapplied passes over a group whose lease lapsed: the
+   priority-floor search sees it, the lease-expiry search does not); a fault (an error the spec never asks for, a panic, a hang) counts against the
+   property whose search met it (:func:`~harel_ref.stateful._properties.fault_owner`).
 2. **Which failures are consequences of another.**  One bug shows in many searches: a queue
    that drops an event equal to one it holds loses a message (no-loss), and every later claim
    of that group looks wrong to the other searches (a group passed over, a head missing).  A
@@ -44,10 +47,11 @@ class Searched:
 
     - ``search``: a property's own search (its name), ``"shared"``, ``"concurrent"`` or
       ``"soak"``; ``covers``: the properties whose rules it ran, in the table's order.
-    - ``ended``: ``"passed"`` (nothing found, or, for the concurrent search, nothing new once
-      what it found was taken as known), ``"failed"`` (it stopped at the failures it found),
-      ``"unknown"`` (it could not finish: ``reason`` says why) or ``"covered"`` (a focused
-      search the shared search made needless: it never ran).
+    - ``ended``: ``"passed"`` (it judged everything it covers: a property with no fact from it
+      passed, whatever it found against others), ``"failed"`` (it stopped at the failures
+      ``stopped_at``: what it covers and found nothing against is undecided), ``"unknown"``
+      (it could not finish: ``reason`` says why) or ``"covered"`` (a focused search the shared
+      search made needless: it never ran).
     - ``failures``: what it found, each with its fact; ``reached``: the situations it met."""
 
     search: str
@@ -58,6 +62,13 @@ class Searched:
     examples: int = 0
     failures: tuple[Failure, ...] = ()
     reached: Mapping[str, int] = field(default_factory=dict)
+    stopped_at: tuple[Failure, ...] | None = None  # None: all its failures, when it ended "failed"
+
+    def stopped(self) -> tuple[Failure, ...]:
+        """The failures it stopped at (none unless it ended "failed")."""
+        if self.ended != "failed":
+            return ()
+        return self.failures if self.stopped_at is None else self.stopped_at
 
     def decides(self, prop: str) -> bool:
         """Whether this search stands for ``prop``'s verdict: a shared lockstep search only when
@@ -67,8 +78,11 @@ class Searched:
         return self.search != SHARED or self.ended == "passed"
 
 
-def blame(fact: Fact, search: Searched) -> str:
-    """The property ``fact``, found by ``search``, counts against (the module docstring, 1)."""
+def blame(fact: Fact, search: Searched, cleared: frozenset[str] = frozenset(),
+          convicted: frozenset[str] = frozenset()) -> str:
+    """The property ``fact``, found by ``search``, counts against (the module docstring, 1);
+    ``cleared``: the properties whose own search passed, ``convicted``: those whose own search
+    found a fact against them."""
     if fact.kind in FAULTS:
         return fault_owner(search.search, search.covers, fact.rule)
     for context in CONTEXTS:  # the earliest kind of cause first
@@ -76,13 +90,21 @@ def blame(fact: Fact, search: Searched) -> str:
             for prop in search.covers:
                 if context in PROPERTIES[prop].blames_after:
                     return prop
+    if owner(fact.kind) in cleared:
+        explaining = [p for p in search.covers if fact.kind in PROPERTIES[p].explains]
+        if search.search in explaining:
+            return search.search
+        if found := [p for p in explaining if p in convicted]:
+            return found[0]
     return owner(fact.kind)
 
 
 def consequences(failed: Mapping[str, Sequence[Fact]]) -> dict[str, str]:
     """Of the properties with facts against them (``failed``), each that is a consequence of
     another, and the root failure it follows from (the module docstring, 2).  Candidates are
-    tried in the table's order; a chain leads to its root, and a cycle is no consequence."""
+    tried in the table's order; a chain leads to its root, and a cycle is no consequence.  A
+    root needs a fact of a kind it owns that the other does not explain: a fault, or a fact it
+    got only by what came before it, explains nothing."""
 
     def explains(prop: str, kind: str) -> bool:
         row = PROPERTIES[prop]
@@ -92,7 +114,7 @@ def consequences(failed: Mapping[str, Sequence[Fact]]) -> dict[str, str]:
     for prop in (p for p in PROPERTIES if p in failed):
         for root in (r for r in PROPERTIES if r in failed and r != prop):
             if all(explains(root, f.kind) for f in failed[prop]) and \
-                    not all(explains(prop, f.kind) for f in failed[root]):
+                    any(f.kind in PROPERTIES[root].owns and not explains(prop, f.kind) for f in failed[root]):
                 follows[prop] = root
                 break
     found = {}
@@ -110,23 +132,27 @@ def verdicts(chosen: Sequence[str], caps: Capabilities, searched: Sequence[Searc
     """The verdict on every chosen property, and on any other a search found broken, in the
     table's order for the latter.  ``why``: the run was stopped (a search that did not end says
     it was interrupted, or not reached)."""
+    cleared = frozenset(s.search for s in searched if s.search in PROPERTIES and s.ended == "passed")
+    convicted = frozenset(s.search for s in searched for f in s.failures
+                          if s.search in PROPERTIES and blame(f.fact, s, cleared) == s.search)
     against: dict[str, list[tuple[Failure, Searched]]] = collections.defaultdict(list)
     for search in searched:
         for failure in search.failures:
-            against[blame(failure.fact, search)].append((failure, search))
+            against[blame(failure.fact, search, cleared, convicted)].append((failure, search))
     follows = consequences({prop: [f.fact for f, _ in found] for prop, found in against.items()})
-    stopped = {prop: _stopped_by(prop, searched, against, follows) for prop in chosen}
+    stopped = {prop: _stopped_by(prop, searched, follows, cleared, convicted) for prop in chosen}
     follows.update({prop: root for prop, root in stopped.items() if root is not None and prop not in against})
     order = list(chosen) + [p for p in PROPERTIES if p in against and p not in chosen]
     return {prop: _verdict(prop, caps, searched, against.get(prop, []), follows, why) for prop in order}
 
 
-def _stopped_by(prop: str, searched: Sequence[Searched], against, follows: dict[str, str]) -> str | None:
+def _stopped_by(prop: str, searched: Sequence[Searched], follows: dict[str, str],
+                cleared: frozenset[str], convicted: frozenset[str]) -> str | None:
     """The root failure a search that stands for ``prop`` stopped at, if one did."""
     for search in searched:
-        if search.decides(prop) and search.ended == "failed":
-            for failure in search.failures:
-                blamed = blame(failure.fact, search)
+        if search.decides(prop):
+            for failure in search.stopped():
+                blamed = blame(failure.fact, search, cleared, convicted)
                 if blamed != prop:
                     return follows.get(blamed, blamed)
     return None
@@ -144,11 +170,11 @@ def _verdict(prop: str, caps: Capabilities, searched: Sequence[Searched], found:
     counted = {situation: reached[situation] for situation in evidence(prop, caps)}
     if (reason := PROPERTIES[prop].needs(caps)) is not None:
         return PropertyVerdict(prop, "not applicable", reason, 0.0, 0)
-    if prop in follows:
+    if prop in follows:  # its counterexample stays in the report, under its reason
         return PropertyVerdict(prop, "unknown", _consequence_reason(prop, follows[prop], found), seconds, examples,
-                               evidence=counted)
-    if found:
-        failure = next((f for f, search in found if search.search == prop), found[0][0])
+                               found[0][0] if found else None, counted)
+    if found:  # the counterexample shown: one its own search found, of a kind it owns, if there is one
+        failure = min(found, key=lambda item: (item[1].search != prop, item[0].kind not in PROPERTIES[prop].owns))[0]
         shown = tuple(p for p, root in sorted(follows.items(), key=lambda item: list(PROPERTIES).index(item[0]))
                       if root == prop)
         return PropertyVerdict(prop, "failed", failure.summary(), seconds, examples, failure, counted, shown)
@@ -189,7 +215,8 @@ def _combined(prop: str, parts: list[Searched], why: str | None) -> tuple[str, s
     for search in parts:
         own = search.search == prop
         if search.ended != "passed":
-            return "unknown", search.reason if own else f"{search.search} search: {search.reason}"
+            reason = search.reason or "it stopped at what it found"
+            return "unknown", reason if own else f"{search.search} search: {reason}"
         label = "" if own else "shared search: " if search.search == SHARED else f"{search.search}: "
         reasons.append(f"{label}{search.reason}")
     return "passed", "; ".join(reasons)
