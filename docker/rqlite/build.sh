@@ -25,6 +25,11 @@ log() { printf '[rqlite-build] %s\n' "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 build_binary() {
+    # One build at a time: a second caller (.ci/setup starts the build early, then .ci/cluster
+    # asks for the image) waits for the first, then finds the binary made.
+    mkdir -p "$BUILD"
+    exec 9>"$BUILD/.binary.lock"
+    flock 9
     if [[ "$FORCE" != 1 && -x "$BIN" ]] && "$BIN" -version 2>&1 | grep -q "rqlited $RQLITE_VERSION "; then
         log "binary present: $BIN ($("$BIN" -version 2>&1 | head -1)); skipping go build"
         return 0
