@@ -1178,12 +1178,13 @@ def _soak(target: Target, seconds: float, run_seed: int) -> _Found:
         return _Found("failed", "the soak crashed", time.monotonic() - began, 0, [failure])
     failures = [_failure("soak", divergence, False, target, PROFILES["quick"], run_seed, "threads", soak=seconds)
                 for divergence in result.failures()]
-    judged = [failure for failure in failures if failure.fact != lin.fact]  # in full
     spent = time.monotonic() - began
     if lin.ok is None:
         return _Found("unknown", f"the soak's model check gave up: {lin}", spent, calls, failures)
-    if lin.ok is False:
-        return _Found("failed", "", spent, calls, judged + [f for f in failures if f not in judged], earlier=len(judged))
+    if lin.ok is False:  # it stopped at the model's misfit; errors and breaches were judged in full
+        judged = [failure for failure in failures if failure.fact != lin.fact]
+        misfit = [failure for failure in failures if failure.fact == lin.fact]
+        return _Found("failed", "", spent, calls, judged + misfit, earlier=len(judged))
     clean = "" if failures else ", no history violation, none raised"
     return _Found("passed", f"{calls} calls in {result.seconds:.0f} s, linearizable{clean}", spent, calls, failures)
 
