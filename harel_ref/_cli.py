@@ -141,7 +141,17 @@ def build_parser() -> argparse.ArgumentParser:
     caps.add_argument("--group-ids", metavar="REGEX",
                       help="a regular expression every group id it accepts matches in full (SQS: "
                       "'[!-~]{1,128}'); only such ids are used (default: any Unicode text)")
+    caps.add_argument("--event-bytes", metavar="BYTES", type=_event_bytes,
+                      help="the longest event it takes in UTF-8 bytes, whatever its characters; no longer "
+                      "ones are drawn (default 0: any, up to 1 MiB)")
     return parser
+
+
+def _event_bytes(text: str) -> int:
+    """``--event-bytes BYTES``: a whole number >= 0."""
+    if not text.strip().isdigit():
+        raise argparse.ArgumentTypeError(f"expected a whole number of bytes >= 0, got {text!r}")
+    return int(text)
 
 
 def _resolution(text: str) -> float:
@@ -222,6 +232,7 @@ def _certify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
         "durable": args.durable, "shared": args.shared, "fairness": args.fairness,
         "clock": None if args.wall_clock is None else ("wall" if args.wall_clock else "injectable"),
         "protocol": args.protocol, "acks": args.acks, "resolution": args.resolution, "group_ids": args.group_ids,
+        "event_bytes": args.event_bytes,
     }
     if args.target and args.bundled:
         return _usage(parser, "give either MODULE:FACTORY or --bundled NAME, not both")

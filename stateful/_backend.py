@@ -62,6 +62,9 @@ class Capabilities:
     - ``group_ids``: a regular expression every group id it accepts matches in full (SQS:
       ``[!-~]{1,128}``, printable ASCII); the checkers then use only such ids.  Empty (the
       default) is any non-empty string of Unicode text.
+    - ``event_bytes``: the longest event it takes, in UTF-8 bytes, whatever its characters
+      (SQS: a body of 256 KiB holds 43,690 NULs once escaped); the checkers then draw no longer
+      ones.  0 (the default) is any length: the checkers draw events of up to 1 MiB.
     """
 
     priority: bool = True
@@ -75,6 +78,7 @@ class Capabilities:
     acks: Literal["fenced", "until-reclaimed", "by-seq"] = "fenced"
     resolution: float = 0.0
     group_ids: str = ""
+    event_bytes: int = 0
 
     def accepts_group_id(self, group_id: str) -> bool:
         """Whether ``group_id`` is one the transport declares it accepts (``group_ids``)."""
@@ -108,6 +112,8 @@ class Capabilities:
             re.compile(self.group_ids)
         except re.error as exc:
             raise ValueError(f"Capabilities.group_ids is not a regular expression: {exc} in {self.group_ids!r}") from None
+        if isinstance(self.event_bytes, bool) or not isinstance(self.event_bytes, int) or self.event_bytes < 0:
+            raise ValueError(f"Capabilities.event_bytes must be a whole number of bytes >= 0, got {self.event_bytes!r}")
         if self.group_ids:
             accepted_groups(self)  # two at least of the ids the checkers use must match
         if self.protocol == "harel" and self.routing:

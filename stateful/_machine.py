@@ -36,9 +36,16 @@ from harel_ref.model import Claimed, QueueModel, When
 
 import harel_ref.stateful._facts as facts
 from ._async import TransportFault, open_transport
-from ._backend import GROUPS, Backend, Capabilities, accepted_groups
+from ._backend import Backend, Capabilities, accepted_groups
 from ._facts import Fact, ShowsAFact
-from ._properties import HELD, LEASE_END, LEASE_LAPSED, PARK_ENDED, REOPEN_HELD, STALE_AFTER_RECLAIM, TIE
+from ._values import (
+    CLOCK_STARTS, DELAYS, KEY_FAMILIES, LONG, STEPS, TICK, VISIBILITIES, WORKERS, event_strategy, group_families, near_collisions,
+    OnePass, reshaped, routing_key_pool, shaped_keys,
+)
+from ._properties import (
+    FAR_CLOCK, HELD, LEASE_END, LEASE_LAPSED, LONG_EVENT, LONG_LEASE, NEAR_GROUPS, NEAR_KEYS, PARK_ENDED, REOPEN_HELD,
+    STALE_AFTER_RECLAIM, TIE,
+)
 
 __all__ = [
     "FOCUS_RULES", "RULES", "Choices", "ClockedTransport", "Divergence", "FakeClock", "MovingClock",
@@ -47,9 +54,7 @@ __all__ = [
 ]
 
 START = 1000.0
-TICK = 2.0**-10
-"""One tick of the fake clock.  Times, visibilities and delays are all multiples of powers of
-two, so ``claim time + visibility`` is exact in floating point on both sides."""
+"""Where the clock starts unless an example draws another start (:data:`._values.CLOCK_STARTS`)."""
 
 WALL_SCALE = 0.05
 """In wall-clock mode every duration is scaled by this (1 s of spec time = 50 ms of real time)."""
@@ -60,7 +65,8 @@ RULES = (
     "bad_release",
 )
 """The names of the machine's rules; :func:`make_machine` runs them all by default and can
-enable a subset of them, or add the focus rules below."""
+enable a subset of them, or add the focus rules below.  (The initial rules ``begin`` and
+``choose_keys`` always run: they draw the example's ids and clock.)"""
 
 FOCUS_RULES = ("prefill", "release_stale", "step_back")
 """Rules that only a focused search enables (``make_machine(rules=...)``): an initial state
@@ -68,51 +74,60 @@ that every example starts from, so a short search reaches deeper; acks and nacks
 leases whose message another worker now holds, the calls whose effect fencing is about; and
 a clock that steps back (R3), which the lease-expiry search adds."""
 
-WORKERS = ("w1", "w2")
-ROUTING_KEYS = (None, "blue", "green")
-ROUTING_FILTERS = (None, ("blue",), ("green",), ("blue", "green"))
-VISIBILITIES = (0.25, 0.5, 1.0, 2.0, 5.0)
-DELAYS = (0.125, 0.5, 1.0, 3.0)
-STEPS = (TICK, 0.125, 0.5, 1.0, 4.0)
+PLAIN_ROUTING_KEYS = (None, "blue", "green")
+"""The routing keys of :func:`prefill` (the plain family)."""
+WALL_VISIBILITIES = (0.25, 0.5, 1.0, 2.0, 5.0)
+WALL_DELAYS = (0.125, 0.5, 1.0, 3.0)
+WALL_STEPS = (TICK, 0.125, 0.5, 1.0, 4.0)
+"""On a wall clock durations stay short: each one is slept through, scaled (:data:`WALL_SCALE`)."""
 IN_RESOLUTIONS = ((1.0, 2.0, 3.0), (1.0, 2.0), (0.5, 1.0, 2.0))
 """The visibilities, delays and wall-clock steps, in multiples of a declared resolution."""
 
 
 @dataclasses.dataclass(frozen=True)
 class Choices:
-    """What a machine draws group ids and durations from: its backend's.  Durations are in
-    *spec seconds*, the numbers the steps show; the transport is given ``scale`` real seconds
-    for each (on a wall clock, so that leases lapse within an example)."""
+    """What a machine draws ids, events and durations from: its backend's (:mod:`._values`).
+    Durations are in *spec seconds*, the numbers the steps show; the transport is given
+    ``scale`` real seconds for each (on a wall clock, so that leases lapse within an example).
+    ``groups`` is the plain family of group ids, ``group_families`` every family the backend
+    accepts, ``starts`` where the clock may start."""
 
     scale: float
     groups: tuple[str, ...]
     visibilities: tuple[float, ...]
     delays: tuple[float, ...]
     steps: tuple[float, ...]
+    group_families: tuple[tuple[str, ...], ...] = ()
+    event_bytes: int = 0
+    starts: tuple[float, ...] = (START,)
 
     @classmethod
     def of(cls, caps: Capabilities) -> Choices:
         """The choices for a transport with these capabilities.  A declared ``resolution``
         makes every lease and delay a whole multiple of it: on a wall clock one spec second
         *is* one resolution (1 s of SQS), on an injectable clock the spec seconds are
-        multiples of it."""
+        multiples of it.  Only an injectable clock without a resolution is given durations
+        across magnitudes (1 ms to 10**7 s) and a clock that starts anywhere."""
         groups = accepted_groups(caps)
+        data = dict(group_families=tuple(group_families(caps).values()), event_bytes=caps.event_bytes)
         wall = caps.clock == "wall"
         if not caps.resolution:
-            return cls(WALL_SCALE if wall else 1.0, groups, VISIBILITIES, DELAYS, STEPS)
+            if wall:
+                return cls(WALL_SCALE, groups, WALL_VISIBILITIES, WALL_DELAYS, WALL_STEPS, **data)
+            return cls(1.0, groups, VISIBILITIES, DELAYS, STEPS, **data, starts=CLOCK_STARTS)
         visibilities, delays, wall_steps = IN_RESOLUTIONS
         if wall:
-            return cls(caps.resolution, groups, visibilities, delays, wall_steps)
+            return cls(caps.resolution, groups, visibilities, delays, wall_steps, **data)
         unit = caps.resolution
-        return cls(1.0, groups, tuple(v * unit for v in visibilities), tuple(d * unit for d in delays), STEPS)
+        return cls(1.0, groups, tuple(v * unit for v in visibilities), tuple(d * unit for d in delays), STEPS,
+                   **data)
 
     def draws_like(self, other: Choices) -> bool:
         """Whether a machine draws the same values with these choices as with ``other``."""
-        return (self.groups, self.visibilities, self.delays, self.steps) == (
-            other.groups, other.visibilities, other.delays, other.steps)
+        return dataclasses.replace(self, scale=1.0) == dataclasses.replace(other, scale=1.0)
 
 
-Choices.DEFAULT = Choices(1.0, GROUPS, VISIBILITIES, DELAYS, STEPS)
+Choices.DEFAULT = Choices.of(Capabilities())
 
 
 def backend_rule(kind: Callable = rule, **arguments: Any) -> Callable:
@@ -140,13 +155,6 @@ def _strategies(arguments: dict[str, Any], choices: Choices) -> dict[str, Any]:
 # 1.8 s that table costs to build in each process: a search keeps Hypothesis's caches in a
 # scratch directory (C1), so the table would be built again in every search.
 UTF8 = st.characters(exclude_categories=["Cs"])
-
-events = st.one_of(
-    st.just(""),
-    st.text(UTF8, max_size=12),
-    st.builds(lambda char, n: char * n, UTF8, st.integers(2_000, 40_000)),
-)
-
 
 class Divergence(ShowsAFact, AssertionError):
     """The transport answered something the model does not allow: ``fact`` says what was seen
@@ -459,12 +467,15 @@ class TransportMachine(RuleBasedStateMachine):
     holdings: frozenset[str] = facts.HOLDINGS
 
     leases = Bundle("leases")
+    groups = Bundle("groups")
+    keys = Bundle("keys")
 
     def __init__(self) -> None:
         super().__init__()
         caps = self.backend.capabilities
         self.wall = caps.clock == "wall"
         self.choices = Choices.of(caps)
+        self.group_families = dict(enumerate(self.choices.group_families))
         self.clock = MovingClock()
         self.namespace = f"ns_{uuid.uuid4().hex[:12]}"
         self.loop = asyncio.new_event_loop() if self.backend.is_async else None
@@ -504,7 +515,8 @@ class TransportMachine(RuleBasedStateMachine):
         return self.instances[via % len(self.instances)]
 
     def _seconds(self, spec_seconds: float) -> float:
-        return spec_seconds * self.choices.scale
+        """The transport's seconds for ``spec_seconds`` (an ``int`` stays one unscaled)."""
+        return spec_seconds if self.choices.scale == 1.0 else spec_seconds * self.choices.scale
 
     def _call(self, method, *args) -> tuple[Any, When]:
         """Call the transport; return its answer and when it happened."""
@@ -557,6 +569,22 @@ class TransportMachine(RuleBasedStateMachine):
                 self.reached[LEASE_LAPSED if token is not None else PARK_ENDED] += 1
         if self.model.tied(now, min_priority, routing_keys):
             self.reached[TIE] += 1
+        if not self.wall and now >= CLOCK_STARTS[2]:
+            self.reached[FAR_CLOCK] += 1
+        if routing_keys is not None and self._near(routing_keys[0], KEY_FAMILIES):
+            self.reached[NEAR_KEYS] += 1
+
+    def _count_publish(self, group: str, event: str) -> None:
+        family = self._near(group, self.group_families)
+        if family and any(other != group and other in family for other in self.model.contents()):
+            self.reached[NEAR_GROUPS] += 1
+        if len(event) * 4 >= LONG and len(event.encode("utf-8")) >= LONG:
+            self.reached[LONG_EVENT] += 1
+
+    @staticmethod
+    def _near(value: str, families) -> tuple[str, ...] | None:
+        """The near-collision family (not the plain one) ``value`` is of, if any."""
+        return next((family for family in list(families.values())[1:] if value in family), None)
 
     def _count_release(self, lease) -> None:
         if self._reclaimed(lease, self._holders()):
@@ -564,11 +592,31 @@ class TransportMachine(RuleBasedStateMachine):
 
     # --- publish (R1, R11, R12) ----------------------------------------------------------------
 
+    # --- the example's values (SPEC.md C13, :mod:`._values`) ------------------------------------
+
     @backend_rule(
-        group=lambda choices: st.sampled_from(choices.groups),
-        event=events,
+        initialize,
+        target=groups,
+        group_ids=lambda choices: near_collisions(dict(enumerate(choices.group_families))),
+        clock=lambda choices: st.sampled_from(choices.starts),
+    )
+    def begin(self, group_ids, clock):
+        """Every example's group ids, 2 to 4 of one family that a careless store merges, and
+        the moment its clock starts at (the transport was opened at :data:`START`)."""
+        if not self.wall:
+            self.clock.now = clock
+        return multiple(*group_ids)
+
+    @initialize(target=keys, routing_keys=routing_key_pool())
+    def choose_keys(self, routing_keys):
+        """Every example's routing keys, 2 to 4 of one family (unused without routing)."""
+        return multiple(*routing_keys)
+
+    @backend_rule(
+        group=groups,
+        event=lambda choices: event_strategy(choices.event_bytes),
         priority=st.integers(0, 4),
-        routing_key=st.sampled_from(ROUTING_KEYS),
+        routing_key=st.none() | keys,
         via=st.integers(0, 1),
     )
     def publish(self, group, event, priority, routing_key, via):
@@ -579,7 +627,7 @@ class TransportMachine(RuleBasedStateMachine):
         messages=lambda choices: st.lists(
             st.tuples(
                 st.sampled_from(choices.groups[:2]), st.text(UTF8, max_size=3), st.integers(0, 4),
-                st.sampled_from(ROUTING_KEYS),
+                st.sampled_from(PLAIN_ROUTING_KEYS),
             ),
             min_size=1,
             max_size=4,
@@ -600,6 +648,7 @@ class TransportMachine(RuleBasedStateMachine):
         if answer is not None:
             self._fail(facts.PUBLISH_ANSWERED, f"publish({group!r}, ...)", "None", answer)
         self.model.publish(group, event, priority, routing_key)
+        self._count_publish(group, event)
         self.in_step = False
 
     # --- claim (R2-R6, R16) --------------------------------------------------------------------
@@ -609,7 +658,7 @@ class TransportMachine(RuleBasedStateMachine):
         worker=st.sampled_from(WORKERS),
         visibility=lambda choices: st.sampled_from(choices.visibilities),
         min_priority=st.one_of(st.just(0), st.integers(0, 4)),
-        routing_keys=st.sampled_from(ROUTING_FILTERS),
+        routing_keys=st.none() | shaped_keys(keys),
         via=st.integers(0, 1),
     )
     def claim(self, worker, visibility, min_priority, routing_keys, via):
@@ -634,15 +683,18 @@ class TransportMachine(RuleBasedStateMachine):
         self.in_step = False
         return multiple() if lease is None else lease
 
-    def _claim(self, transport, worker, visibility, min_priority=0, routing_keys=None):
+    def _claim(self, transport, worker, visibility, min_priority=0, given_keys=None):
+        """Claim and judge the answer.  ``given_keys``: the routing keys in the shape drawn (a
+        list, tuple, set or iterator), given to the transport in that shape."""
+        routing_keys = None if given_keys is None else tuple(given_keys)
         step = (
-            f"claim({worker!r}, visibility={visibility}, min_priority={min_priority}, "
-            f"routing_keys={routing_keys!r})"
+            f"claim({worker!r}, visibility={visibility!r}, min_priority={min_priority}, "
+            f"routing_keys={given_keys if routing_keys is None else reshaped(given_keys, routing_keys)!r})"
         )
         allowed = None if self.wall else self.model.claim_outcomes(self._judged_now(), min_priority, routing_keys)
         lease, when = self._call(
             transport.claim, worker, self._seconds(visibility), min_priority,
-            None if routing_keys is None else list(routing_keys),
+            None if routing_keys is None else reshaped(given_keys, routing_keys),
         )
         if self.wall:
             allowed = self.model.claim_outcomes(when, min_priority, routing_keys)
@@ -657,6 +709,8 @@ class TransportMachine(RuleBasedStateMachine):
         self._check_lease_identity(step, lease, claimed)
         self._check_still_held(step, lease, claimed, when)
         self.model.take(claimed, lease.token, when, self._seconds(visibility))
+        if visibility >= 3600 and not self.draining:
+            self.reached[LONG_LEASE] += 1
         self.model_seqs[lease.token] = claimed.seq
         self.issued.append(lease)
         return lease
@@ -842,6 +896,8 @@ class TransportMachine(RuleBasedStateMachine):
         self._count_release(lease)
         answer, when = self._release("nack", lease, via, self._seconds(delay))
         expected = self.model.nack(lease.token, self._seconds(delay), when)
+        if expected and delay >= 3600:
+            self.reached[LONG_LEASE] += 1
         if not self._answered(answer, expected):
             self._fail(release_fact("nack", expected, delay), f"nack({_lease_ref(lease)}, delay={delay})",
                        repr(expected), answer)
@@ -859,9 +915,9 @@ class TransportMachine(RuleBasedStateMachine):
     @precondition(lambda self: not self.wall)
     @rule(seconds=st.sampled_from(STEPS))
     def step_back(self, seconds):
-        """The clock steps back (R3): leases and parks end at the moments they ended before, so
-        each one lasts longer, and a lapsed one nobody re-claimed is live again."""
-        self.clock.now -= seconds
+        """The clock steps back (R3), to 0 at the most: leases and parks end at the moments they
+        ended before, so each one lasts longer, and a lapsed one nobody re-claimed is live again."""
+        self.clock.now = max(0.0, self.clock.now - seconds)
         self.stepped_back = True
 
     @precondition(lambda self: not self.wall and self.model.deadlines())
@@ -993,17 +1049,10 @@ class TransportMachine(RuleBasedStateMachine):
 
     def _check_close(self) -> None:
         """R14: close twice is harmless; then every call fails with an error saying so."""
-        group, visibility = self.choices.groups[0], self._seconds(self.choices.visibilities[0])  # valid for it
-        calls = {
-            f"publish({group!r}, 'e')": ("publish", (group, "e")),
-            f"claim('w1', {visibility!r})": ("claim", ("w1", visibility)),
-            "ack(lease)": ("ack", (_SOME_LEASE,)),
-            "nack(lease, 0)": ("nack", (_SOME_LEASE, 0)),
-        }
         for number, transport in enumerate(self.instances):
             transport.close()
             transport.close()
-            for shown, (method, args) in calls.items():
+            for shown, (method, args) in self._after_close().items():
                 step = f"{shown} after close() of instance {number}"
                 try:
                     answer = getattr(transport, method)(*args)
@@ -1014,6 +1063,32 @@ class TransportMachine(RuleBasedStateMachine):
                 if not _says_closed(answer):
                     self._fail(facts.CLOSED_WITHOUT_SAYING, step,
                                "TransportClosedError (or an error saying it is closed)", answer)
+
+    def _after_close(self) -> dict[str, tuple[str, tuple]]:
+        """Every method of the Protocol, with every shape of valid argument it takes (R13):
+        a closed transport refuses them all (R14), not only the plain call."""
+        caps = self.backend.capabilities
+        group, visibility = self.choices.groups[0], self._seconds(self.choices.visibilities[0])  # valid for it
+        lease = self.issued[-1] if self.issued else _SOME_LEASE
+        delay = self._seconds(self.choices.delays[0])
+        calls = {
+            f"publish({group!r}, 'e')": ("publish", (group, "e")),
+            f"claim('w1', {visibility!r})": ("claim", ("w1", visibility)),
+            f"claim('w1', {int(math.ceil(visibility))!r})": ("claim", ("w1", int(math.ceil(visibility)))),
+            "ack(lease)": ("ack", (lease,)),
+            "nack(lease, 0)": ("nack", (lease, 0)),
+            "nack(lease, 0.0)": ("nack", (lease, 0.0)),
+        }
+        if caps.parking:
+            calls[f"nack(lease, {delay!r})"] = ("nack", (lease, delay))
+        if caps.priority:
+            calls[f"publish({group!r}, 'e', 4)"] = ("publish", (group, "e", 4))
+            calls[f"claim('w1', {visibility!r}, 4)"] = ("claim", ("w1", visibility, 4))
+        if caps.routing:
+            calls[f"publish({group!r}, 'e', 0, 'blue')"] = ("publish", (group, "e", 0, "blue"))
+            for shape in (["blue"], ("blue",), {"blue"}, OnePass(["blue"])):
+                calls[f"claim('w1', {visibility!r}, 0, {shape!r})"] = ("claim", ("w1", visibility, 0, shape))
+        return calls
 
 
 def make_machine(
@@ -1057,7 +1132,7 @@ def make_machine(
     attributes.update({off: _disabled_rule(off) for off in set(RULES + FOCUS_RULES) - rules})
     choices = Choices.of(backend.capabilities)
     if not choices.draws_like(Choices.DEFAULT):
-        for rule_name in rules:
+        for rule_name in rules | {"begin"}:  # begin, an initial rule, always runs
             if drawn := getattr(getattr(TransportMachine, rule_name), "backend_rule", None):
                 kind, function, arguments = drawn
                 attributes[rule_name] = kind(**_strategies(arguments, choices))(function)

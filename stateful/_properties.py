@@ -73,11 +73,18 @@ STALE_AFTER_RECLAIM = "an ack or nack of a lease whose message was claimed again
 TIE = "a claim between groups of equal fairness stamps"
 REOPEN_HELD = "a reopen with a lease held"
 OVERLAP = "a run of a program whose branches overlapped"
-"""Situations a search can reach: what a property's rules are about (R2, R3, R9, R10, R4, R15, R19).  The checkers count them
+NEAR_GROUPS = "two group ids of one near-collision family holding messages at once"
+NEAR_KEYS = "a claim filtered by routing keys of one near-collision family"
+LONG_EVENT = "an event of 32 KiB or more"
+FAR_CLOCK = "a claim with the clock at today's epoch or later"
+LONG_LEASE = "a lease or park of an hour or more"
+"""Situations a search can reach: what a property's rules are about (R2, R3, R9, R10, R4, R15, R19),
+and the values they are tried with (SPEC.md C13).  The checkers count them
 (``TransportMachine.reached``, the parallel search's runs) and each verdict reports, for the
 situations of its row's ``evidence``, how often its searches reached them."""
-EXACT_TIME_ONLY = frozenset({LEASE_END})
-"""The situations only an injectable clock reaches: a wall clock never stops at an instant."""
+EXACT_TIME_ONLY = frozenset({LEASE_END, FAR_CLOCK, LONG_LEASE})
+"""The situations only an injectable clock reaches: a wall clock never stops at an instant, starts
+where it is and is slept through (no lease of an hour)."""
 
 _CLAIM_ANSWERS = frozenset({
     facts.CLAIMED_LEASED, facts.CLAIMED_AT_LEASE_END, facts.CLAIMED_PARKED, facts.MISSED_LAPSED_LEASE, facts.MISSED_ENDED_PARK, facts.MISSED_ABOVE_FLOOR, facts.MISSED_KEYED,
@@ -124,7 +131,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         rules=CORE | {"nack_now", "claim_at_deadline", "open_second_instance"},
         concurrent=True, judges=frozenset({"consequences"}),
         owns=frozenset({facts.CLAIMED_LEASED, facts.CLAIMED_HELD_BY_WORKER, facts.OVERLAP}),
-        evidence=(HELD, OVERLAP),
+        evidence=(HELD, OVERLAP, NEAR_GROUPS),
     ),
     Property(
         "fifo",
@@ -147,7 +154,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         # a lease that ends too soon hands out its group while it should be held; one that ends
         # too late makes a claim take the next group
         explains=frozenset({facts.CLAIMED_LEASED, facts.PASSED_OVER, facts.TIE_ORDER}),
-        blames_after=frozenset({facts.STEPPED_BACK}), evidence=(LEASE_END, LEASE_LAPSED),
+        blames_after=frozenset({facts.STEPPED_BACK}), evidence=(LEASE_END, LEASE_LAPSED, FAR_CLOCK, LONG_LEASE),
     ),
     Property(
         "parking",
@@ -205,6 +212,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         needs=_declared("routing", "the transport does not declare routing keys"),
         judges=frozenset({"routing"}), owns=frozenset({facts.OUTSIDE_KEYS, facts.MISSED_KEYED}),
         explains=frozenset({facts.MISSED_LAPSED_LEASE, facts.MISSED_ENDED_PARK}),
+        evidence=(NEAR_KEYS,),
     ),
     Property(
         "durability",
@@ -226,7 +234,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
                         facts.UNEXPECTED, facts.REDELIVERED}),
         # a message lost, duplicated or changed shows at every later claim and release of its group
         explains=_CLAIM_ANSWERS | {facts.CURRENT_REFUSED, facts.PARK_REFUSED, facts.OVERLAP, facts.OUT_OF_ORDER},
-        evidence=(OVERLAP,),
+        evidence=(OVERLAP, NEAR_GROUPS, LONG_EVENT),
     ),
     Property(
         "contention",
@@ -318,6 +326,16 @@ def owner(kind: str) -> str:
 def owners(kinds: frozenset[str]) -> set[str]:
     """The properties that own some of ``kinds`` (faults, which nobody owns, left out)."""
     return {_OWNERS[kind] for kind in kinds if kind in _OWNERS}
+
+
+def explained(kinds: frozenset[str], search: str) -> frozenset[str]:
+    """The kinds of fact that the bugs behind ``kinds`` (what the shared search found) explain
+    in the focused search ``search``: its owners' own kinds and those they explain, less the
+    kinds of ``search``'s property when it is one of those owners (its own failure is shrunk).
+    A focused search that meets one stops there, unshrunk: the failure is a consequence."""
+    roots = owners(kinds) - {search}
+    return frozenset().union(*(PROPERTIES[root].owns | PROPERTIES[root].explains for root in roots)) \
+        - (PROPERTIES[search].owns if search in owners(kinds) else frozenset())
 
 
 def fault_owner(search: str, covers: tuple[str, ...], rule: str | None) -> str:

@@ -6,7 +6,11 @@ names the right property.  ``BROKEN[name] = (transport class, property it breaks
 
 from __future__ import annotations
 
+import math
 import random
+import re
+import struct
+import unicodedata
 
 from harel_ref.transport import InMemoryStore, InMemoryTransport, Lease
 from harel_ref.transport.memory import InMemoryCore
@@ -333,9 +337,208 @@ ONE_BUG_MANY_SEARCHES = {
 disturbs are its consequences (SPEC.md C5)."""
 
 
+# --- Broken only with the values a careless store mishandles (SPEC.md C13) -------------------
+# Each passes every search that draws plain ids (g1, g2), short events, durations of a few
+# seconds and a clock at 1000, as the searches did before C13.
+
+
+class _MergesGroupIds(InMemoryCore):
+    """A publish finds its group by ``same`` instead of ``==``, as a store comparing ids with a
+    collation, ``LIKE`` or a cut column does: the message lands in another group."""
+
+    @staticmethod
+    def same(stored: str, given: str) -> bool:
+        raise NotImplementedError
+
+    def publish(self, group_id, event, priority, routing_key):
+        merged = next((stored for stored in self.store.groups if self.same(stored, group_id)), group_id)
+        super().publish(merged, event, priority, routing_key)
+
+
+class GroupIdsFoldCase(InMemoryTransport):
+    """Group ids compared case-insensitively (a ``_ci`` collation): ``Job`` joins ``job``."""
+
+    class Core(_MergesGroupIds):
+        same = staticmethod(lambda stored, given: stored.casefold() == given.casefold())
+
+
+class GroupIdsPadSpace(InMemoryTransport):
+    """Group ids compared as SQL's PAD SPACE collations do, trailing spaces ignored: ``g `` joins ``g``."""
+
+    class Core(_MergesGroupIds):
+        same = staticmethod(lambda stored, given: stored.rstrip(" ") == given.rstrip(" "))
+
+
+class GroupIdsNormalized(InMemoryTransport):
+    """Group ids compared after Unicode normalisation (NFKC): ``é`` in NFD joins ``é`` in NFC."""
+
+    class Core(_MergesGroupIds):
+        same = staticmethod(lambda stored, given: unicodedata.normalize("NFKC", stored) == unicodedata.normalize("NFKC", given))
+
+
+class GroupIdsMatchedWithLike(InMemoryTransport):
+    """A publish looks its group up with ``LIKE``: ``_`` and ``%`` in the id are wildcards."""
+
+    class Core(_MergesGroupIds):
+        @staticmethod
+        def same(stored, given):
+            pattern = "".join(".*" if c == "%" else "." if c == "_" else re.escape(c) for c in given)
+            return re.fullmatch(pattern, stored, re.DOTALL) is not None
+
+
+class GroupIdsCutAtNul(InMemoryTransport):
+    """Group ids kept as C strings, cut at the first NUL: ``g\\x00h`` joins ``g``."""
+
+    class Core(_MergesGroupIds):
+        same = staticmethod(lambda stored, given: stored.split("\x00")[0] == given.split("\x00")[0])
+
+
+class GroupIdsCutAt255(InMemoryTransport):
+    """Group ids kept in a ``VARCHAR(255)`` that cuts longer ones: two long ids merge."""
+
+    class Core(_MergesGroupIds):
+        same = staticmethod(lambda stored, given: stored[:255] == given[:255])
+
+
+class RoutingKeysSplitAtCommas(InMemoryTransport):
+    """A claim's routing keys joined with commas and split again (a CSV parameter): the key
+    ``a,b`` becomes the keys ``a`` and ``b``."""
+
+    def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
+        if routing_keys is not None and not isinstance(routing_keys, (str, bytes)):
+            routing_keys = ",".join(routing_keys).split(",")
+        return super().claim(worker_id, visibility, min_priority, routing_keys)
+
+
+class EventsCutAt64KiB(InMemoryTransport):
+    """Events kept in a 64 KiB ``TEXT`` column that cuts longer ones at 65,535 bytes."""
+
+    def publish(self, group_id, event, priority=0, routing_key=None):
+        if isinstance(event, str) and len(event) * 4 > 65_535 and not _has_surrogate(event):
+            event = event.encode("utf-8")[:65_535].decode("utf-8", errors="ignore")
+        return super().publish(group_id, event, priority, routing_key)
+
+
+def _has_surrogate(text: str) -> bool:
+    return any("\ud800" <= c <= "\udfff" for c in text)
+
+
+class DeadlinesInFloat32(InMemoryTransport):
+    """The end of a lease or park kept as a 32-bit float: exact at 1000, 128 s coarse at 1.7e9."""
+
+    class Core(InMemoryCore):
+        def claim(self, token, now, visibility, min_priority, routing_keys):
+            lease = super().claim(token, now, visibility, min_priority, routing_keys)
+            if lease is not None:
+                head = self.store.groups[lease.group_id].messages[0]
+                head.until = struct.unpack("f", struct.pack("f", head.until))[0]
+            return lease
+
+
+class LeasesIn32BitMilliseconds(InMemoryTransport):
+    """A lease's length kept in signed 32-bit milliseconds: one past 24.8 days is cut to it."""
+
+    def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
+        if isinstance(visibility, (int, float)) and not isinstance(visibility, bool) \
+                and math.isfinite(visibility) and visibility * 1000 > 2**31 - 1:
+            visibility = (2**31 - 1) / 1000
+        return super().claim(worker_id, visibility, min_priority, routing_keys)
+
+
+class NeverClaimedFirst(InMemoryTransport):
+    """A group never claimed goes before every claimed one (its stamp NULL, sorted first),
+    where R5 stamps it 0: the same order unless a claim was made at clock 0."""
+
+    class Core(InMemoryCore):
+        def _groups_in_claim_order(self):
+            claimed = getattr(self.store, "claimed", set())
+            return sorted(self.store.groups.items(),
+                          key=lambda item: (item[0] in claimed, item[1].last_claimed_at))
+
+        def claim(self, token, now, visibility, min_priority, routing_keys):
+            lease = super().claim(token, now, visibility, min_priority, routing_keys)
+            if lease is not None:
+                self.store.__dict__.setdefault("claimed", set()).add(lease.group_id)
+            return lease
+
+        def ack(self, lease, now):
+            done = super().ack(lease, now)
+            if done and lease.group_id not in self.store.groups:
+                self.store.__dict__.setdefault("claimed", set()).discard(lease.group_id)
+            return done
+
+
+class RoutingKeysAsAListOnly(InMemoryTransport):
+    """``routing_keys`` honoured only when it is a list (``isinstance(keys, list)``): a tuple,
+    a set or an iterator claims from every group."""
+
+    def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
+        if routing_keys is not None and not isinstance(routing_keys, (list, str, bytes)):
+            routing_keys = None
+        return super().claim(worker_id, visibility, min_priority, routing_keys)
+
+
+class RoutingKeysReadTwice(InMemoryTransport):
+    """``routing_keys`` read once to check it and again to filter: an iterator is empty the
+    second time, and the claim finds nothing.  (A collection it checks whole.)"""
+
+    @staticmethod
+    def _check_claim(worker_id, visibility, min_priority, routing_keys):
+        if routing_keys is None or isinstance(routing_keys, (str, bytes, list, tuple, set, frozenset)):
+            return check_claim_args(worker_id, visibility, min_priority, routing_keys)
+        for key in routing_keys:  # checked here ...
+            check_claim_args(worker_id, visibility, min_priority, [key])
+        checked = check_claim_args(worker_id, visibility, min_priority, None)
+        return (*checked[:3], tuple(routing_keys))  # ... and read again: an iterator gives nothing
+
+
+class ClosedNackWithADelayParks(InMemoryTransport):
+    """After close, a nack with a delay still parks: only the other calls check for close."""
+
+    def nack(self, lease, delay=0):
+        if self._closed and isinstance(delay, (int, float)) and delay > 0:
+            with self._serial:
+                return self._core.nack(check_lease(lease), self._now(), check_delay(delay))
+        return super().nack(lease, delay)
+
+
+class ClosedClaimWithKeysAnswers(InMemoryTransport):
+    """After close, a claim with routing keys still answers (None): its path skips the check."""
+
+    def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
+        if self._closed and routing_keys is not None:
+            return None
+        return super().claim(worker_id, visibility, min_priority, routing_keys)
+
+
+OF_VALUES = {
+    # data: ids and events a careless store merges or cuts
+    "group ids fold case": (GroupIdsFoldCase, "no-loss"),
+    "group ids pad spaces": (GroupIdsPadSpace, "no-loss"),
+    "group ids normalized": (GroupIdsNormalized, "no-loss"),
+    "group ids matched with LIKE": (GroupIdsMatchedWithLike, "no-loss"),
+    "group ids cut at NUL": (GroupIdsCutAtNul, "no-loss"),
+    "group ids cut at 255 characters": (GroupIdsCutAt255, "no-loss"),
+    "routing keys split at commas": (RoutingKeysSplitAtCommas, "routing"),
+    "events cut at 64 KiB": (EventsCutAt64KiB, "no-loss"),
+    # magnitudes: clocks and durations far from 1000 and a few seconds
+    "deadlines in float32": (DeadlinesInFloat32, "single-in-flight"),
+    "leases in 32-bit milliseconds": (LeasesIn32BitMilliseconds, "lease-expiry"),
+    "never-claimed groups first": (NeverClaimedFirst, "tie-break"),
+    # shapes: arguments the Protocol takes in more than one shape
+    "routing keys honoured as a list only": (RoutingKeysAsAListOnly, "routing"),
+    "routing keys read twice": (RoutingKeysReadTwice, "routing"),
+    # calls after close
+    "a closed nack with a delay parks": (ClosedNackWithADelayParks, "close"),
+    "a closed claim with keys answers": (ClosedClaimWithKeysAnswers, "close"),
+}
+"""Broken variants that only the values of SPEC.md C13 show: each fails its property at the
+default profile (tests/test_certify.py, benchmarks/kill_times.py)."""
+
+
 def broken_backend(name: str) -> Backend:
     """A :class:`Backend` for the broken variant ``name``, declared like the real one."""
-    cls, _ = {**BROKEN, **SHARED_ONLY, **ONE_BUG_MANY_SEARCHES}[name]
+    cls, _ = {**BROKEN, **SHARED_ONLY, **ONE_BUG_MANY_SEARCHES, **OF_VALUES}[name]
     stores: dict[str, InMemoryStore] = {}
 
     def factory(clock, namespace):

@@ -4,10 +4,10 @@ import pytest
 from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
-from broken import BROKEN, broken_backend
+from broken import BROKEN, OF_VALUES, broken_backend
 from harel_ref.certify._verdicts import Searched, blame
 from harel_ref.stateful import Divergence, make_machine
-from harel_ref.stateful._properties import PROPERTIES, SHARED, owner
+from harel_ref.stateful._properties import PROPERTIES, SHARED, owner, owners
 
 # The machine sees this bug at a later step (an ack or nack of the freed lease that does nothing,
 # a claim that gets a leased group...), whose kind of fact is another property's; what came
@@ -21,9 +21,9 @@ PLAIN_MACHINE_PROPERTIES = {"a bad delay frees the lease": LATER_PROPERTIES}
 CERTIFIER_ONLY = {"a re-created group keeps its place"}
 
 
-@pytest.mark.parametrize("name", sorted(set(BROKEN) - CERTIFIER_ONLY))
+@pytest.mark.parametrize("name", sorted(set(BROKEN) - CERTIFIER_ONLY) + sorted(OF_VALUES))
 def test_machine_catches_broken_variant(name):
-    _, broken_property = BROKEN[name]
+    _, broken_property = {**BROKEN, **OF_VALUES}[name]
     machine = make_machine(broken_backend(name))
     with pytest.raises(Divergence) as caught:
         run_state_machine_as_test(
@@ -38,6 +38,13 @@ def test_machine_catches_broken_variant(name):
                               phases=[Phase.explicit, Phase.generate]),
         )
     expected = PLAIN_MACHINE_PROPERTIES.get(name, {broken_property})
+    if name in OF_VALUES and broken_property == "no-loss":
+        # a merged or cut group or event shows first at any later claim (no-loss explains them all)
+        expected = {broken_property} | owners(PROPERTIES["no-loss"].explains)
+    if name in ("deadlines in float32", "leases in 32-bit milliseconds"):
+        # a lease that ends early shows as one handed out while live, or (where a step jumps to
+        # its end) at its exact end; shrunk, the certifier names the one its shortest example shows
+        expected = {"single-in-flight", "lease-expiry"}
     assert owner(caught.value.kind) in expected, str(caught.value)
     if name in PLAIN_MACHINE_PROPERTIES:
         assert blame(caught.value.fact, Searched(SHARED, tuple(PROPERTIES), "failed")) == broken_property
@@ -71,3 +78,4 @@ def test_the_machines_clock_moves_a_tick_at_each_further_reading_in_one_call():
     clock.now = "not a time"  # a bad reading the machine sets (R13) is answered as it is
     clock.call_begins()
     assert [clock(), clock()] == ["not a time", "not a time"]
+

@@ -13,7 +13,8 @@ from hypothesis.stateful import run_state_machine_as_test
 from harel_ref._cli import main
 from harel_ref.certify._target import CertificationError, capability_flags, parse_capabilities
 from harel_ref.stateful import Backend, Capabilities, make_machine
-from harel_ref.stateful._machine import GROUPS, Choices
+from harel_ref.stateful._backend import GROUPS
+from harel_ref.stateful._machine import Choices
 from harel_ref.stateful.parallel import wall_visibility
 from harel_ref.transport import InMemoryStore, InMemoryTransport
 

@@ -151,7 +151,9 @@ def test_a_pass_that_never_reached_a_situation_says_so(monkeypatch):
     from harel_ref.stateful.backends import load
 
     backend = load("memory")(None)
-    report = certify(backend.factory, backend.capabilities, profile="quick/10", properties=["lease-expiry", "fifo"])
+    # quick, not quick/10: an example of lease-expiry's search draws its clock's start and
+    # durations across magnitudes (SPEC.md C13), and few of quick/10's reach an exact end
+    report = certify(backend.factory, backend.capabilities, profile="quick", properties=["lease-expiry", "fifo"])
     reached = report.verdict("lease-expiry").evidence
     assert reached[LEASE_END] > 0 and "never reached" not in report.verdict("lease-expiry").reason
     monkeypatch.setitem(PROPERTIES, "fifo", dataclasses.replace(PROPERTIES["fifo"], evidence=(REOPEN_HELD,)))

@@ -85,7 +85,7 @@ from harel_ref.stateful._async import (
 import harel_ref.stateful._facts as facts
 from harel_ref.stateful._facts import Fact
 from harel_ref.stateful._machine import FOCUS_RULES, RULES, TICK, Choices, FakeClock
-from harel_ref.stateful._properties import PROPERTIES, SHARED, machine_settings, owners, running
+from harel_ref.stateful._properties import PROPERTIES, SHARED, explained, machine_settings, owners, running
 from harel_ref.stateful._processes import BranchProcesses
 from harel_ref.stateful.parallel import RAISES, ConcurrencyFailure, check_program, close_all, programs
 from harel_ref.stateful.soak import soak as run_soak
@@ -258,6 +258,7 @@ class _Search:
     examples: int = 0
     cut_short: bool = False
     shrink_cut: bool = False  # the shrink limit was reached
+    explained: bool = False  # stopped at a fact the shared search's bug explains
     found_at: float | None = None  # time.monotonic() when shrinking began
     first: BaseException | None = None  # the first divergence or crash seen, before shrinking
     error: BaseException | None = None
@@ -305,10 +306,12 @@ class _Stop(KeyboardInterrupt):
     (anything else it would count as a failure, or as inconsistent data generation)."""
 
 
-def _watched(machine: type, search: _Search) -> type:
+def _watched(machine: type, search: _Search, explained: frozenset[str] = frozenset()) -> type:
     """``machine`` counting its examples, remembering the first divergence, and stopping the
     search once its time budget is spent; after each example, the factory's ``discard``
-    (if it has one) is told its namespace."""
+    (if it has one) is told its namespace.  A divergence of a kind in ``explained`` (by the
+    bug the shared search found) stops the search at once, unshrunk: shrinking it would only
+    find that bug again (:func:`~harel_ref.stateful._properties.explained`)."""
 
     discard = getattr(machine.backend.factory, "discard", None)
 
@@ -335,6 +338,9 @@ def _watched(machine: type, search: _Search) -> type:
                 # R10) stands for it
                 if search.first is None or search.first is self._crash:
                     search.first = divergence
+                if divergence.kind in explained:
+                    search.first, search.explained = divergence, True
+                    raise _Stop from None
                 raise
 
         def _call(self, method, *args):
@@ -369,7 +375,8 @@ FRESH_STARTS = 10
 inconsistent (:func:`_run_search`)."""
 
 
-def _run_search(machine: type, profile: Profile, run_seed: int, search: _Search, examples: int | None = None) -> None:
+def _run_search(machine: type, profile: Profile, run_seed: int, search: _Search, examples: int | None = None,
+                explained: frozenset[str] = frozenset()) -> None:
     """Run the lockstep ``machine``: ``examples`` examples (the profile's by default).
 
     On the wall clock (R18) which rules a step may take can depend on timing: whether a claim
@@ -383,7 +390,7 @@ def _run_search(machine: type, profile: Profile, run_seed: int, search: _Search,
         left = examples - search.examples
         chosen = seed(run_seed if start == 0 else f"{run_seed}/{start}")
         try:
-            run_state_machine_as_test(chosen(_watched(machine, search)), settings=_settings(profile, left))
+            run_state_machine_as_test(chosen(_watched(machine, search, explained)), settings=_settings(profile, left))
         except _Stop:
             pass  # search.cut_short or search.limits say why; search.first holds a failure found before
         except FlakyStrategyDefinition as exc:
@@ -959,7 +966,7 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
     search.on_found = found
     if lockstep:
         _run_search(focus_machine(target.factory, kind, caps, is_async=target.is_async), profile, context["seed"],
-                    search, total)
+                    search, total, explained(context.get("shared_kinds", frozenset()), kind) if kind in PROPERTIES else frozenset())
     else:
         _run_parallel(target, caps, profile, context["seed"], search, judges=task.judges,
                       processes=pool, alternate=context["branches"] == "both", ignore=ignore)
@@ -1081,6 +1088,8 @@ class _Certification:
                 self.found[number] = _Found("covered", "the shared search passed", 0.0, 0)
             return []
         self.context["budgeted"] += len(self.standby)  # their share of a time budget
+        if self.shared in self.found:  # what it found, for the standby searches to stop at (_watched)
+            self.context["shared_kinds"] = frozenset(f.kind for f in self.found[self.shared].failures)
         return list(self.standby)
 
     # --- verdicts ---------------------------------------------------------------------------
@@ -1246,6 +1255,9 @@ def _ended(search_name: str, search: _Search, target: Target, profile: Profile, 
                 for error in found if not isinstance(error, HypothesisException)]
     if search.shrink_cut:
         failures = [dataclasses.replace(failure, unshrunk=f"the shrink limit ({search.shrink_limit:g} s)")
+                    for failure in failures]
+    elif search.explained:
+        failures = [dataclasses.replace(failure, unshrunk="the bug the shared search found explains it (SPEC.md C5)")
                     for failure in failures]
     return "failed", "", failures
 

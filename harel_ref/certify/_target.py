@@ -285,7 +285,7 @@ def resolve(declared: Capabilities, overrides: Mapping[str, Any] | None) -> Capa
 def parse_capabilities(text: str) -> dict[str, Any]:
     """Overrides from a comma list: ``durable,shared,no-routing,fairness=ack,wall-clock``
     (a field name sets it True, ``no-`` sets it False, ``field=value`` sets a value,
-    ``resolution=1`` a number).  ``group_ids`` holds commas, so it has no place here: declare it
+    ``resolution=1`` and ``event_bytes=65535`` numbers).  ``group_ids`` holds commas, so it has no place here: declare it
     on the factory, or give ``--group-ids``."""
     overrides: dict[str, Any] = {}
     for item in filter(None, (part.strip() for part in text.split(","))):
@@ -297,6 +297,10 @@ def parse_capabilities(text: str) -> dict[str, Any]:
                 overrides["resolution"] = float(value)
             except ValueError:
                 raise CertificationError(f"resolution={value.strip()!r}: expected a number of seconds") from None
+        elif sep and key.strip().replace("-", "_") == "event_bytes":
+            if not value.strip().isdigit():
+                raise CertificationError(f"event_bytes={value.strip()!r}: expected a whole number of bytes")
+            overrides["event_bytes"] = int(value)
         elif sep:
             overrides[key.strip().replace("-", "_")] = value.strip()
         elif item.startswith("no-"):

@@ -56,8 +56,9 @@ MONGO_CAPABILITIES = POSTGRES_CAPABILITIES
 
 SQS_CAPABILITIES = Capabilities.harel(
     priority=False, durable=True, shared=True, acks="until-reclaimed", fairness="unspecified", clock="wall",
-    resolution=1.0, group_ids=r"[!-~]{1,128}")
+    resolution=1.0, group_ids=r"[!-~]{1,128}", event_bytes=32_768)
 """harel's SQS transports: what SQS FIFO is (:mod:`.sqs`): no priorities (they refuse them),
+bodies of 256 KiB (an event of 32 KiB fits whatever its characters, once harel escapes it),
 leases as visibility timeouts in whole seconds on the server's clock, ids of printable ASCII,
 no order between groups; a receipt handle is good until its message is received again (R10a)."""
 

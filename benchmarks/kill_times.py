@@ -1,0 +1,99 @@
+"""How fast the default certification kills each broken variant, beside ``--only`` its property.
+
+For each broken variant of ``tests/broken.py`` (those of SPEC.md C13, ``OF_VALUES``, by
+default; ``--all`` adds every lockstep variant), two certifications, interleaved, each in a
+fresh interpreter: the default run (profile standard, every property, no flags) and the focused
+run (``properties=[its property]``).  Each row gives, for both, the verdict of the property it
+breaks, the seconds to the report and the steps of its counterexample (between
+``state = ...Machine()`` and ``state.teardown()``, the initial rules that draw the example's ids
+and clock included).  Below: the median and maximum of the kill times, and the variants the
+default run missed where the focused run caught them (SPEC.md C5: there must be none).
+
+    python benchmarks/kill_times.py                   # OF_VALUES, seed 0
+    python benchmarks/kill_times.py --all --seeds 0 1 # every lockstep variant, two seeds
+
+The load average is printed before and after: the machines are shared, so read the columns of
+one row, which ran back to back.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+ONE = r'''
+import json, sys, time
+sys.path.insert(0, sys.argv[1])
+from broken import BROKEN, OF_VALUES, broken_backend
+from harel_ref.certify import certify
+
+name, focused, seed = sys.argv[2], sys.argv[3] == "only", int(sys.argv[4])
+prop = {**BROKEN, **OF_VALUES}[name][1]
+backend = broken_backend(name)
+began = time.monotonic()
+report = certify(backend.factory, backend.capabilities, seed=seed, properties=[prop] if focused else None)
+verdict = report.verdict(prop)
+steps = len(verdict.failure.steps) - 2 if verdict.failure and verdict.failure.steps else None
+print(json.dumps({"verdict": verdict.verdict, "seconds": time.monotonic() - began, "steps": steps}))
+'''
+
+
+def one(name: str, way: str, seed: int, timeout: float) -> dict:
+    try:
+        done = subprocess.run([sys.executable, "-c", ONE, str(ROOT / "tests"), name, way, str(seed)],
+                              capture_output=True, text=True, timeout=timeout, cwd=ROOT)
+    except subprocess.TimeoutExpired:
+        return {"verdict": f"over {timeout:g} s", "seconds": timeout, "steps": None}
+    lines = done.stdout.strip().splitlines()
+    if done.returncode != 0 or not lines:
+        return {"verdict": f"error: {done.stderr.strip().splitlines()[-1:]}", "seconds": 0.0, "steps": None}
+    return json.loads(lines[-1])
+
+
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in os.getloadavg())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--all", action="store_true", help="every lockstep variant, not only OF_VALUES")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a run counts as missed")
+    args = parser.parse_args()
+    sys.path.insert(0, str(ROOT / "tests"))
+    from broken import BROKEN, OF_VALUES
+
+    names = sorted(OF_VALUES) + (sorted(BROKEN) if args.all else [])
+    print(f"load average at the start: {load()}; {os.cpu_count()} cores; seeds {args.seeds}\n")
+    print("| variant | property | seed | default: verdict | s | steps | --only: verdict | s | steps | load |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
+    kills, missed = [], []
+    for name in names:
+        prop = {**BROKEN, **OF_VALUES}[name][1]
+        for seed in args.seeds:
+            default, focused = one(name, "default", seed, args.timeout), one(name, "only", seed, args.timeout)
+            if default["verdict"] == "failed":
+                kills.append(default["seconds"])
+            elif focused["verdict"] == "failed":
+                missed.append(f"{name} (seed {seed})")
+            print(f"| {name} | {prop} | {seed} | {default['verdict']} | {default['seconds']:.1f} | {default['steps']} "
+                  f"| {focused['verdict']} | {focused['seconds']:.1f} | {focused['steps']} | {load()} |", flush=True)
+    if kills:
+        print(f"\ndefault run, kill times: median {statistics.median(kills):.1f} s, min {min(kills):.1f} s, "
+              f"max {max(kills):.1f} s over {len(kills)} kills")
+    print(f"missed by the default run, caught by --only: {missed or 'none'}")
+    print(f"load average at the end: {load()}")
+
+
+if __name__ == "__main__":
+    started = time.monotonic()
+    main()
+    print(f"took {time.monotonic() - started:.0f} s")

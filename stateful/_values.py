@@ -1,0 +1,179 @@
+"""The values the lockstep machine draws (SPEC.md C13): ids as near-collisions, events across
+the sizes stores break at, durations and clocks across magnitudes, arguments in every shape.
+
+Hypothesis keeps examples small and simple by design, and a store's bugs of data are in the
+values it is given: a collation that folds case or ignores trailing spaces, ``LIKE`` where
+``=`` was meant, a column cut at 255 characters or 64 KiB, a deadline kept as a 32-bit float,
+leases kept in 32-bit milliseconds.  So the searches do not draw ids and durations at random:
+
+- each example takes its group ids (and routing keys, and worker ids) from one *family* of
+  values that a careless store merges or splits (``job``, ``Job`` and ``JOB``; ``a_c`` and
+  ``abc``; ``é`` in NFC and in NFD), so two members of one family meet in most examples that
+  take one.  The first family is plain (``g1``, ``g2``, ...): a failure shrinks to it when the
+  family does not matter;
+- events are short text, text a JSON or encoding step would change, or long runs of one
+  character at the lengths stores cut at (255, 4 KiB, 32 KiB, 64 KiB, 1 MiB, and one past);
+- visibilities and delays run from ~1 ms (2**-10 s) to 10**7 s, some given as ``int``; the
+  clock starts at 1000, near 0, at today's epoch or far in the future.  Every one of them is
+  a power-of-two multiple, so ``now + visibility`` is exact in floating point at each.
+
+Each choice is a tuple whose first item is the simplest: Hypothesis shrinks a ``sampled_from``
+towards its first item, so a failure found with a 1 MiB event or a clock at 2**40 shrinks by
+whole steps to the smallest size and magnitude that still fail.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from hypothesis import strategies as st
+
+from ._backend import Capabilities, accepted_groups
+
+__all__ = [
+    "CLOCK_STARTS", "DELAYS", "EVENT_SIZES", "GROUP_FAMILIES", "KEY_FAMILIES", "LONG", "OnePass", "STEPS", "TICK",
+    "VISIBILITIES", "WORKERS", "WORKER_FAMILIES", "event_strategy", "families_of", "group_families", "near_collisions",
+    "reshaped", "routing_key_pool", "shaped_keys",
+]
+
+TICK = 2.0**-10
+"""One tick of the fake clock (~1 ms), the shortest duration drawn."""
+
+GROUP_FAMILIES: dict[str, tuple[str, ...]] = {
+    "plain": (),  # the backend's accepted plain ids (``accepted_groups``): g1, g2, g3, grüppe-✓
+    "case": ("job", "Job", "JOB", "jOb"),
+    "LIKE wildcards": ("a_c", "abc", "a%c", "a\\_c"),
+    "quotes": ("it's", "its", 'it"s', "it''s"),
+    "spaces": ("g", "g ", " g", "g\t"),
+    "NUL": ("g", "g\x00", "g\x00h", "\x00g"),
+    "astral": ("\U0001d524", "\U0001f600", "\U0001f601", "\U0010fffd"),
+    "Unicode normal forms": ("\u00e9", "e\u0301", "\u00c5", "\u212b"),  # é NFC and NFD, Å and the angstrom sign
+    "numeric-looking": ("007", "7", "7.0", "1e3"),
+    "long": ("x" * 255, "x" * 256, "x" * 1024 + "a", "x" * 1024 + "b"),
+}
+"""Group ids that a careless store merges (case, collation, normal form, a ``LIKE`` pattern, a
+C string cut at NUL, a column cut at 255 characters) or that break a statement (quotes)."""
+
+KEY_FAMILIES: dict[str, tuple[str, ...]] = {
+    "plain": ("blue", "green"),
+    "case": ("blue", "Blue", "BLUE"),
+    "separators": ("a,b", "a", "b", "a b"),
+    "quotes and braces": ("o'k", "ok", "{ok}", '"ok"'),
+    "LIKE wildcards": ("k_1", "kx1", "k%1"),
+    "Unicode normal forms": ("\u00e9", "e\u0301"),
+}
+"""Routing keys likewise: a store that joins a claim's keys with commas, or splices them into
+an array literal, matches keys it was not given."""
+
+WORKER_FAMILIES: dict[str, tuple[str, ...]] = {
+    "plain": ("w1", "w2"),
+    "case": ("w", "W"),
+    "separators": ("w:1", "w", "w:"),
+    "Unicode normal forms": ("\u00e9", "e\u0301"),
+}
+"""Worker ids: a store that keys leases by worker, or builds tokens from it, merges these."""
+WORKERS = tuple(dict.fromkeys(worker for family in WORKER_FAMILIES.values() for worker in family))
+"""The worker ids a claim draws from: every family's, plain first.  (Workers are not drawn per
+example as group ids are: which worker claims matters to few stores.)"""
+
+EVENT_TEXTS = ('{"a": 1}', "null", "[]", "0", "\r\n", "\n", "e\u0301", "\ufeff", " e", "e ", "\x00", "\\u0000")
+"""Events that a JSON, encoding or trimming step would change."""
+
+EVENT_SIZES = (255, 256, 4096, 4097, 32_768, 65_535, 65_536, 65_537, 1_048_577)
+"""The lengths in UTF-8 bytes stores cut at (a 255-character column, pages of 4 KiB, a 64 KiB
+``TEXT``, a 1 MiB request), and one past each."""
+
+LONG = 32_768
+"""An event of this many bytes or more counts as long in the evidence (SQS takes no 64 KiB one)."""
+
+VISIBILITIES = (0.25, 0.5, 1, 2.0, 5, TICK, 3600, 86_400.0, 10_000_000)
+DELAYS = (0.125, 0.5, 1, 3.0, TICK, 3600.0, 10_000_000)
+STEPS = (TICK, 0.125, 0.5, 1.0, 4.0, 3600.0)
+"""Visibilities, delays and clock steps in seconds.  Some are ``int``: the Protocol takes both
+(R13).  The ones past a few seconds end only where a step jumps to a deadline."""
+
+CLOCK_STARTS = (1000.0, 0.0, 1_700_000_000.0, 2.0**40)
+"""Where the clock starts: the old fixed 1000, 0 (where a claim's stamp equals a never-claimed
+group's, R5), today's epoch (where a float32 is 128 s coarse) and the year 36812."""
+
+
+def families_of(families: dict[str, tuple[str, ...]], plain: tuple[str, ...],
+                accepts=lambda value: True) -> dict[str, tuple[str, ...]]:
+    """``families`` with ``plain`` as the plain one and each family's values kept to those
+    ``accepts`` takes; families left with fewer than two values are dropped."""
+    kept = {}
+    for name, values in {**families, "plain": plain}.items():
+        accepted = tuple(value for value in values if accepts(value))
+        if len(accepted) >= 2:
+            kept[name] = accepted
+    return {"plain": kept.pop("plain"), **kept}
+
+
+def group_families(caps: Capabilities) -> dict[str, tuple[str, ...]]:
+    """The group id families a transport with ``caps`` accepts (``Capabilities.group_ids``)."""
+    return families_of(GROUP_FAMILIES, accepted_groups(caps), caps.accepts_group_id)
+
+
+def near_collisions(families: dict[str, tuple[str, ...]], most: int = 4) -> st.SearchStrategy[list[str]]:
+    """An example's pool: 2 to ``most`` distinct values of one family."""
+    # one_of, not flatmap: its strategies are built (and validated) once, not at every draw
+    return st.one_of(*(st.lists(st.sampled_from(family), min_size=2, max_size=min(most, len(family)), unique=True)
+                       for family in families.values()))
+
+
+def routing_key_pool() -> st.SearchStrategy[list[str]]:
+    """An example's routing keys: 2 to 4 of one family of :data:`KEY_FAMILIES`."""
+    return near_collisions(KEY_FAMILIES)
+
+
+def shaped_keys(keys: st.SearchStrategy[str]) -> st.SearchStrategy[Any]:
+    """A claim's ``routing_keys``: 1 to 3 of ``keys`` (repeats allowed, R13) as a list, a tuple,
+    a set or an iterator, each of which the Protocol takes."""
+    return st.tuples(st.lists(keys, min_size=1, max_size=3), st.sampled_from(SHAPES)).map(lambda drawn: _shaped(*drawn))
+
+
+SHAPES = ("list", "tuple", "set", "iterator")
+
+
+def _shaped(keys: list[str], shape: str) -> Any:
+    return {"list": list, "tuple": tuple, "set": set, "iterator": OnePass}[shape](keys)
+
+
+class OnePass:
+    """An iterator over routing keys that shows as ``iter([...])``, the code that makes one, so
+    that a printed counterexample runs as it is."""
+
+    def __init__(self, keys: Iterable[str]) -> None:
+        self._keys = list(keys)
+        self._rest = iter(self._keys)
+
+    def __iter__(self) -> OnePass:
+        return self
+
+    def __next__(self) -> str:
+        return next(self._rest)
+
+    def __repr__(self) -> str:
+        return f"iter({self._keys!r})"
+
+
+def reshaped(given: Any, keys: tuple[str, ...]) -> Any:
+    """``keys`` in the shape ``given`` had (``given`` may be an iterator already read)."""
+    if isinstance(given, (list, tuple, set, frozenset)):
+        return type(given)(keys)
+    return OnePass(keys)
+
+
+def event_strategy(event_bytes: int) -> st.SearchStrategy[str]:
+    """Events: empty, short text, the texts of :data:`EVENT_TEXTS`, or one character repeated
+    to a length of :data:`EVENT_SIZES` in UTF-8 bytes (none past ``event_bytes``, if not 0)."""
+    characters = st.characters(exclude_categories=["Cs"])
+    sizes = tuple(size for size in EVENT_SIZES if not event_bytes or size <= event_bytes)
+    long = st.builds(_repeated, characters, st.sampled_from(sizes)) if sizes else st.nothing()
+    return st.one_of(st.just(""), st.text(characters, max_size=12), st.sampled_from(EVENT_TEXTS), long)
+
+
+def _repeated(character: str, size: int) -> str:
+    """``character`` repeated to ``size`` UTF-8 bytes, or the most that fit."""
+    return character * max(1, size // len(character.encode("utf-8")))
