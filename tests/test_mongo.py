@@ -69,7 +69,7 @@ class StampsOnClaim(NeverStamps):
     def claim(self, token, now, visibility, min_priority, routing_keys):
         lease = yield from super().claim(token, now, visibility, min_priority, routing_keys)
         if lease is not None:
-            yield mongo_module.Update(self.n.groups, {"_id": lease.group_id}, {"$set": {"stamp": now}})
+            yield mongo_module.Update(self.n.groups, {"_id": lease.group_id}, {"$set": {"stamp": mongo_module._moment(now)}})
         return lease
 
 
@@ -358,7 +358,7 @@ def test_collections_of_another_schema_are_refused_and_kept():
     names = mongo_module.MongoNames.named(prefix)
     with pymongo.MongoClient(url) as client:
         client[mongo_module.DATABASE][names.counters].insert_one({"_id": "schema", "version": 99})
-        with pytest.raises(StorageError, match="not version 1"):
+        with pytest.raises(StorageError, match=f"not version {mongo_module.SCHEMA_VERSION} "):
             MongoTransport(url, prefix=prefix)
         assert client[mongo_module.DATABASE][names.counters].find_one({"_id": "schema"})["version"] == 99
 

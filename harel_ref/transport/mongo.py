@@ -13,7 +13,8 @@ mongo-java-server alike.  ``docs/mongo.md`` gives the design and its limits at l
                 order), life (a random id of this life of the group, R11), queue (the seqs
                 of its messages, oldest first), tail (the last of them), holder (a lease's
                 token, '__parked__', or None), ends (the end of the lease or park; -1 when
-                free), leased (the seq leased)
+                free), leased (the seq leased).  ``stamp`` and ``ends`` are moments kept
+                as the bits of their float (:func:`_moment`), so that they compare exactly
     P_messages  one document per message: _id (its seq), g (its group), e (the event)
     P_counters  {_id: 'seq', value}: the last seq handed out; {_id: 'schema', version}
 
@@ -60,6 +61,7 @@ from __future__ import annotations
 
 import random
 import re
+import struct
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -83,12 +85,22 @@ __all__ = ["AsyncMongoTransport", "DATABASE", "MongoNames", "MongoTransport", "S
 DATABASE = "harel_ref"
 """The database the transports use unless told otherwise."""
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""2: ``stamp`` and ``ends`` hold :func:`_moment` of a time, no longer the float itself."""
 
 _PREFIX = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,40}")
 
 FREE = -1
 """``ends`` of a group nobody holds: before every time a clock can answer (R13 refuses < 0)."""
+
+
+def _moment(seconds: float) -> int:
+    """A time as the 64 bits of its float read as a signed integer: for times >= 0 (R13) the
+    integers order as the floats do, and two integers compare exactly on every server.
+    mongo-java-server does not compare floats exactly past 2**40: there ``2**40 + 1`` stored
+    is not ``$lt`` ``2**40 + 1 + 2**-10``, so a lapsed lease looked live (SPEC C13's clock at
+    2**40 found it).  0.0 is 0, and :data:`FREE` stays below every moment."""
+    return struct.unpack("<q", struct.pack("<d", float(seconds) + 0.0))[0]
 
 
 class MongoNames(NamedTuple):
@@ -220,7 +232,7 @@ class MongoCore:
 
     def claim(self, token: str, now: float, visibility: float, min_priority: int,
               routing_keys: tuple[str, ...] | None) -> Steps[Lease | None]:
-        claimable: dict[str, Any] = {"ends": {"$lt": now}, "priority": {"$gte": min_priority}}
+        claimable: dict[str, Any] = {"ends": {"$lt": _moment(now)}, "priority": {"$gte": min_priority}}
         if routing_keys is not None:
             claimable["key"] = {"$in": list(routing_keys)}
         order, first = [("stamp", 1), ("arrival", 1)], True
@@ -237,7 +249,7 @@ class MongoCore:
                 yield from self._remove_head(as_found, head, {})
                 continue
             taken = yield Update(self.n.groups, as_found,
-                                 {"$set": {"holder": token, "ends": now + visibility, "leased": head}})
+                                 {"$set": {"holder": token, "ends": _moment(now + visibility), "leased": head}})
             if taken:
                 return Lease(group["_id"], message["e"], head, token)
 
@@ -255,7 +267,7 @@ class MongoCore:
         return {"_id": lease.group_id, "holder": lease.token, "leased": lease.seq, "queue.0": lease.seq}  # R10
 
     def ack(self, lease: Lease, now: float) -> Steps[bool]:
-        free_and_stamped = {"holder": None, "ends": FREE, "leased": None, "stamp": now}
+        free_and_stamped = {"holder": None, "ends": FREE, "leased": None, "stamp": _moment(now)}
         if not (yield from self._remove_head(self._held(lease), lease.seq, free_and_stamped)):
             return False
         yield Delete(self.n.messages, {"_id": lease.seq, "g": lease.group_id}, takes_effect=False, tidy=True)
@@ -265,7 +277,7 @@ class MongoCore:
         if delay == 0:
             held = {"holder": None, "ends": FREE, "leased": None}  # R8, its stamp unchanged
         else:
-            held = {"holder": PARKED, "ends": now + delay, "leased": None}  # R9
+            held = {"holder": PARKED, "ends": _moment(now + delay), "leased": None}  # R9
         return (yield Update(self.n.groups, self._held(lease), {"$set": held}))
 
 

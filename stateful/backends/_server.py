@@ -81,6 +81,19 @@ class ServerFromEnv:
             self.opened[prefix, remove] = None
         return url, prefix
 
+    def discard(self, namespace: str, check: Callable[[str], Any], connect: Callable[[str], Any]) -> None:
+        """Remove what this process made for ``namespace`` on the user's server now, over
+        ``connect(url)`` (a factory's ``discard``): a long search, a failure shrunk over a
+        thousand examples, leaves no pile to remove as its process ends."""
+        prefix = prefix_for(namespace, check)
+        made = [entry for entry in self.opened if entry[0] == prefix]
+        if not made:
+            return
+        with connect(self.users()) as connection:
+            for entry in made:
+                entry[1](connection, prefix)
+                del self.opened[entry]
+
     def remove_opened(self, connect: Callable[[str], Any]) -> int:
         """Remove what this process made on the user's server, over ``connect(url)`` (a context
         manager), and return how many prefixes.  (A throwaway server goes as a whole.)"""

@@ -264,13 +264,14 @@ def harel_mongo(tmp_dir: Path | str | None = None) -> Backend:
     import pymongo
     from harel.engine.transport import MongoTransport
 
-    from .mongo import open_namespace
+    from .mongo import discard_namespace, open_namespace
 
     def factory(clock, namespace):
         url, prefix = open_namespace(namespace, _harel_names, _drop_harel_mongo)
         return _closed_on_error(pymongo.MongoClient(url),
                                 lambda client: MongoTransport(client, MONGO_DATABASE, clock, prefix=prefix))
 
+    factory.discard = lambda namespace: discard_namespace(namespace, _harel_names)
     return Backend("harel-mongo", factory, MONGO_CAPABILITIES)
 
 
@@ -281,7 +282,7 @@ def harel_mongo_async(tmp_dir: Path | str | None = None) -> Backend:
     import motor.motor_asyncio
     from harel.engine.aio_transport import AsyncMongoTransport
 
-    from .mongo import open_namespace
+    from .mongo import discard_namespace, open_namespace
 
     async def factory(clock, namespace):
         url, prefix = open_namespace(namespace, _harel_names, _drop_harel_mongo)
@@ -293,6 +294,7 @@ def harel_mongo_async(tmp_dir: Path | str | None = None) -> Backend:
             client.close()
             raise
 
+    factory.discard = lambda namespace: discard_namespace(namespace, _harel_names)
     return Backend("harel-mongo-async", factory, MONGO_CAPABILITIES, is_async=True)
 
 

@@ -68,6 +68,14 @@ def _opened_prefix(namespace: str) -> tuple[str, str]:
     return _SERVER.open(namespace, MongoNames.named, _drop)
 
 
+def discard_namespace(namespace: str, check: Callable[[str], Any] = MongoNames.named) -> None:
+    """A factory's ``discard``: drop the collections of ``namespace`` now, if this process
+    made them on the user's server (``check`` names them, as for :func:`open_namespace`)."""
+    import pymongo
+
+    _SERVER.discard(namespace, check, pymongo.MongoClient)
+
+
 def mongo(tmp_dir: Path | str | None = None) -> Backend:
     """MongoTransport (``tmp_dir`` is not used)."""
     from harel_ref.transport import MongoTransport
@@ -76,6 +84,7 @@ def mongo(tmp_dir: Path | str | None = None) -> Backend:
         url, prefix = _opened_prefix(namespace)
         return MongoTransport(url, clock=clock, prefix=prefix)
 
+    factory.discard = discard_namespace
     return Backend("mongo", factory, CAPABILITIES)
 
 
@@ -87,6 +96,7 @@ def mongo_async(tmp_dir: Path | str | None = None) -> Backend:
         url, prefix = _opened_prefix(namespace)
         return await AsyncMongoTransport.create(url, clock=clock, prefix=prefix)
 
+    factory.discard = discard_namespace
     return Backend("mongo-async", factory, CAPABILITIES, is_async=True)
 
 
