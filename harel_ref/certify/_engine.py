@@ -57,6 +57,7 @@ import collections
 import contextlib
 import dataclasses
 import functools
+import itertools
 import math
 import multiprocessing
 import os
@@ -371,8 +372,8 @@ def _settings(profile: Profile, examples: int) -> settings:
 
 
 FRESH_STARTS = 10
-"""How many times a lockstep search starts afresh after Hypothesis found its own draws
-inconsistent (:func:`_run_search`)."""
+"""How many fresh starts in a row a lockstep search may make that run no example, after
+Hypothesis found its own draws inconsistent (:func:`_run_search`)."""
 
 
 def _run_search(machine: type, profile: Profile, run_seed: int, search: _Search, examples: int | None = None,
@@ -383,18 +384,23 @@ def _run_search(machine: type, profile: Profile, run_seed: int, search: _Search,
     got a lease decides whether an ack can follow.  Hypothesis remembers every example's draws,
     and when a step it has seen before offers other rules it stops the whole search with
     ``FlakyStrategyDefinition``.  That is the search's doing, not the transport's: before any
-    failure, the search starts afresh for the examples left (up to :data:`FRESH_STARTS` times,
-    each with a seed of its own), so that a slow transport is not left unknown for it."""
+    failure, the search starts afresh for the examples left, each time with a seed of its own,
+    so that a slow transport is not left unknown for it.  A start that ran examples may always
+    be followed by another (each one brings the search nearer its end); :data:`FRESH_STARTS`
+    starts in a row that ran none end it."""
     examples = profile.max_examples if examples is None else examples
-    for start in range(FRESH_STARTS + 1):
-        left = examples - search.examples
+    idle = 0
+    for start in itertools.count():
+        before = search.examples
         chosen = seed(run_seed if start == 0 else f"{run_seed}/{start}")
         try:
-            run_state_machine_as_test(chosen(_watched(machine, search, explained)), settings=_settings(profile, left))
+            run_state_machine_as_test(chosen(_watched(machine, search, explained)),
+                                      settings=_settings(profile, examples - before))
         except _Stop:
             pass  # search.cut_short or search.limits say why; search.first holds a failure found before
         except FlakyStrategyDefinition as exc:
-            if search.first is None and search.examples < examples and start < FRESH_STARTS:
+            idle = 0 if search.examples > before else idle + 1
+            if idle < FRESH_STARTS and search.first is None and search.examples < examples:
                 continue
             search.error = exc
         except Exception as exc:  # a divergence, the transport raising, or Hypothesis giving up
