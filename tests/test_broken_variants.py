@@ -7,6 +7,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from broken import BROKEN, OF_VALUES, broken_backend
 from harel_ref.certify._verdicts import Searched, blame
 from harel_ref.stateful import Divergence, make_machine
+from harel_ref.stateful._facts import REOPENED
 from harel_ref.stateful._properties import PROPERTIES, SHARED, owner, owners
 
 # The machine sees this bug at a later step (an ack or nack of the freed lease that does nothing,
@@ -29,11 +30,13 @@ def test_machine_catches_broken_variant(name):
         run_state_machine_as_test(
             machine,
             # No shrinking: the first failing example already names the property, and shrinking
-            # one (on real files, for some variants) took up to three minutes.  1,000 examples:
+            # one (on real files, for some variants) took up to three minutes.  2,000 examples:
             # Hypothesis also draws the literals of the project's own modules, so derandomized
             # examples change whenever a constant is added anywhere; 500 stopped finding "a
-            # later publish sets the priority" when one was (WAL_BYTES), 1,000 still do.
-            settings=settings(max_examples=1000, stateful_step_count=20, derandomize=True,
+            # later publish sets the priority" when one was (WAL_BYTES), 1,000 when the values
+            # of SPEC.md C13 came (nor "routing keys split at commas"); 2,000 find both, in 5
+            # and 23 s.  A variant found sooner stops there.
+            settings=settings(max_examples=2000, stateful_step_count=20, derandomize=True,
                               database=None, deadline=None, report_multiple_bugs=False,
                               phases=[Phase.explicit, Phase.generate]),
         )
@@ -47,7 +50,11 @@ def test_machine_catches_broken_variant(name):
         expected = {"single-in-flight", "lease-expiry"}
     assert owner(caught.value.kind) in expected, str(caught.value)
     if name in PLAIN_MACHINE_PROPERTIES:
-        assert blame(caught.value.fact, Searched(SHARED, tuple(PROPERTIES), "failed")) == broken_property
+        fact = caught.value.fact
+        # a reopen before the fact comes first among the causes (CONTEXTS): durability's; the
+        # certifier's bad-input search never reopens, so there it is bad-input's (test_certify.py)
+        blamed = {broken_property} | ({"durability"} if REOPENED in fact.after else set())
+        assert blame(fact, Searched(SHARED, tuple(PROPERTIES), "failed")) in blamed, str(caught.value)
 
 
 def test_the_machines_clock_moves_a_tick_at_each_further_reading_in_one_call():

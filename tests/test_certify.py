@@ -34,13 +34,16 @@ def test_bundled_transport_passes_every_property(name, tmp_path):
     assert report.exit_code == 0
 
 
-LUCKY = {"a re-created group keeps its place": range(6), "a bad delay frees the lease": range(3)}
-"""Variants caught only after a long, specific sequence: the quick search finds them at some of
-the seeds only.  A re-created group keeping its place (claim two groups at different times,
-empty and re-create the later one, claim again) is found at about half of them; a bad delay
-that frees the lease (claim, nack the live lease with a bad delay, claim its group again before
-the lease would have lapsed) at 18 of seeds 0-19, not at 0 or 2.  Each gets several seeds; one
-must do."""
+LUCKY = {"a re-created group keeps its place": range(6), "a bad delay frees the lease": range(3),
+         "a later publish sets the priority": range(3)}
+"""Variants the quick search finds at some seeds only; each gets several, and one must do.
+Measured at seeds 0-7 once the searches drew the values of SPEC.md C13 (half the examples
+with plain ids, everyday durations three to one): a re-created group keeping its place (claim
+two groups at different times, empty and re-create the later one, claim again) at 5 of 8; a
+later publish setting the priority and a bad delay that frees the lease at 6 of 8; a nack that
+reads the clock twice at 6, a parked group claimable early and a priority floor ignored at 7;
+the other twelve at 8 of 8 (135 of 144 runs).  Drawn with the far values as often as the
+everyday ones, 111 of 144, and a re-created group at none of 8."""
 
 
 FOUND_BY = {"nack reads the clock twice": "lease-expiry"}
@@ -60,8 +63,9 @@ def test_broken_variant_fails_the_property_it_breaks(name):
         if verdict.verdict == "failed":
             break
     assert verdict.verdict == "failed", report.to_markdown()
-    steps = verdict.failure.steps[1:-1]  # between `state = ...Machine()` and `state.teardown()`
-    assert 1 <= len(steps) <= 8, verdict.failure.reproduction
+    steps = [  # between `state = ...Machine()` and `state.teardown()`, but for the values chosen (C13)
+        step for step in verdict.failure.steps[1:-1] if "state.begin(" not in step and "state.choose_keys(" not in step]
+    assert len(steps) <= 8, verdict.failure.reproduction  # none: found by the close checks at the end
     assert report.exit_code == 1
 
 
@@ -131,7 +135,7 @@ def _replays(failure, factory) -> Divergence:
     return caught.value
 
 
-def test_a_passing_shared_search_stands_for_the_focused_ones_and_reaches_as_much(tmp_path):
+def test_a_passing_shared_search_stands_for_the_focused_ones_and_reaches_what_they_reach(tmp_path):
     from harel_ref.certify._engine import PROFILES as ENGINE_PROFILES
     from harel_ref.certify._engine import _hypothesis_apart, _run_search, _Search, focus_machine
 
@@ -149,7 +153,12 @@ def test_a_passing_shared_search_stands_for_the_focused_ones_and_reaches_as_much
             _run_search(focus_machine(backend.factory, prop, backend.capabilities), quick, 0, own)
         assert own.outcome() is None
         for situation in PROPERTIES[prop].evidence:
-            assert verdict.evidence[situation] >= own.reached[situation], (prop, situation)
+            # Reached, not as often: since the values of SPEC.md C13 the shared search reaches a
+            # claim after a park ended 5 times where parking's own search reaches it 26 times,
+            # and a stale release after a reclaim 16 times to fencing's 34 (issue 40, item 5:
+            # the focused searches run in the time the shared one leaves).
+            assert verdict.evidence[situation] > 0 or not own.reached[situation], (prop, situation)
+
 
 
 def test_a_bug_only_the_shared_search_sees_fails_its_property():
@@ -162,13 +171,18 @@ def test_a_bug_only_the_shared_search_sees_fails_its_property():
                     properties=["durability", "priority-floor"])
     assert _verdicts(alone) == {"durability": "passed", "priority-floor": "passed"}
     assert alone.shared == ()  # not every lockstep property was chosen
-    report = certify(backend.factory, backend.capabilities, profile="quick", seed=1)
+    for run_seed in range(1, 5):  # one must do: quick finds it at some seeds only
+        report = certify(backend.factory, backend.capabilities, profile="quick", seed=run_seed)
+        if report.verdict("durability").verdict == "failed":
+            break
     assert _verdicts(report) == {**dict.fromkeys(PROPERTIES, "passed"), "durability": "failed"}, report.to_markdown()
     failure = report.verdict("durability").failure
-    assert failure.found_by == "shared" and property_of(failure) == "priority-floor"
+    # a forgotten priority shows at a claim with a floor: a group passed over (priority-floor),
+    # or, where the group it did take had a lease that lapsed, that lapse not seen (lease-expiry)
+    assert failure.found_by == "shared" and property_of(failure) in ("priority-floor", "lease-expiry")
     assert failure.step.endswith("  (after a reopen)")
     assert "focus_machine(factory, 'shared', " in failure.reproduction
-    assert property_of(_replays(failure, backend.factory)) == "priority-floor"
+    assert property_of(_replays(failure, backend.factory)) == property_of(failure)
 
 
 def test_a_fault_in_the_shared_search_counts_against_the_first_property_that_makes_its_step():
@@ -275,9 +289,10 @@ def test_wall_clock_certification_catches_a_lease_that_lasts_too_long():
 def test_wall_clock_certification_still_catches_a_parking_bug():
     from broken import ParkedClaimableEarly
 
-    report = certify(_on_the_wall_clock(ParkedClaimableEarly), WALL, profile=Profile("tiny", 15, 12),
-                     properties=["parking"], time_budget=5)
-    assert report.verdict("parking").verdict == "failed"
+    # 40 examples: 15 stopped finding it once the examples drew their group ids (SPEC.md C13)
+    report = certify(_on_the_wall_clock(ParkedClaimableEarly), WALL, profile=Profile("tiny", 40, 12),
+                     properties=["parking"], time_budget=60)
+    assert report.verdict("parking").verdict == "failed", report.to_markdown()
 
 
 def test_time_budget_leaves_unknown_verdicts(tmp_path):
@@ -404,7 +419,8 @@ def test_a_transport_that_panics_hangs_or_kills_its_thread_fails_the_property_se
     fifo = report.verdict("fifo")
     assert fifo.verdict == "failed", report.to_markdown()
     assert fifo.failure.answered == message
-    assert fifo.reason == f"state.nack_now(...): {message}"
+    # the first hung call ends the search unshrunk: a nack at once or one with a delay
+    assert fifo.reason in (f"state.nack_now(...): {message}", f"state.nack_later(...): {message}"), fifo.reason
     assert report.verdict("priority-floor").verdict == "passed"
     assert time.monotonic() - began < 20  # one hang per search, not one per shrink step
 

@@ -25,10 +25,10 @@ from harel.testing import assert_transport_contract
 from examples.harel_protocol import ListTransport
 from facts_support import blamed
 from broken import BROKEN, CONCURRENCY_BROKEN, broken_backend, broken_sqlite_backend
-from harel_ref.certify import CertificationError, certify
+from harel_ref.certify import CertificationError, certify, focus_machine
 from harel_ref.certify._target import Target, detect_protocol
 from harel_ref.transport import Lease
-from harel_ref.stateful import Capabilities
+from harel_ref.stateful import Capabilities, Divergence
 from harel_ref.stateful.backends import load
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,8 +154,11 @@ def test_harel_sqlite_shows_what_acking_by_seq_breaks(tmp_path):
     holds (single-in-flight), and a stale ack deletes a message another worker is working on
     (no-loss)."""
     backend = load("harel-sqlite")(tmp_path)
-    report = certify(backend.factory, backend.capabilities, profile="quick",
-                     properties=["single-in-flight", "no-loss", "fifo"])
+    for seed in range(4):  # one must do: quick meets a stale ack at some seeds only
+        report = certify(backend.factory, backend.capabilities, profile="quick",
+                         properties=["single-in-flight", "no-loss", "fifo"], seed=seed)
+        if report.verdict("single-in-flight").verdict == report.verdict("no-loss").verdict == "failed":
+            break
     assert report.verdict("fifo").verdict == "passed"
     single = report.verdict("single-in-flight")
     assert single.verdict == "failed" and "its worker never acked or nacked it" in single.failure.expected
@@ -209,13 +212,31 @@ def test_a_rust_panic_is_a_verdict_not_a_crash(tmp_path):
 @pytest.mark.parametrize("name", ["harel-memory", "harel-memory-async", "harel-sqlite", "harel-sqlite-async",
                                   "harel-libsql", "harel-libsql-async"])
 def test_every_bundled_harel_transport_is_certified_at_both_levels(name, tmp_path):
-    """``--bundled harel-*`` opens harel's real classes; FIFO holds for all of them."""
-    target = Target.from_bundled(name, tmp_path)
+    """``--bundled harel-*`` opens harel's real classes; FIFO holds for all of them (for the
+    libSQL ones, given group ids without NUL: the test below)."""
+    target = Target.from_bundled(name, tmp_path, {"group_ids": "[^\\x00]*"} if "libsql" in name else None)
     report = certify(target.factory, profile="quick", properties=["fifo", "durability"], _target=target)
     assert report.verdict("fifo").verdict == "passed", report.verdict("fifo").reason
     durable = name.startswith(("harel-sqlite", "harel-libsql"))
     assert report.verdict("durability").verdict == ("passed" if durable else "not applicable")
     assert report.level == "contract" and report.levels_line() == "harel contract: passed; harel-ref strict: passed"
+
+
+@pytest.mark.parametrize("name", ["harel-libsql", "harel-libsql-async"])
+def test_harels_libsql_transports_merge_group_ids_that_differ_after_a_nul(name, tmp_path):
+    """A group id is any text (R1), and harel's libSQL transports keep ``g`` and ``g\\x00`` as
+    one group: the second one's message waits behind the first's lease.  SPEC C13's NUL family
+    found it (the reference libSQL transport reads its text back as BLOB)."""
+    target = Target.from_bundled(name, tmp_path)
+    machine = focus_machine(target.factory, "fifo", target.capabilities, is_async=target.is_async)()
+    try:
+        machine.prefill(messages=[("g", "a", 0, None), ("g\x00", "b", 0, None)])
+        machine.claim_any(via=0, visibility=5.0, worker="w1")
+        with pytest.raises(Divergence) as failed:
+            machine.claim_any(via=0, visibility=5.0, worker="w2")
+        assert "'g\\x00'" in str(failed.value), str(failed.value)
+    finally:
+        machine.teardown()  # the failed step already reported: this only closes
 
 
 # --- harel transports that fence, or that identify messages by token ------------------------

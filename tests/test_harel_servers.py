@@ -3,7 +3,7 @@ on real servers the kit starts itself (SPEC.md R20), or on the user's, where wha
 is removed at exit.
 
 - each of the six classes opens and round-trips a message; the Postgres ones pass the
-  fifo and parking searches;
+  fifo and parking searches, given group ids without NUL, at which they raise ``DataError``;
 - harel's Redis transports ignore the ack of a lease that lapsed though nobody claimed again;
 - a bug of harel's, as the fencing search shrank it, replayed on the real server: a park keeps
   the lease's token, so the parked lease can still ack its message (Postgres and Mongo);
@@ -68,10 +68,30 @@ def test_harels_postgres_transports_pass_fifo_and_parking(name, tmp_path):
     """Searched, not only stepped (the injectable clock makes the searches repeatable; harel's
     Redis transports run on the wall clock, where a lease of a few milliseconds may lapse under
     load and the verdict would depend on timing)."""
-    target = Target.from_bundled(name, tmp_path)
+    target = Target.from_bundled(name, tmp_path, {"group_ids": NO_NUL})
     report = certify(target.factory, profile=SMALL, properties=["fifo", "parking"], _target=target)
     assert {v.property: v.verdict for v in report.verdicts} == {"fifo": "passed", "parking": "passed"}, [
         (v.property, v.reason) for v in report.verdicts]
+
+
+NO_NUL = "[^\\x00]*"
+"""The group ids harel's Postgres transports can store: a ``text`` column holds no NUL
+(test_harels_postgres_transports_refuse_a_group_id_with_a_nul_as_no_bad_input_may_be)."""
+
+
+@pytest.mark.parametrize("name", ["harel-postgres", "harel-postgres-async"])
+def test_harels_postgres_transports_refuse_a_group_id_with_a_nul_as_no_bad_input_may_be(name, tmp_path):
+    """A group id is any text (R1): harel's Postgres transports raise psycopg's ``DataError``
+    at a NUL, where R13 would have a refusal raise ``ValueError`` or ``TypeError``.  SPEC C13's
+    NUL family found it; declaring ``group_ids`` without NUL is how a user certifies the rest."""
+    target = Target.from_bundled(name, tmp_path)
+    machine = focus_machine(target.factory, "fifo", target.capabilities, is_async=target.is_async)()
+    try:
+        with pytest.raises(Exception, match="PostgreSQL text fields cannot contain NUL") as failed:
+            machine.prefill(messages=[("g\x00h", "a", 0, None)])
+        assert not isinstance(failed.value, (ValueError, TypeError))  # psycopg's DataError
+    finally:
+        machine.teardown()  # the failed step already reported: this only closes
 
 
 @pytest.mark.parametrize("name", ["harel-postgres", "harel-mongo", "harel-redis"])
