@@ -363,6 +363,24 @@ def test_collections_of_another_schema_are_refused_and_kept():
         assert client[mongo_module.DATABASE][names.counters].find_one({"_id": "schema"})["version"] == 99
 
 
+def test_a_lease_lapses_one_tick_after_its_end_at_a_clock_of_2_to_the_40():
+    """mongo-java-server does not find a stored ``2**40 + 1`` ``$lt`` ``2**40 + 1 + 2**-10``:
+    with times stored as floats the lapsed lease looked live here.  Stored as the bits of
+    their floats (``_moment``), they compare exactly."""
+    now = [2.0**40]
+    url, prefix = _opened_prefix(f"far-clock-{uuid.uuid4().hex[:8]}")
+    queue = MongoTransport(url, clock=lambda: now[0], prefix=prefix)
+    try:
+        queue.publish("g1", "a")
+        assert queue.claim("w1", 1).event == "a"
+        now[0] = 2.0**40 + 1  # the lease's end: still live (R3)
+        assert queue.claim("w2", 1) is None
+        now[0] = 2.0**40 + 1 + 2.0**-10
+        assert queue.claim("w2", 1).event == "a"
+    finally:
+        queue.close()
+
+
 def test_async_round_trip_with_a_nul_in_the_event():
     async def round_trip() -> None:
         url, prefix = _opened_prefix(f"async-round-trip-{uuid.uuid4().hex[:8]}")
