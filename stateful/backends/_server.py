@@ -86,13 +86,13 @@ class ServerFromEnv:
         ``connect(url)`` (a factory's ``discard``): a long search, a failure shrunk over a
         thousand examples, leaves no pile to remove as its process ends."""
         prefix = prefix_for(namespace, check)
-        made = [entry for entry in self.opened if entry[0] == prefix]
-        if not made:
+        removals = [remove for opened, remove in self.opened if opened == prefix]
+        if not removals:  # not the user's server, or not opened here
             return
         with connect(self.users()) as connection:
-            for entry in made:
-                entry[1](connection, prefix)
-                del self.opened[entry]
+            for remove in removals:
+                remove(connection, prefix)
+                del self.opened[prefix, remove]
 
     def remove_opened(self, connect: Callable[[str], Any]) -> int:
         """Remove what this process made on the user's server, over ``connect(url)`` (a context
