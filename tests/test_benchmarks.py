@@ -128,3 +128,12 @@ def test_transport_calls_prints_every_transport_and_call_before_and_now():
                              r"[\d.]+x$", out, re.MULTILINE), (transport, call, out)
     assert "load average at the end" in out
     assert not {tree for tree in _worktrees() - worktrees if "transport-calls-" in tree}  # its own, removed
+
+
+def test_model_scale_prints_every_size_with_its_spread():
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "model_scale.py"), "--repeats", "1"],
+                            capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    for groups in ["10", "100", "1,000", "10,000"]:
+        assert re.search(rf"^\| {groups} \| [\d.]+ / [\d.]+ / [\d.]+ \| ", result.stdout, re.MULTILINE), result.stdout
+    assert "load average" in result.stdout
