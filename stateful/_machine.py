@@ -10,6 +10,7 @@ shrunk steps as runnable code above it.
 from __future__ import annotations
 
 import asyncio
+import bisect
 import collections
 import dataclasses
 import itertools
@@ -39,11 +40,12 @@ from ._async import TransportFault, open_transport
 from ._backend import Backend, Capabilities, accepted_groups
 from ._facts import Fact, ShowsAFact
 from ._values import (
-    CLOCK_STARTS, DELAYS, EPOCH, KEY_FAMILIES, LONG, STEPS, TICK, VISIBILITIES, WORKERS, OnePass, event_strategy,
+    BACKLOGS, CLAIM_RUNS, CLOCK_STARTS, DELAYS, EPOCH, WALL_BACKLOGS, KEY_FAMILIES, LONG, STEPS, TICK, VISIBILITIES, WORKERS, OnePass, event_strategy,
     group_families, near_collisions, reshaped, routing_key_pool, shaped_keys,
 )
 from ._properties import (
-    FAR_CLOCK, HELD, LEASE_END, LEASE_LAPSED, LONG_EVENT, LONG_LEASE, NEAR_GROUPS, NEAR_KEYS, PARK_ENDED, REOPEN_HELD,
+    FAR_CLOCK, HELD, LEASE_END, LEASE_LAPSED, LONG_EVENT, LONG_GROUP, LONG_LEASE, MANY_GROUPS, MANY_NACKS,
+    MANY_WORKERS, NEAR_GROUPS, NEAR_KEYS, PARK_ENDED, REOPEN_HELD,
     STALE_AFTER_RECLAIM, TIE,
 )
 
@@ -60,7 +62,7 @@ WALL_SCALE = 0.05
 """In wall-clock mode every duration is scaled by this (1 s of spec time = 50 ms of real time)."""
 
 RULES = (
-    "publish", "claim", "claim_any", "ack", "nack_now", "nack_later", "advance",
+    "publish", "backlog", "claim", "claim_any", "claim_many", "ack", "nack_now", "nack_later", "advance",
     "advance_to_deadline", "claim_at_deadline", "open_second_instance", "reopen", "bad_input",
     "bad_release",
 )
@@ -84,6 +86,41 @@ IN_RESOLUTIONS = ((1.0, 2.0, 3.0), (1.0, 2.0), (0.5, 1.0, 2.0))
 """The visibilities, delays and wall-clock steps, in multiples of a declared resolution."""
 
 
+def backlog_group(groups: tuple[str, ...], number: int) -> str:
+    """The id of an example's ``number``-th backlog group: new, and after the example's first
+    plain id (so that a transport that declares its ids takes them when it takes that one)."""
+    return f"{groups[0]}+{number}"
+
+
+class SeqsSeen:
+    """One group's messages as its claims showed them: the model's seq of each, and the seq the
+    transport gave it, sorted by the model's.  The transport's must increase as the model's do
+    (R16); since they did so far, a new one need only fit between its two neighbours, found by
+    bisection (a group of a thousand messages is checked in a thousand steps, not a million)."""
+
+    def __init__(self) -> None:
+        self.model: list[int] = []
+        self.transport: list[Any] = []
+
+    def get(self, model_seq: int) -> Any:
+        """The transport's seq of the message of ``model_seq``, if a claim gave it."""
+        place = bisect.bisect_left(self.model, model_seq)
+        return self.transport[place] if place < len(self.model) and self.model[place] == model_seq else None
+
+    def neighbours(self, model_seq: int) -> tuple[Any, Any]:
+        """The transport's seqs of the messages just before and just after ``model_seq``."""
+        low = bisect.bisect_left(self.model, model_seq)
+        high = bisect.bisect_right(self.model, model_seq)
+        return (self.transport[low - 1] if low else None,
+                self.transport[high] if high < len(self.model) else None)
+
+    def add(self, model_seq: int, seq: Any) -> None:
+        place = bisect.bisect_left(self.model, model_seq)
+        if place == len(self.model) or self.model[place] != model_seq:
+            self.model.insert(place, model_seq)
+            self.transport.insert(place, seq)
+
+
 @dataclasses.dataclass(frozen=True)
 class Choices:
     """What a machine draws ids, events and durations from: its backend's (:mod:`._values`).
@@ -100,6 +137,8 @@ class Choices:
     group_families: tuple[tuple[str, ...], ...] = ()
     event_bytes: int = 0
     starts: tuple[float, ...] = (START,)
+    backlogs: tuple[tuple[int, int], ...] = BACKLOGS
+    claim_runs: tuple[int, ...] = CLAIM_RUNS
 
     @classmethod
     def of(cls, caps: Capabilities) -> Choices:
@@ -109,8 +148,10 @@ class Choices:
         multiples of it.  Only an injectable clock without a resolution is given durations
         across magnitudes (1 ms to 10**7 s) and a clock that starts anywhere."""
         groups = accepted_groups(caps)
-        data = dict(group_families=tuple(group_families(caps).values()), event_bytes=caps.event_bytes)
         wall = caps.clock == "wall"
+        data = dict(group_families=tuple(group_families(caps).values()), event_bytes=caps.event_bytes,
+                    backlogs=(WALL_BACKLOGS if wall else BACKLOGS) if caps.accepts_group_id(backlog_group(groups, 0))
+                    else ())
         if not caps.resolution:
             if wall:
                 return cls(WALL_SCALE, groups, WALL_VISIBILITIES, WALL_DELAYS, WALL_STEPS, **data)
@@ -489,12 +530,15 @@ class TransportMachine(RuleBasedStateMachine):
             raise
         self.tokens: set[str] = set()
         self.issued: list[Any] = []  # every lease handed out, in order
-        self.seqs: dict[tuple[str, int], int] = {}  # (group, model seq) -> transport's seq
+        self.seqs: dict[str, SeqsSeen] = collections.defaultdict(SeqsSeen)  # group -> the seqs its claims gave
         self.model_seqs: dict[str, int] = {}  # token -> the model's seq of the message it leased
         self.acked: set[tuple[str, tuple]] = set()  # (group, _identity(lease)) of every message acked
         self.in_step = False
         self.reopened = False
         self.stepped_back = False
+        self.backlogged = 0  # backlog groups made so far (backlog_group numbers them)
+        self.nacked: collections.Counter[tuple[str, int]] = collections.Counter()  # (group, model seq) -> nacks
+        self.workers: set[str] = set()  # every worker that claimed
         self.reached: collections.Counter[str] = collections.Counter()  # situations met (_properties)
         self.draining = False
         self.refused = False  # a bad_input step has been refused
@@ -554,10 +598,11 @@ class TransportMachine(RuleBasedStateMachine):
 
     # --- evidence: the situations the properties' rules are about, counted ------------------
 
-    def _count_claim(self, when: When, min_priority: int, routing_keys) -> None:
+    def _count_claim(self, when: When, worker: str, min_priority: int, routing_keys) -> None:
         """Count what a claim met (judged at the clock, or when it began on a wall clock)."""
         if self.draining:
             return  # the drain at the end steps past every lease: nothing reached there counts
+        self._count_sizes(worker)
         now = when.lo if self.wall else self.clock.now
         holds = list(self.model.holds().values())
         if any(now <= until.hi for _, until in holds):
@@ -574,6 +619,12 @@ class TransportMachine(RuleBasedStateMachine):
         # any key, not the first: a set's order changes with each process's string hashes
         if routing_keys is not None and any(self._near(key, KEY_FAMILIES) for key in routing_keys):
             self.reached[NEAR_KEYS] += 1
+
+    def _count_sizes(self, worker: str) -> None:
+        self.workers.add(worker)
+        groups, longest = self.model.size()
+        situations = {MANY_GROUPS: groups >= 100, LONG_GROUP: longest >= 100, MANY_WORKERS: len(self.workers) >= 8}
+        self.reached.update(situation for situation, met in situations.items() if met)
 
     def _count_publish(self, group: str, event: str) -> None:
         family = self._near(group, self.group_families)
@@ -644,7 +695,7 @@ class TransportMachine(RuleBasedStateMachine):
             self._publish(group, event, priority, routing_key, 0)
         return multiple(*dict.fromkeys(group for group, *_ in messages))
 
-    def _publish(self, group, event, priority, routing_key, via):
+    def _publish(self, group, event, priority, routing_key, via, *, counted=True):
         caps = self.backend.capabilities
         priority = priority if caps.priority else 0
         routing_key = routing_key if caps.routing else None
@@ -653,8 +704,60 @@ class TransportMachine(RuleBasedStateMachine):
         if answer is not None:
             self._fail(facts.PUBLISH_ANSWERED, f"publish({group!r}, ...)", "None", answer)
         self.model.publish(group, event, priority, routing_key)
-        self._count_publish(group, event)
+        if counted:
+            self._count_publish(group, event)
         self.in_step = False
+
+    # --- scale (SPEC.md C13): a backlog at once, claims in a row ---------------------------------
+
+    @backend_rule(
+        shape=lambda choices: st.sampled_from(choices.backlogs or ((0, 0),)),
+        events=st.sampled_from(("numbered", "equal")),
+        priority=st.integers(0, 4),
+        routing_key=st.none() | keys,
+        via=st.integers(0, 1),
+    )
+    @precondition(lambda self: self.choices.backlogs)
+    def backlog(self, shape, events, priority, routing_key, via):
+        """Publish a backlog at once: ``shape`` is (new groups, messages in each), published
+        a message to each group in turn, every event ``equal`` (empty) or ``numbered``.  A
+        store that reads a page of groups or messages and stops, caps a group, or keeps its
+        queue in a buffer of fixed size shows it only past that size.  The new groups arrive
+        after every group already there (R4), so a claim finds them behind the rest."""
+        groups, depth = shape
+        first = self.backlogged
+        self.backlogged += groups
+        for number in range(groups * depth):
+            group = backlog_group(self.choices.groups, first + number % groups)
+            event = str(number) if events == "numbered" else ""
+            self._publish(group, event, priority, routing_key, via, counted=False)
+
+    @backend_rule(
+        target=leases,
+        count=lambda choices: st.sampled_from(choices.claim_runs),
+        then=st.sampled_from(("hold", "nack now", "ack")),
+        visibility=lambda choices: st.sampled_from(choices.visibilities),
+        via=st.integers(0, 1),
+    )
+    def claim_many(self, count, then, visibility, via):
+        """Claim ``count`` times in a row (until a claim answers None), by the workers of
+        :data:`WORKERS` in turn, and ``then`` keep each lease, nack it at once or ack it: many
+        groups in flight ahead of a free one, or one message nacked many times, as a store
+        with a retry counter that gives up on a message would not take."""
+        held = []
+        for number in range(count):
+            self.in_step = True
+            lease = self._claim(self._instance(via), WORKERS[number % len(WORKERS)], visibility)
+            self.in_step = False
+            if lease is None:
+                break
+            if then == "hold":
+                held.append(lease)
+            elif then == "ack":
+                self._ack(lease, via)
+            else:
+                self._nack(lease, 0, via)
+        return multiple(*held)
 
     # --- claim (R2-R6, R16) --------------------------------------------------------------------
 
@@ -696,18 +799,17 @@ class TransportMachine(RuleBasedStateMachine):
             f"claim({worker!r}, visibility={visibility!r}, min_priority={min_priority}, "
             f"routing_keys={given_keys if routing_keys is None else reshaped(given_keys, routing_keys)!r})"
         )
-        allowed = None if self.wall else self.model.claim_outcomes(self._judged_now(), min_priority, routing_keys)
+        judged = None if self.wall else self._judged_now()
         lease, when = self._call(
             transport.claim, worker, self._seconds(visibility), min_priority,
             None if routing_keys is None else reshaped(given_keys, routing_keys),
         )
-        if self.wall:
-            allowed = self.model.claim_outcomes(when, min_priority, routing_keys)
-        self._count_claim(when, min_priority, routing_keys)
-        claimed = self._match(lease, allowed)
+        self._count_claim(when, worker, min_priority, routing_keys)
+        claimed = self._match(lease, when if self.wall else judged, min_priority, routing_keys)
         if claimed is False:
+            allowed = self.model.claim_outcomes(when if self.wall else judged, min_priority, routing_keys)
             kind = claim_fact(allowed, lease, self.model, when, min_priority, routing_keys,
-                              acked=self._acked_before(lease), judged_at=None if self.wall else self._judged_now())
+                              acked=self._acked_before(lease), judged_at=judged)
             self._fail(kind, step, show_outcomes(allowed), lease)
         if claimed is None:
             return None
@@ -729,10 +831,11 @@ class TransportMachine(RuleBasedStateMachine):
             return
         judged = when if self.wall else When.of(self._judged_now())
         for holding in self.model.holdings(claimed.group_id, judged):
+            seq = self.seqs[claimed.group_id].get(holding.seq)
             self._fail(
                 facts.CLAIMED_HELD_BY_WORKER, step,
                 f"not {claimed.group_id!r}: the lease with token {holding.token!r} on its seq "
-                f"{self.seqs.get((claimed.group_id, holding.seq), holding.seq)} is live until "
+                f"{holding.seq if seq is None else seq} is live until "
                 f"{_moment(holding.until)} and its worker never acked or nacked it (an ack or nack "
                 f"by seq of an older lease freed the message under it, R20)",
                 lease,
@@ -744,17 +847,17 @@ class TransportMachine(RuleBasedStateMachine):
             return self.clock.now
         return When(self.clock.now - self.clock_slack, self.clock.now + self.clock_slack)
 
-    @staticmethod
-    def _match(lease, allowed) -> Claimed | None | bool:
-        """The allowed outcome the transport's answer is, or False if it is none of them."""
+    def _match(self, lease, judged: float | When, min_priority, routing_keys) -> Claimed | None | bool:
+        """The outcome the transport's answer is, if the model allows it at ``judged``; else
+        False.  (Asked of the answer alone, in one pass over the groups: among a backlog of a
+        thousand groups, every outcome at every claim of the drain cost seconds.)"""
         if lease is None:
-            return None if None in allowed else False
-        for claimed in allowed:
-            if claimed is not None and (claimed.group_id, claimed.event) == (
-                getattr(lease, "group_id", None), getattr(lease, "event", None)
-            ):
-                return claimed
-        return False
+            return None if self.model.may_answer_none(judged, min_priority, routing_keys) else False
+        group_id = getattr(lease, "group_id", None)
+        head = self.model.head(group_id) if isinstance(group_id, str) else None
+        if head is None or head.event != getattr(lease, "event", None):
+            return False
+        return head if self.model.claimable(group_id, judged, min_priority, routing_keys) else False
 
     def _check_lease_identity(self, step: str, lease, claimed: Claimed) -> None:
         """R16: tokens are unique per claim; a message's seq is stable and increases along
@@ -765,17 +868,18 @@ class TransportMachine(RuleBasedStateMachine):
         if lease.token in self.tokens:
             self._fail(facts.TOKEN_REUSED, step, "a token never handed out before", lease)
         self.tokens.add(lease.token)
-        known = self.seqs.setdefault((claimed.group_id, claimed.seq), lease.seq)
-        if known != lease.seq:
+        seqs = self.seqs[claimed.group_id]
+        known = seqs.get(claimed.seq)
+        if known is not None and known != lease.seq:
             self._fail(facts.SEQ_CHANGED, step, f"the same seq as before ({known})", lease)
-        for (group, model_seq), seq in self.seqs.items():
-            if group != claimed.group_id or model_seq == claimed.seq:
-                continue
-            if (model_seq < claimed.seq) != (seq < lease.seq):  # FIFO position, both ways
-                relation = "greater" if model_seq < claimed.seq else "smaller"
-                self._fail(
-                    facts.SEQ_ORDER, step, f"a seq {relation} than {seq}, the seq of another message of the group", lease
-                )
+        before, after = seqs.neighbours(claimed.seq)  # FIFO position, both ways
+        if before is not None and not before < lease.seq:
+            self._fail(facts.SEQ_ORDER, step, f"a seq greater than {before}, the seq of another message of the group",
+                       lease)
+        if after is not None and not lease.seq < after:
+            self._fail(facts.SEQ_ORDER, step, f"a seq smaller than {after}, the seq of another message of the group",
+                       lease)
+        seqs.add(claimed.seq, lease.seq)
 
     # --- ack and nack (R7-R10) -----------------------------------------------------------------
 
@@ -900,9 +1004,14 @@ class TransportMachine(RuleBasedStateMachine):
         self.stale = self.stale or not self._current(lease)
         self._count_release(lease)
         answer, when = self._release("nack", lease, via, self._seconds(delay))
+        seq = self.model_seqs.get(lease.token)
         expected = self.model.nack(lease.token, self._seconds(delay), when)
         if expected and delay >= 3600:
             self.reached[LONG_LEASE] += 1
+        if expected and seq is not None:
+            self.nacked[lease.group_id, seq] += 1
+            if self.nacked[lease.group_id, seq] >= 8:
+                self.reached[MANY_NACKS] += 1
         if not self._answered(answer, expected):
             self._fail(release_fact("nack", expected, delay), f"nack({_lease_ref(lease)}, delay={delay})",
                        repr(expected), answer)
@@ -1164,18 +1273,28 @@ def _says_closed(error: Exception) -> bool:
     return isinstance(error, TransportClosedError) or "closed" in said or re.search(r"\bafter close\b", said) is not None
 
 
+SHOWN_GROUPS = 24
+SHOWN_EVENTS = 8
+"""A failure message shows this many groups of the queue, and events of each, at the most (a
+backlog holds a thousand)."""
+
+
 def describe_queue(model: QueueModel, clock: str) -> str:
     """The queue per the model, a line per group, for a failure message."""
     holds = model.holds()
     lines = []
-    for group_id, group_events in model.contents().items():
-        shown = [e if len(e) <= 16 else f"{e[:8]}...({len(e)} chars)" for e in group_events]
-        line = f"    {group_id!r}: {shown}"
+    contents = model.contents()
+    for group_id, group_events in itertools.islice(contents.items(), SHOWN_GROUPS):
+        shown = [e if len(e) <= 16 else f"{e[:8]}...({len(e)} chars)" for e in group_events[:SHOWN_EVENTS]]
+        more = f" and {len(group_events) - SHOWN_EVENTS} more" if len(group_events) > SHOWN_EVENTS else ""
+        line = f"    {group_id!r}: {shown}{more}"
         if group_id in holds:
             token, until = holds[group_id]
             what = "parked" if token is None else f"leased by {token!r}"
             line += f"  head {what} until {until.lo if until.lo == until.hi else until}"
         lines.append(line)
+    if len(contents) > SHOWN_GROUPS:
+        lines.append(f"    ... and {len(contents) - SHOWN_GROUPS} more groups")
     return "\n".join(lines or ["    (empty)"]) + f"\n  ({clock})"
 
 

@@ -44,6 +44,10 @@ __all__ = [
 ]
 
 CORE = frozenset({"prefill", "publish", "claim_any", "ack"})
+SCALE = frozenset({"backlog", "claim_many"})
+"""A backlog published at once and claims in a row (SPEC.md C13): the shared search, and the
+searches of the properties that sizes break (single-in-flight, fifo, no-loss).  Not every
+search: in the others' short quick searches they crowd out the steps that find their bugs."""
 TIME = frozenset({"advance"})
 
 JUDGED = {
@@ -78,8 +82,12 @@ NEAR_KEYS = "a claim filtered by routing keys of one near-collision family"
 LONG_EVENT = "an event of 32 KiB or more"
 FAR_CLOCK = "a claim with the clock at today's epoch or later"
 LONG_LEASE = "a lease or park of an hour or more"
+MANY_GROUPS = "a claim among 100 groups or more"
+LONG_GROUP = "a claim with 100 messages or more in one group"
+MANY_NACKS = "a message nacked 8 times or more"
+MANY_WORKERS = "claims by 8 workers or more in one example"
 """Situations a search can reach: what a property's rules are about (R2, R3, R9, R10, R4, R15, R19),
-and the values they are tried with (SPEC.md C13).  The checkers count them
+and the values and sizes they are tried with (SPEC.md C13).  The checkers count them
 (``TransportMachine.reached``, the parallel search's runs) and each verdict reports, for the
 situations of its row's ``evidence``, how often its searches reached them."""
 EXACT_TIME_ONLY = frozenset({LEASE_END, FAR_CLOCK, LONG_LEASE})
@@ -128,18 +136,19 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         "single-in-flight",
         "a group whose head is leased or parked is not claimable, by any instance, also when callers race (R2, R19)",
         ("R2", "R19"), "contract",
-        rules=CORE | {"nack_now", "claim_at_deadline", "open_second_instance"},
+        rules=CORE | SCALE | {"nack_now", "claim_at_deadline", "open_second_instance"},
         concurrent=True, judges=frozenset({"consequences"}),
         owns=frozenset({facts.CLAIMED_LEASED, facts.CLAIMED_HELD_BY_WORKER, facts.OVERLAP}),
-        evidence=(HELD, OVERLAP, NEAR_GROUPS),
+        evidence=(HELD, OVERLAP, NEAR_GROUPS, MANY_GROUPS, MANY_WORKERS),
     ),
     Property(
         "fifo",
         "a group's messages come out in publish order; a nacked message stays the head; seqs are stable and "
         "increase (R1, R6, R8, R16)",
         ("R1", "R6", "R8", "R16"), "contract",
-        rules=CORE | {"nack_now", "nack_later", "claim_at_deadline"},
+        rules=CORE | SCALE | {"nack_now", "nack_later", "claim_at_deadline"},
         owns=frozenset({facts.NOT_HEAD, facts.SEQ_CHANGED, facts.SEQ_ORDER, facts.OUT_OF_ORDER}),
+        evidence=(LONG_GROUP, MANY_NACKS),
     ),
     Property(
         "lease-expiry",
@@ -227,14 +236,14 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         "draining at the end yields every message published and not acked, exactly once, also after "
         "callers raced (R1, R7, R19)",
         ("R1", "R7", "R19"), "contract",
-        rules=CORE | TIME | {"nack_now", "nack_later", "open_second_instance"},
+        rules=CORE | SCALE | TIME | {"nack_now", "nack_later", "open_second_instance"},
         concurrent=True, judges=frozenset({"consequences"}),
         owns=frozenset({facts.MISSED_CLAIMABLE, facts.UNKNOWN_MESSAGE, facts.ACKED_HELD_MESSAGE,
                         facts.PUBLISH_ANSWERED, facts.DRAIN_DIFFERS, facts.LOST, facts.DUPLICATED,
                         facts.UNEXPECTED, facts.REDELIVERED}),
         # a message lost, duplicated or changed shows at every later claim and release of its group
         explains=_CLAIM_ANSWERS | {facts.CURRENT_REFUSED, facts.PARK_REFUSED, facts.OVERLAP, facts.OUT_OF_ORDER},
-        evidence=(OVERLAP, NEAR_GROUPS, LONG_EVENT),
+        evidence=(OVERLAP, NEAR_GROUPS, LONG_EVENT, MANY_GROUPS, LONG_GROUP, MANY_NACKS),
     ),
     Property(
         "contention",
@@ -264,7 +273,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
 """The verdict lines, in the order they are searched and reported."""
 
 MACHINE_RULES = frozenset({
-    "publish", "claim", "claim_any", "ack", "nack_now", "nack_later", "advance", "advance_to_deadline",
+    "publish", "backlog", "claim", "claim_any", "claim_many", "ack", "nack_now", "nack_later", "advance", "advance_to_deadline",
     "claim_at_deadline", "open_second_instance", "reopen", "bad_input", "bad_release", "prefill",
     "release_stale", "step_back",
 })

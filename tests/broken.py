@@ -511,6 +511,90 @@ class ClosedClaimWithKeysAnswers(InMemoryTransport):
         return super().claim(worker_id, visibility, min_priority, routing_keys)
 
 
+# --- Broken only at scale (SPEC.md C13): each passes every example of four groups and a few
+# messages, as the searches drew before C13.
+
+
+class ClaimReadsAPageOfGroups(InMemoryTransport):
+    """A claim reads the first 100 groups in claim order and looks no further (``ORDER BY
+    last_claimed_at LIMIT 100``, filtered after): behind 100 groups that are in flight, parked
+    or below the floor, a free group is not found (R2, R4)."""
+
+    class Core(InMemoryCore):
+        def _groups_in_claim_order(self):
+            return super()._groups_in_claim_order()[:100]
+
+
+class ClaimReadsAPageOfMessages(InMemoryTransport):
+    """A claim reads the first 100 messages by seq and takes a head among them (``ORDER BY
+    seq LIMIT 100``): behind a long group whose head is held, the other groups' heads are not
+    found (R2, R6)."""
+
+    class Core(InMemoryCore):
+        def _groups_in_claim_order(self):
+            seqs = sorted(message.seq for group in self.store.groups.values() for message in group.messages)
+            page = set(seqs[:100])
+            return [(group_id, group) for group_id, group in super()._groups_in_claim_order()
+                    if group.messages[0].seq in page]
+
+
+class GroupCappedAt100(InMemoryTransport):
+    """A group holds 100 messages at the most and drops what is published past that, as a
+    bounded buffer per group would (R1)."""
+
+    class Core(InMemoryCore):
+        def publish(self, group_id, event, priority, routing_key):
+            group = self.store.groups.get(group_id)
+            if group is not None and len(group.messages) >= 100:
+                return None
+            return super().publish(group_id, event, priority, routing_key)
+
+
+class _GivesUpAfterNacks(InMemoryCore):
+    """A retry counter: the ``LIMIT``-th nack of one message deletes it (a dead letter), which
+    harel's Protocol has no room for: a nacked message stays the head (R8)."""
+
+    LIMIT = 0
+
+    def nack(self, lease, now, delay):
+        group, head = self._held_by(lease)
+        if head is not None:
+            head.nacks = getattr(head, "nacks", 0) + 1
+            if head.nacks >= self.LIMIT:
+                return super().ack(lease, now)
+        return super().nack(lease, now, delay)
+
+
+class GivesUpAfterFiveNacks(InMemoryTransport):
+    """The fifth nack of one message deletes it (R8)."""
+
+    class Core(_GivesUpAfterNacks):
+        LIMIT = 5
+
+
+class GivesUpAfter100Nacks(InMemoryTransport):
+    """The 100th nack of one message deletes it (R8)."""
+
+    class Core(_GivesUpAfterNacks):
+        LIMIT = 100
+
+
+class EightLeaseSlots(InMemoryTransport):
+    """Leases are kept in 8 slots, as a fixed pool of worker slots would: the ninth lease held
+    at once takes the slot of the oldest, whose message is then free while its lease is live
+    (R2)."""
+
+    class Core(InMemoryCore):
+        def claim(self, token, now, visibility, min_priority, routing_keys):
+            lease = super().claim(token, now, visibility, min_priority, routing_keys)
+            held = [group.messages[0] for group in self.store.groups.values()
+                    if group.messages[0].holder not in (None, PARKED) and now <= group.messages[0].until]
+            if len(held) > 8:
+                oldest = min(held, key=lambda message: message.until)
+                oldest.holder = oldest.until = None
+            return lease
+
+
 OF_VALUES = {
     # data: ids and events a careless store merges or cuts
     "group ids fold case": (GroupIdsFoldCase, "no-loss"),
@@ -531,6 +615,13 @@ OF_VALUES = {
     # calls after close
     "a closed nack with a delay parks": (ClosedNackWithADelayParks, "close"),
     "a closed claim with keys answers": (ClosedClaimWithKeysAnswers, "close"),
+    # scale: backlogs, long groups, many nacks, many leases at once
+    "a claim reads a page of 100 groups": (ClaimReadsAPageOfGroups, "no-loss"),
+    "a claim reads a page of 100 messages": (ClaimReadsAPageOfMessages, "no-loss"),
+    "a group capped at 100 messages": (GroupCappedAt100, "no-loss"),
+    "gives up after 5 nacks": (GivesUpAfterFiveNacks, "no-loss"),
+    "gives up after 100 nacks": (GivesUpAfter100Nacks, "no-loss"),
+    "8 lease slots": (EightLeaseSlots, "single-in-flight"),
 }
 """Broken variants that only the values of SPEC.md C13 show: each fails its property at the
 default profile (tests/test_certify.py, benchmarks/kill_times.py)."""

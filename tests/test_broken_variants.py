@@ -44,11 +44,16 @@ def test_machine_catches_broken_variant(name):
     if name in OF_VALUES and broken_property == "no-loss":
         # a merged or cut group or event shows first at any later claim (no-loss explains them all)
         expected = {broken_property} | owners(PROPERTIES["no-loss"].explains)
+    if name == "8 lease slots":
+        # a lease lost: its message is claimed again, or the lost lease's ack or nack is refused
+        expected = LATER_PROPERTIES
     if name in ("deadlines in float32", "leases in 32-bit milliseconds"):
         # a lease that ends early shows as one handed out while live, or (where a step jumps to
         # its end) at its exact end; shrunk, the certifier names the one its shortest example shows
         expected = {"single-in-flight", "lease-expiry"}
-    assert owner(caught.value.kind) in expected, str(caught.value)
+    # or a fact its property explains (a lease a tick too long shows as a group passed over)
+    explained = caught.value.kind in PROPERTIES[broken_property].explains
+    assert owner(caught.value.kind) in expected or explained, str(caught.value)
     if name in PLAIN_MACHINE_PROPERTIES:
         fact = caught.value.fact
         # a reopen before the fact comes first among the causes (CONTEXTS): durability's; the

@@ -1,0 +1,84 @@
+"""The lockstep machine at scale (SPEC.md C13): its backlog and claim_many steps reach the sizes
+its evidence counts, and the checks that scale changed (seqs, the failure message) still fail."""
+
+import pytest
+
+from harel_ref.stateful import Backend, Capabilities, Divergence, make_machine
+from harel_ref.stateful import _facts as facts
+from harel_ref.stateful._machine import SHOWN_GROUPS
+from harel_ref.stateful._properties import LONG_GROUP, MANY_GROUPS, MANY_NACKS, MANY_WORKERS
+from harel_ref.transport import InMemoryStore, InMemoryTransport
+from harel_ref.transport.memory import InMemoryCore
+
+
+def machine(cls=InMemoryTransport):
+    stores = {}
+    backend = Backend(f"memory-{cls.__name__}", lambda clock, namespace: cls(
+        clock=clock, store=stores.setdefault(namespace, InMemoryStore())), Capabilities(durable=True, shared=True))
+    state = make_machine(backend)()
+    state.begin(group_ids=["g1", "g2"], clock=1000.0)
+    state.choose_keys(routing_keys=["blue", "green"])
+    return state
+
+
+def test_backlogs_and_claims_in_a_row_reach_the_sizes_the_evidence_counts():
+    state = machine()
+    state.backlog(shape=(128, 1), events="numbered", priority=0, routing_key=None, via=0)
+    state.backlog(shape=(1, 128), events="equal", priority=0, routing_key=None, via=0)
+    held = state.claim_many(count=16, then="hold", visibility=5, via=0)
+    assert len(held.values) == 16
+    state.claim_many(count=128, then="nack now", visibility=5, via=0)
+    assert state.reached[MANY_GROUPS] and state.reached[MANY_WORKERS] and state.reached[LONG_GROUP]
+    state.teardown()
+
+    state = machine()
+    state.backlog(shape=(1, 4), events="numbered", priority=0, routing_key=None, via=0)
+    state.claim_many(count=16, then="nack now", visibility=5, via=0)  # one group: its head nacked 16 times
+    assert state.reached[MANY_NACKS] == 16 - 7 and not state.reached[MANY_GROUPS]
+    state.teardown()
+
+
+class SeqsDecrease(InMemoryTransport):
+    """Each message published gets a smaller seq than the one before (R16)."""
+
+    class Core(InMemoryCore):
+        def publish(self, group_id, event, priority, routing_key):
+            super().publish(group_id, event, priority, routing_key)
+            self.store.groups[group_id].messages[-1].seq = 10**6 - self.store.last_seq
+
+
+class SeqChangesAtNack(InMemoryTransport):
+    """A nacked message gets a new seq (R16)."""
+
+    class Core(InMemoryCore):
+        def nack(self, lease, now, delay):
+            group, head = self._held_by(lease)
+            nacked = super().nack(lease, now, delay)
+            if head is not None:
+                head.seq += 1000
+            return nacked
+
+
+@pytest.mark.parametrize("cls, kind", [(SeqsDecrease, facts.SEQ_ORDER), (SeqChangesAtNack, facts.SEQ_CHANGED)])
+def test_seqs_that_break_r16_in_a_long_group_are_caught(cls, kind):
+    state = machine(cls)
+    state.backlog(shape=(1, 128), events="numbered", priority=0, routing_key=None, via=0)
+    with pytest.raises(Divergence) as caught:
+        state.claim_many(count=4, then="nack now" if kind == facts.SEQ_CHANGED else "ack", visibility=5, via=0)
+    assert caught.value.kind == kind, str(caught.value)
+
+
+def test_a_failure_among_a_backlog_shows_a_bounded_queue():
+    class ForgetsAfter100(InMemoryTransport):
+        class Core(InMemoryCore):
+            def publish(self, group_id, event, priority, routing_key):
+                if len(self.store.groups) < 100 or group_id in self.store.groups:
+                    super().publish(group_id, event, priority, routing_key)
+
+    state = machine(ForgetsAfter100)
+    state.backlog(shape=(128, 1), events="numbered", priority=0, routing_key=None, via=0)
+    with pytest.raises(Divergence) as caught:
+        state.teardown()
+    message = str(caught.value)  # a claim of the drain found none of the groups it forgot
+    shown = [line for line in message.splitlines() if line.startswith("    'g1+")]
+    assert len(shown) == SHOWN_GROUPS and "    ... and 4 more groups" in message, message  # 100 drained, 28 left
