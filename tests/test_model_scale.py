@@ -3,7 +3,6 @@ sorting, not by comparing every pair of groups.  Checked against the rule as R4 
 pair by pair, on random queues with exact and uncertain stamps."""
 
 import math
-import time
 
 from hypothesis import given, settings, strategies as st
 
