@@ -40,7 +40,7 @@ from ._async import TransportFault, open_transport
 from ._backend import Backend, Capabilities, accepted_groups
 from ._facts import Fact, ShowsAFact
 from ._values import (
-    BACKLOGS, CLAIM_RUNS, CLOCK_STARTS, DELAYS, EPOCH, WALL_BACKLOGS, KEY_FAMILIES, LONG, STEPS, TICK, VISIBILITIES, WORKERS, OnePass, event_strategy,
+    BACKLOGS, CLAIM_RUNS, CLOCK_STARTS, DELAYS, EPOCH, WALL_BACKLOGS, WALL_CLAIM_RUNS, KEY_FAMILIES, LONG, STEPS, TICK, VISIBILITIES, WORKERS, OnePass, event_strategy,
     group_families, near_collisions, reshaped, routing_key_pool, shaped_keys,
 )
 from ._properties import (
@@ -92,6 +92,11 @@ def backlog_group(groups: tuple[str, ...], number: int) -> str:
     return f"{groups[0]}+{number}"
 
 
+UNSEEN = object()
+"""What :class:`SeqsSeen` answers for a message no claim has shown (a transport's seq may be
+anything, None too)."""
+
+
 class SeqsSeen:
     """One group's messages as its claims showed them: the model's seq of each, and the seq the
     transport gave it, sorted by the model's.  The transport's must increase as the model's do
@@ -103,16 +108,17 @@ class SeqsSeen:
         self.transport: list[Any] = []
 
     def get(self, model_seq: int) -> Any:
-        """The transport's seq of the message of ``model_seq``, if a claim gave it."""
+        """The transport's seq of the message of ``model_seq``, or UNSEEN."""
         place = bisect.bisect_left(self.model, model_seq)
-        return self.transport[place] if place < len(self.model) and self.model[place] == model_seq else None
+        return self.transport[place] if place < len(self.model) and self.model[place] == model_seq else UNSEEN
 
     def neighbours(self, model_seq: int) -> tuple[Any, Any]:
-        """The transport's seqs of the messages just before and just after ``model_seq``."""
+        """The transport's seqs of the messages just before and just after ``model_seq`` (UNSEEN
+        where there is none)."""
         low = bisect.bisect_left(self.model, model_seq)
         high = bisect.bisect_right(self.model, model_seq)
-        return (self.transport[low - 1] if low else None,
-                self.transport[high] if high < len(self.model) else None)
+        return (self.transport[low - 1] if low else UNSEEN,
+                self.transport[high] if high < len(self.model) else UNSEEN)
 
     def add(self, model_seq: int, seq: Any) -> None:
         place = bisect.bisect_left(self.model, model_seq)
@@ -150,8 +156,8 @@ class Choices:
         groups = accepted_groups(caps)
         wall = caps.clock == "wall"
         data = dict(group_families=tuple(group_families(caps).values()), event_bytes=caps.event_bytes,
-                    backlogs=(WALL_BACKLOGS if wall else BACKLOGS) if caps.accepts_group_id(backlog_group(groups, 0))
-                    else ())
+                    backlogs=(WALL_BACKLOGS if wall else BACKLOGS)
+                    if all(caps.accepts_group_id(backlog_group(groups, n)) for n in (0, 99_999)) else (), claim_runs=WALL_CLAIM_RUNS if wall else CLAIM_RUNS)
         if not caps.resolution:
             if wall:
                 return cls(WALL_SCALE, groups, WALL_VISIBILITIES, WALL_DELAYS, WALL_STEPS, **data)
@@ -568,7 +574,7 @@ class TransportMachine(RuleBasedStateMachine):
             return method(*args), When.at(self.clock.now)
         before = time.time()
         answer = method(*args)
-        return answer, When(before, time.time())
+        return answer, When(before, max(before, time.time()))  # a wall clock may step back
 
     def _fact(self, kind: str, step: str, expected: str, answered: Any) -> Fact:
         """The fact of ``kind`` seen at ``step``, with what came before it."""
@@ -835,7 +841,7 @@ class TransportMachine(RuleBasedStateMachine):
             self._fail(
                 facts.CLAIMED_HELD_BY_WORKER, step,
                 f"not {claimed.group_id!r}: the lease with token {holding.token!r} on its seq "
-                f"{holding.seq if seq is None else seq} is live until "
+                f"{holding.seq if seq is UNSEEN else seq} is live until "
                 f"{_moment(holding.until)} and its worker never acked or nacked it (an ack or nack "
                 f"by seq of an older lease freed the message under it, R20)",
                 lease,
@@ -870,13 +876,13 @@ class TransportMachine(RuleBasedStateMachine):
         self.tokens.add(lease.token)
         seqs = self.seqs[claimed.group_id]
         known = seqs.get(claimed.seq)
-        if known is not None and known != lease.seq:
+        if known is not UNSEEN and known != lease.seq:
             self._fail(facts.SEQ_CHANGED, step, f"the same seq as before ({known})", lease)
         before, after = seqs.neighbours(claimed.seq)  # FIFO position, both ways
-        if before is not None and not before < lease.seq:
+        if before is not UNSEEN and not _less(before, lease.seq):
             self._fail(facts.SEQ_ORDER, step, f"a seq greater than {before}, the seq of another message of the group",
                        lease)
-        if after is not None and not lease.seq < after:
+        if after is not UNSEEN and not _less(lease.seq, after):
             self._fail(facts.SEQ_ORDER, step, f"a seq smaller than {after}, the seq of another message of the group",
                        lease)
         seqs.add(claimed.seq, lease.seq)
@@ -1296,6 +1302,14 @@ def describe_queue(model: QueueModel, clock: str) -> str:
     if len(contents) > SHOWN_GROUPS:
         lines.append(f"    ... and {len(contents) - SHOWN_GROUPS} more groups")
     return "\n".join(lines or ["    (empty)"]) + f"\n  ({clock})"
+
+
+def _less(a: Any, b: Any) -> bool:
+    """``a < b``, False where they do not compare (a seq of None beside a number)."""
+    try:
+        return bool(a < b)
+    except TypeError:
+        return False
 
 
 def release_fact(op: str, expected: bool, delay: float) -> str:

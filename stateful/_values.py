@@ -37,7 +37,7 @@ from ._backend import Capabilities, accepted_groups
 
 __all__ = [
     "BACKLOGS", "CLAIM_RUNS", "CLOCK_STARTS", "DELAYS", "EPOCH", "EVENT_SIZES", "GROUP_FAMILIES", "KEY_FAMILIES", "KeySet", "LONG", "OnePass",
-    "STEPS", "TICK", "VISIBILITIES", "WALL_BACKLOGS", "WORKERS", "WORKER_FAMILIES", "event_strategy", "families_of", "group_families",
+    "STEPS", "TICK", "VISIBILITIES", "WALL_BACKLOGS", "WALL_CLAIM_RUNS", "WORKERS", "WORKER_FAMILIES", "event_strategy", "families_of", "group_families",
     "near_collisions", "reshaped", "routing_key_pool", "shaped_keys", "weighted",
 ]
 
@@ -123,6 +123,8 @@ WALL_BACKLOGS = weighted(BACKLOGS[:3], ((128, 1), (1, 128)))
 CLAIM_RUNS = weighted((2, 4), (16, 128))
 """How many claims a step makes in a row: 8 workers or more holding leases at once, or one
 message nacked past the few nacks a retry counter allows."""
+WALL_CLAIM_RUNS = weighted((2, 4), (16,))
+"""On a wall clock each claim and nack is a round trip: 16 in a row at the most."""
 
 EPOCH = 1_700_000_000.0
 """Today's epoch, where a 32-bit float is 128 s coarse."""

@@ -429,7 +429,9 @@ def test_a_failure_found_before_the_stop_is_reported_as_found(tmp_path, jobs):
     assert command.returncode == 128 + signal.SIGINT, command.stderr[-2000:]
     assert ("searches: 2 at once, each in a process of its own" in command.stdout) == (jobs == "2")
     verdicts, data = _report(reports)
-    assert verdicts == {"fifo": "failed", "close": "unknown"}
+    # One at a time, close's search comes after fifo's and never runs; two at a time, it runs
+    # beside fifo's, and whether it ended before fifo's search found its failure is timing.
+    assert verdicts["fifo"] == "failed" and verdicts["close"] in ({"unknown"} if jobs == "1" else {"unknown", "passed"})
     fifo = data["properties"][0]
     assert fifo["failure"]["unshrunk"] == "the run's stop (stopped by KeyboardInterrupt)" and fifo["property"] == "fifo"
 

@@ -59,6 +59,29 @@ class SeqChangesAtNack(InMemoryTransport):
             return nacked
 
 
+class FirstSeqIsNone(InMemoryTransport):
+    """The first lease it hands out carries no seq; the message's next lease has one (R16)."""
+
+    class Core(InMemoryCore):
+        def claim(self, token, now, visibility, min_priority, routing_keys):
+            lease = super().claim(token, now, visibility, min_priority, routing_keys)
+            if lease is not None and not getattr(self.store, "handed_out", False):
+                self.store.handed_out = True
+                return lease._replace(seq=None) if hasattr(lease, "_replace") else type(lease)(
+                    lease.group_id, lease.event, None, lease.token)
+            return lease
+
+
+def test_a_seq_of_none_that_becomes_a_number_is_a_seq_changed():
+    state = machine(FirstSeqIsNone)
+    state.backlog(shape=(1, 4), events="numbered", priority=0, routing_key=None, via=0)
+    state.claim_many(count=1, then="hold", visibility=5, via=0)
+    state.advance(seconds=10)
+    with pytest.raises(Divergence) as caught:
+        state.claim_any(worker="w1", visibility=5, via=0)
+    assert caught.value.kind == facts.SEQ_CHANGED, str(caught.value)
+
+
 @pytest.mark.parametrize("cls, kind", [(SeqsDecrease, facts.SEQ_ORDER), (SeqChangesAtNack, facts.SEQ_CHANGED)])
 def test_seqs_that_break_r16_in_a_long_group_are_caught(cls, kind):
     state = machine(cls)
