@@ -40,7 +40,8 @@ from ._async import TransportFault, open_transport
 from ._backend import Backend, Capabilities, accepted_groups
 from ._facts import Fact, ShowsAFact
 from ._values import (
-    BACKLOGS, CLAIM_RUNS, CLOCK_STARTS, DELAYS, EPOCH, WALL_BACKLOGS, WALL_CLAIM_RUNS, KEY_FAMILIES, LONG, STEPS, TICK, VISIBILITIES, WORKERS, OnePass, event_strategy,
+    BACKLOGS, CLAIM_RUNS, CLOCK_STARTS, DELAYS, EPOCH, KEY_FAMILIES, LONG, STEPS, TICK, VISIBILITIES, WALL_BACKLOGS,
+    WALL_CLAIM_RUNS, WORKERS, OnePass, event_strategy,
     group_families, near_collisions, reshaped, routing_key_pool, shaped_keys,
 )
 from ._properties import (
@@ -155,9 +156,10 @@ class Choices:
         across magnitudes (1 ms to 10**7 s) and a clock that starts anywhere."""
         groups = accepted_groups(caps)
         wall = caps.clock == "wall"
+        backlogs_taken = all(caps.accepts_group_id(backlog_group(groups, n)) for n in (0, 99_999))
         data = dict(group_families=tuple(group_families(caps).values()), event_bytes=caps.event_bytes,
-                    backlogs=(WALL_BACKLOGS if wall else BACKLOGS)
-                    if all(caps.accepts_group_id(backlog_group(groups, n)) for n in (0, 99_999)) else (), claim_runs=WALL_CLAIM_RUNS if wall else CLAIM_RUNS)
+                    backlogs=(WALL_BACKLOGS if wall else BACKLOGS) if backlogs_taken else (),
+                    claim_runs=WALL_CLAIM_RUNS if wall else CLAIM_RUNS)
         if not caps.resolution:
             if wall:
                 return cls(WALL_SCALE, groups, WALL_VISIBILITIES, WALL_DELAYS, WALL_STEPS, **data)
@@ -1282,7 +1284,7 @@ def _says_closed(error: Exception) -> bool:
 SHOWN_GROUPS = 24
 SHOWN_EVENTS = 8
 """A failure message shows this many groups of the queue, and events of each, at the most (a
-backlog holds a thousand)."""
+backlog holds hundreds)."""
 
 
 def describe_queue(model: QueueModel, clock: str) -> str:
