@@ -11,6 +11,7 @@ default run missed where the focused run caught them (SPEC.md C5: there must be 
 
     python benchmarks/kill_times.py                   # OF_VALUES, seed 0
     python benchmarks/kill_times.py --all --seeds 0 1 # every lockstep variant, two seeds
+    python benchmarks/kill_times.py --variants "gives up after 5 nacks"
 
 The load average is printed before and after: the machines are shared, so read the columns of
 one row, which ran back to back.
@@ -66,12 +67,18 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--all", action="store_true", help="every lockstep variant, not only OF_VALUES")
     parser.add_argument("--seeds", type=int, nargs="+", default=[0])
+    parser.add_argument("--variants", nargs="+", metavar="NAME", help="only these variants (names of tests/broken.py)")
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a run counts as missed")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "tests"))
     from broken import BROKEN, OF_VALUES
 
     names = sorted(OF_VALUES) + (sorted(BROKEN) if args.all else [])
+    if args.variants:
+        unknown = sorted(set(args.variants) - set(OF_VALUES) - set(BROKEN))
+        if unknown:
+            parser.error(f"no broken variant is named {unknown}")
+        names = [name for name in args.variants]
     print(f"load average at the start: {load()}; {os.cpu_count()} cores; seeds {args.seeds}\n")
     print("| variant | property | seed | default: verdict | s | steps | --only: verdict | s | steps | load |")
     print("|---|---|---|---|---|---|---|---|---|---|")

@@ -265,12 +265,14 @@ class _Search:
     error: BaseException | None = None
     reached: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # situations met
     told_found: bool = False
+    before_first: int | None = None  # examples that ended without a failure before ``first`` was seen
 
     def found(self) -> None:
         """The example (or program) that found ``first`` has ended: tell ``on_found``, once.  What
         it found is what the report shows if the run is stopped while it is shrunk."""
         if self.first is not None and not self.told_found:
             self.told_found = True
+            self.before_first = self.examples - 1
             if self.on_found is not None:
                 self.on_found()
 
@@ -367,6 +369,11 @@ def _settings(profile: Profile, examples: int) -> settings:
         phases=(Phase.explicit, Phase.generate, Phase.shrink),
         suppress_health_check=list(HealthCheck),
         print_blob=False,
+        # One bug per search, shrunk alone: Hypothesis otherwise goes on drawing for 10 s after
+        # the first bug and shrinks every distinct one it met (each raising line counts as one),
+        # which took 24 s where this takes 6.  The smallest failure may slip to another bug;
+        # the focused searches that follow a shared failure find the rest (SPEC.md C5).
+        report_multiple_bugs=False,
         verbosity=Verbosity.normal,  # the failing steps land in the exception's notes
     )
 
@@ -851,6 +858,7 @@ class _Found:
     # passes (shrunk before a stop), the soak's errors and history breaches (judged in full)
     earlier: int = 0
     reached: dict[str, int] = dataclasses.field(default_factory=dict)  # situations met (_properties)
+    before_first: int | None = None  # of a lockstep search that failed: its examples before the failure
 
 
 def _run_task(target: Target, context: dict[str, Any], task: _Task, started, event: Callable,
@@ -961,6 +969,9 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
     lockstep = kind == SHARED or (kind in PROPERTIES and PROPERTIES[kind].search == "lockstep")
     shown = "lockstep" if kind in PROPERTIES and lockstep else kind
     total = profile.shared_examples if kind == SHARED else profile.max_examples if lockstep else profile.programs
+    after_shared = (context.get("shared_before_first") or 0) if task.standby else 0
+    if after_shared:
+        total = standby_examples(profile, after_shared)
     search = _Search(deadline=began + share, grace=share, limits=limits, shrink_limit=context["shrink_limit"],
                      on_example=lambda done: event("searching", task.prop, shown, done, total))
 
@@ -983,7 +994,18 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
         reason = f"{search.examples} programs × {profile.repeats} runs, {', '.join(judged)}"
     elif not lockstep:
         reason = reason.replace("examples", "programs", 1)
-    return _Found(ended, reason, time.monotonic() - began, search.examples, failures, reached=dict(search.reached))
+    if after_shared and ended == "passed":
+        reason += f", beside the shared search's {after_shared} before its failure (SPEC.md C5)"
+    return _Found(ended, reason, time.monotonic() - began, search.examples, failures, reached=dict(search.reached),
+                  before_first=search.before_first)
+
+
+def standby_examples(profile: Profile, shared_before: int) -> int:
+    """The examples of a focused search that runs because the shared search failed after
+    ``shared_before`` examples without one (SPEC.md C5): those count for a focused search's as
+    a passed shared search's do, one for every :data:`SHARED_FACTOR`; at least a quarter of the
+    profile's remain its own."""
+    return max(math.ceil(profile.max_examples / 4), profile.max_examples - shared_before // SHARED_FACTOR)
 
 
 def _clean_up_process(target: Target) -> None:
@@ -1096,6 +1118,8 @@ class _Certification:
         self.context["budgeted"] += len(self.standby)  # their share of a time budget
         if self.shared in self.found:  # what it found, for the standby searches to stop at (_watched)
             self.context["shared_kinds"] = frozenset(f.kind for f in self.found[self.shared].failures)
+            if self.found[self.shared].ended == "failed":  # its clean examples count for theirs
+                self.context["shared_before_first"] = self.found[self.shared].before_first
         return list(self.standby)
 
     # --- verdicts ---------------------------------------------------------------------------
