@@ -47,7 +47,8 @@ from ._values import (
 from ._properties import (
     FAR_CLOCK, HELD, LEASE_END, LEASE_LAPSED, LONG_EVENT, LONG_GROUP, LONG_LEASE, MANY_GROUPS, MANY_NACKS,
     MANY_WORKERS, NEAR_GROUPS, NEAR_KEYS, PARK_ENDED, REOPEN_HELD,
-    STALE_AFTER_RECLAIM, TIE,
+    STALE_AFTER_RECLAIM, TIE, GROUPS_AT_A_CLAIM, MESSAGES_IN_A_GROUP, NACKS_OF_A_MESSAGE, WORKERS_IN_AN_EXAMPLE,
+    largest,
 )
 
 __all__ = [
@@ -633,6 +634,9 @@ class TransportMachine(RuleBasedStateMachine):
         groups, longest = self.model.size()
         situations = {MANY_GROUPS: groups >= 100, LONG_GROUP: longest >= 100, MANY_WORKERS: len(self.workers) >= 8}
         self.reached.update(situation for situation, met in situations.items() if met)
+        for size, value in ((GROUPS_AT_A_CLAIM, groups), (MESSAGES_IN_A_GROUP, longest),
+                            (WORKERS_IN_AN_EXAMPLE, len(self.workers))):
+            largest(self.reached, size, value)
 
     def _count_publish(self, group: str, event: str) -> None:
         family = self._near(group, self.group_families)
@@ -1018,6 +1022,7 @@ class TransportMachine(RuleBasedStateMachine):
             self.reached[LONG_LEASE] += 1
         if expected and seq is not None:
             self.nacked[lease.group_id, seq] += 1
+            largest(self.reached, NACKS_OF_A_MESSAGE, self.nacked[lease.group_id, seq])
             if self.nacked[lease.group_id, seq] >= 8:
                 self.reached[MANY_NACKS] += 1
         if not self._answered(answer, expected):

@@ -29,8 +29,9 @@ Each row says:
 
 from __future__ import annotations
 
+import collections
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -40,7 +41,7 @@ from ._facts import CONTEXTS, FAULTS, KINDS
 
 __all__ = [
     "CONTRACT", "JUDGED", "PROPERTIES", "Property", "SHARED", "evidence", "fault_owner", "machine_settings",
-    "owner", "owners", "problems", "running",
+    "owner", "owners", "problems", "running", "SIZES", "largest", "tally",
 ]
 
 CORE = frozenset({"prefill", "publish", "claim_any", "ack"})
@@ -90,6 +91,28 @@ MANY_WORKERS = "claims by 8 workers or more in one example"
 and the values and sizes they are tried with (SPEC.md C13).  The checkers count them
 (``TransportMachine.reached``, the parallel search's runs) and each verdict reports, for the
 situations of its row's ``evidence``, how often its searches reached them."""
+
+GROUPS_AT_A_CLAIM = "groups at a claim"
+MESSAGES_IN_A_GROUP = "messages in one group at a claim"
+NACKS_OF_A_MESSAGE = "nacks of one message"
+WORKERS_IN_AN_EXAMPLE = "workers in one example"
+BRANCHES_IN_A_PROGRAM = "branches in one program"
+SIZES = (GROUPS_AT_A_CLAIM, MESSAGES_IN_A_GROUP, NACKS_OF_A_MESSAGE, WORKERS_IN_AN_EXAMPLE, BRANCHES_IN_A_PROGRAM)
+"""Sizes a search reaches (SPEC.md C13): the checkers keep the largest of each beside the counts
+of situations, and each verdict lists the largest its searches reached (:func:`tally`)."""
+
+
+def tally(into: collections.Counter, more: Mapping[str, int]) -> None:
+    """Add what more examples or searches reached to ``into``: the counts of situations add up,
+    the :data:`SIZES` keep the largest."""
+    for name, value in more.items():
+        into[name] = max(into[name], value) if name in SIZES else into[name] + value
+
+
+def largest(reached: Mapping[str, int], name: str, value: int) -> None:
+    """Keep ``value`` as the size ``name`` (one of :data:`SIZES`) if it is the largest yet."""
+    if value > reached.get(name, 0):
+        reached[name] = value
 EXACT_TIME_ONLY = frozenset({LEASE_END, FAR_CLOCK, LONG_LEASE})
 """The situations only an injectable clock reaches: a wall clock never stops at an instant, starts
 where it is and is slept through (no lease of an hour)."""

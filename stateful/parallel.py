@@ -76,7 +76,7 @@ from ._backend import Capabilities
 import harel_ref.stateful._facts as facts
 from ._facts import Fact
 from ._linearize import DRAIN_WORKER, RELAXES, check_linearizable
-from ._properties import OVERLAP
+from ._properties import BRANCHES_IN_A_PROGRAM, OVERLAP, largest
 from ._machine import START, ClockedTransport, Divergence, FakeClock, MovingClock
 from ._timeline import timeline_svg, timeline_text
 from .history import Record
@@ -822,8 +822,10 @@ def check_program(
             bench = bench or Bench(factory, capabilities, is_async)
             in_processes = processes if not (alternate and number % 2 == 0) else None
             run = run_program(factory, program, capabilities, is_async=is_async, processes=in_processes, bench=bench)
-            if reached is not None and overlapped(run.records):
-                reached[OVERLAP] += 1
+            if reached is not None:
+                largest(reached, BRANCHES_IN_A_PROGRAM, len(program.branches))
+                if overlapped(run.records):
+                    reached[OVERLAP] += 1
             found = judge(run, contention=contention, histories=histories, runs=number, ignore=ignore,
                           capabilities=capabilities)
             # The next run on a queue surely empty (Bench); with a rule of the model left out

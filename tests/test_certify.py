@@ -3,6 +3,7 @@ counterexamples that replay, capabilities that gate, budgets that cut short."""
 
 import json
 import os
+import re
 from pathlib import Path
 import sys
 import threading
@@ -16,7 +17,9 @@ from harel_ref.certify import PROFILES, PROPERTIES, Profile, certify
 from harel_ref.transport import InMemoryStore, InMemoryTransport
 from harel_ref.stateful import Capabilities, Divergence
 import harel_ref.stateful._facts as facts
-from harel_ref.stateful._properties import LEASE_LAPSED, LONG_GROUP, MANY_GROUPS, MANY_NACKS, MANY_WORKERS
+from harel_ref.stateful._properties import (
+    BRANCHES_IN_A_PROGRAM, GROUPS_AT_A_CLAIM, LEASE_LAPSED, LONG_GROUP, MANY_GROUPS, MANY_NACKS, MANY_WORKERS,
+)
 from harel_ref.stateful.backends import load
 
 SMALL = Profile("small", max_examples=25, step_count=15)
@@ -85,9 +88,16 @@ def test_a_failure_whose_shrinking_reaches_the_shrink_limit_is_shown_as_found_an
 
 
 def test_one_broken_property_leaves_the_others_passed():
+    from harel_ref.certify._engine import standby_examples
+
     backend = broken_backend("unfenced ack")
     report = certify(backend.factory, backend.capabilities, profile="quick")
     assert _verdicts(report) == {**dict.fromkeys(PROPERTIES, "passed"), "fencing": "failed"}
+    # the shared search failed: each focused search ran, counting its clean examples (SPEC.md C5)
+    beside = re.search(r"beside the shared search's (\d+) before its failure", report.verdict("fifo").reason)
+    assert beside, report.verdict("fifo").reason
+    quick = Profile.named("quick")  # 50 examples: less one for every four of the shared search's, 13 at least
+    assert [standby_examples(quick, before) for before in (0, 3, 8, 400)] == [50, 50, 48, 13]
 
 
 def test_one_bug_fails_one_property_and_lists_the_searches_it_disturbed():
@@ -145,6 +155,11 @@ def test_a_passing_shared_search_stands_for_the_focused_ones_and_reaches_what_th
     assert report.shared == lockstep and report.outcome == "passed"
     quick = ENGINE_PROFILES["quick"]
     assert f"a shared lockstep search of {quick.shared_examples} examples" in report.to_markdown()
+    # each verdict lists the largest sizes its searches reached (SPEC.md C13), in both reports
+    assert all(report.verdict(p).largest[GROUPS_AT_A_CLAIM] >= 2 for p in lockstep)
+    assert "largest: groups at a claim " in report.to_markdown()
+    shown = {v["property"]: v["largest"] for v in json.loads(report.to_json())["properties"]}
+    assert shown["fifo"] == report.verdict("fifo").largest and shown["contention"][BRANCHES_IN_A_PROGRAM] >= 2
     for prop in lockstep:
         verdict = report.verdict(prop)
         assert verdict.reason.startswith("shared search: "), verdict.reason

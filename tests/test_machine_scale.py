@@ -6,7 +6,12 @@ import pytest
 from harel_ref.stateful import Backend, Capabilities, Divergence, make_machine
 from harel_ref.stateful import _facts as facts
 from harel_ref.stateful._machine import SHOWN_GROUPS
-from harel_ref.stateful._properties import LONG_GROUP, MANY_GROUPS, MANY_NACKS, MANY_WORKERS
+import collections
+
+from harel_ref.stateful._properties import (
+    GROUPS_AT_A_CLAIM, LONG_GROUP, MANY_GROUPS, MANY_NACKS, MANY_WORKERS, MESSAGES_IN_A_GROUP, NACKS_OF_A_MESSAGE,
+    WORKERS_IN_AN_EXAMPLE, tally,
+)
 from harel_ref.transport import InMemoryStore, InMemoryTransport
 from harel_ref.transport.memory import InMemoryCore
 
@@ -36,6 +41,33 @@ def test_backlogs_and_claims_in_a_row_reach_the_sizes_the_evidence_counts():
     state.claim_many(count=16, then="nack now", visibility=5, via=0)  # one group: its head nacked 16 times
     assert state.reached[MANY_NACKS] == 16 - 7 and not state.reached[MANY_GROUPS]
     state.teardown()
+
+
+def test_the_machine_keeps_the_largest_sizes_it_reached():
+    """SPEC.md C13: beside the counts of situations, the largest of each size; a tally of two
+    examples adds the counts and keeps the larger size."""
+    state = machine()
+    state.backlog(shape=(3, 2), events="numbered", priority=0, routing_key=None, via=0)
+    state.claim_many(count=4, then="nack now", visibility=5, via=0)
+    small = dict(state.reached)
+    state.teardown()
+    assert small[GROUPS_AT_A_CLAIM] == 3 and small[MESSAGES_IN_A_GROUP] == 2, small
+    # four claims among three groups, each nacked at once: the first group's head twice
+    assert small[WORKERS_IN_AN_EXAMPLE] == 4 and small[NACKS_OF_A_MESSAGE] == 2, small
+
+    state = machine()
+    state.backlog(shape=(1, 128), events="equal", priority=0, routing_key=None, via=0)
+    state.claim_many(count=16, then="nack now", visibility=5, via=0)
+    large = dict(state.reached)
+    state.teardown()
+    assert large[GROUPS_AT_A_CLAIM] == 1 and large[MESSAGES_IN_A_GROUP] == 128, large
+    assert large[NACKS_OF_A_MESSAGE] == 16 and large[MANY_NACKS] == 16 - 7, large
+
+    both = collections.Counter()
+    tally(both, small)
+    tally(both, large)
+    assert both[GROUPS_AT_A_CLAIM] == 3 and both[MESSAGES_IN_A_GROUP] == 128 and both[NACKS_OF_A_MESSAGE] == 16
+    assert both[MANY_NACKS] == small.get(MANY_NACKS, 0) + large[MANY_NACKS]  # counts add up
 
 
 class SeqsDecrease(InMemoryTransport):

@@ -86,7 +86,7 @@ from harel_ref.stateful._async import (
 import harel_ref.stateful._facts as facts
 from harel_ref.stateful._facts import Fact
 from harel_ref.stateful._machine import FOCUS_RULES, RULES, TICK, Choices, FakeClock
-from harel_ref.stateful._properties import PROPERTIES, SHARED, explained, machine_settings, owners, running
+from harel_ref.stateful._properties import PROPERTIES, SHARED, explained, machine_settings, owners, running, tally
 from harel_ref.stateful._processes import BranchProcesses
 from harel_ref.stateful.parallel import RAISES, ConcurrencyFailure, check_program, close_all, programs
 from harel_ref.stateful.soak import soak as run_soak
@@ -328,7 +328,7 @@ def _watched(machine: type, search: _Search, explained: frozenset[str] = frozens
             try:
                 super().teardown()
             finally:
-                search.reached.update(self.reached)
+                tally(search.reached, self.reached)
                 if discard is not None:  # the example's storage is not needed again
                     discard(self.namespace)
                 search.found()
@@ -908,7 +908,7 @@ def _concurrent_passes(target: Target, context: dict[str, Any], task: _Task, sha
         seen = frozenset(failure.kind for failure in found.failures)
         if ignore and found.ended == "passed":
             found.reason += f" (searched again with {', '.join(sorted(owners(ignore)))} taken as broken)"
-        reached += collections.Counter(found.reached)
+        tally(reached, found.reached)
         broken = owners(ignore | seen)
         judged_all = set(task.covers) <= broken or (
             "histories" not in task.judges and facts.RAISED_UNDER_CONTENTION in ignore | seen)

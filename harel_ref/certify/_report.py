@@ -95,7 +95,9 @@ class Failure(ShowsAFact):
 class PropertyVerdict:
     """The verdict on one property, why, and what it cost.  ``evidence``: how often its searches
     reached each situation its rules are about (``harel_ref.stateful._properties``, a row's
-    ``evidence``); a pass whose situation was never reached says so in its reason.
+    ``evidence``); a pass whose situation was never reached says so in its reason.  ``largest``:
+    the largest sizes its searches reached (groups at a claim, messages in one group, nacks of
+    one message, workers in one example, branches in one program: SPEC.md C13).
     ``consequences``: for a failure, the other properties whose searches it disturbed (their
     verdicts are unknown, and say so); fix this one first."""
 
@@ -107,6 +109,7 @@ class PropertyVerdict:
     failure: Failure | None = None
     evidence: dict[str, int] = field(default_factory=dict)
     consequences: tuple[str, ...] = ()
+    largest: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -242,12 +245,15 @@ class Report:
             detail = v.reason.replace("|", "\\|").replace("`", "'")
             level = "contract" if in_level(v.property, "contract") else "strict"
             lines.append(f"| {v.property} | {level} | **{v.verdict}** | {v.seconds:.1f} s | {detail} |")
-        reached = [v for v in self.verdicts if v.evidence]
+        reached = [v for v in self.verdicts if v.evidence or v.largest]
         if reached:
             lines += ["", "## What the searches reached", "",
-                      "How often the searches behind each verdict reached the situations its rules are about:", ""]
-            lines += [f"- **{v.property}**: " + "; ".join(f"{situation}: {times}" for situation, times in v.evidence.items())
-                      for v in reached]
+                      "How often the searches behind each verdict reached the situations its rules are about, "
+                      "and the largest sizes they reached:", ""]
+            lines += [f"- **{v.property}**: " + "; ".join(
+                [f"{situation}: {times}" for situation, times in v.evidence.items()]
+                + ["largest: " + ", ".join(f"{size} {value}" for size, value in v.largest.items())] * bool(v.largest))
+                for v in reached]
         for v in self.verdicts:
             if v.failure is not None:
                 lines += ["", *self._failure_markdown(v)]
