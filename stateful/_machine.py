@@ -229,11 +229,11 @@ def divergence_class(kind: str) -> type[Divergence]:
     """The subclass of :class:`Divergence` (named ``Divergence`` too) of facts of ``kind``.
 
     Hypothesis tells bugs apart by the exception's type, the line that raised it and the
-    exception it was raised in handling, and shrinks each kind apart (SPEC.md C7).  Every
+    exception it was raised in handling (SPEC.md C7).  Every
     divergence is raised from one line (:meth:`TransportMachine._fail`), never while handling
     the transport's exception (that one is its ``__cause__``), with the type of its kind of
-    fact: a search shrinks one counterexample per kind, not one per check site or per line of
-    the transport that raised.  What came before the fact (a reopen, a refused bad input) is not
+    fact: one kind is one bug to it, not one per check site or per line of the transport that
+    raised.  What came before the fact (a reopen, a refused bad input) is not
     part of the type, so shrinking drops those steps where the fact shows without them."""
     if kind not in _DIVERGENCES:
         _DIVERGENCES[kind] = type("Divergence", (Divergence,), {"__module__": __name__})

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, MutableMapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -109,10 +109,12 @@ def tally(into: collections.Counter, more: Mapping[str, int]) -> None:
         into[name] = max(into[name], value) if name in SIZES else into[name] + value
 
 
-def largest(reached: Mapping[str, int], name: str, value: int) -> None:
+def largest(reached: MutableMapping[str, int], name: str, value: int) -> None:
     """Keep ``value`` as the size ``name`` (one of :data:`SIZES`) if it is the largest yet."""
     if value > reached.get(name, 0):
         reached[name] = value
+
+
 EXACT_TIME_ONLY = frozenset({LEASE_END, FAR_CLOCK, LONG_LEASE})
 """The situations only an injectable clock reaches: a wall clock never stops at an instant, starts
 where it is and is slept through (no lease of an hour)."""

@@ -644,7 +644,7 @@ _FAILURE_CLASSES: dict[str, type[ConcurrencyFailure]] = {}
 
 def failure_class(kind: str) -> type[ConcurrencyFailure]:
     """One subclass per kind of fact, so that Hypothesis keeps failures of different kinds
-    apart (it tells bugs apart by exception type) and shrinks each on its own."""
+    apart (it tells bugs apart by exception type), and failures of one kind together."""
     if kind not in _FAILURE_CLASSES:
         name = "ConcurrencyFailure_" + kind.replace("-", "_")
         _FAILURE_CLASSES[kind] = type(name, (ConcurrencyFailure,), {"__module__": __name__})

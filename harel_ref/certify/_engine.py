@@ -70,7 +70,7 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from hypothesis import HealthCheck, Phase, Verbosity, given, seed, settings
+from hypothesis import HealthCheck, Phase, Verbosity, given, reject, seed, settings
 from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition, HypothesisException
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -86,7 +86,9 @@ from harel_ref.stateful._async import (
 import harel_ref.stateful._facts as facts
 from harel_ref.stateful._facts import Fact
 from harel_ref.stateful._machine import FOCUS_RULES, RULES, TICK, Choices, FakeClock
-from harel_ref.stateful._properties import PROPERTIES, SHARED, explained, machine_settings, owners, running, tally
+from harel_ref.stateful._properties import (
+    PROPERTIES, SHARED, explained, machine_settings, owner, owners, running, tally,
+)
 from harel_ref.stateful._processes import BranchProcesses
 from harel_ref.stateful.parallel import RAISES, ConcurrencyFailure, check_program, close_all, programs
 from harel_ref.stateful.soak import soak as run_soak
@@ -265,14 +267,13 @@ class _Search:
     error: BaseException | None = None
     reached: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # situations met
     told_found: bool = False
-    before_first: int | None = None  # examples that ended without a failure before ``first`` was seen
+    clean: int = 0  # examples that ended without a failure before ``first`` was seen
 
     def found(self) -> None:
         """The example (or program) that found ``first`` has ended: tell ``on_found``, once.  What
         it found is what the report shows if the run is stopped while it is shrunk."""
         if self.first is not None and not self.told_found:
             self.told_found = True
-            self.before_first = self.examples - 1
             if self.on_found is not None:
                 self.on_found()
 
@@ -329,6 +330,7 @@ def _watched(machine: type, search: _Search, explained: frozenset[str] = frozens
                 super().teardown()
             finally:
                 tally(search.reached, self.reached)
+                search.clean += search.first is None
                 if discard is not None:  # the example's storage is not needed again
                     discard(self.namespace)
                 search.found()
@@ -344,6 +346,10 @@ def _watched(machine: type, search: _Search, explained: frozenset[str] = frozens
                 if divergence.kind in explained:
                     search.first, search.explained = divergence, True
                     raise _Stop from None
+                if isinstance(search.first, Divergence) and owner(search.first.kind) != owner(divergence.kind):
+                    # Shrinking stays on the first bug's property: a smaller example that fails
+                    # another property is not this failure (SPEC.md C5).
+                    reject()
                 raise
 
         def _call(self, method, *args):
@@ -858,7 +864,7 @@ class _Found:
     # passes (shrunk before a stop), the soak's errors and history breaches (judged in full)
     earlier: int = 0
     reached: dict[str, int] = dataclasses.field(default_factory=dict)  # situations met (_properties)
-    before_first: int | None = None  # of a lockstep search that failed: its examples before the failure
+    clean: int | None = None  # of a lockstep search that failed: its examples that ended before the failure
 
 
 def _run_task(target: Target, context: dict[str, Any], task: _Task, started, event: Callable,
@@ -969,9 +975,8 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
     lockstep = kind == SHARED or (kind in PROPERTIES and PROPERTIES[kind].search == "lockstep")
     shown = "lockstep" if kind in PROPERTIES and lockstep else kind
     total = profile.shared_examples if kind == SHARED else profile.max_examples if lockstep else profile.programs
-    after_shared = (context.get("shared_before_first") or 0) if task.standby else 0
-    if after_shared:
-        total = standby_examples(profile, after_shared)
+    after_shared = (context.get("shared_clean") or 0) if task.standby else 0
+    total = standby_examples(profile, after_shared) if after_shared else total
     search = _Search(deadline=began + share, grace=share, limits=limits, shrink_limit=context["shrink_limit"],
                      on_example=lambda done: event("searching", task.prop, shown, done, total))
 
@@ -994,10 +999,10 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
         reason = f"{search.examples} programs × {profile.repeats} runs, {', '.join(judged)}"
     elif not lockstep:
         reason = reason.replace("examples", "programs", 1)
-    if after_shared and ended == "passed":
+    if after_shared and total < profile.max_examples and ended == "passed":
         reason += f", beside the shared search's {after_shared} before its failure (SPEC.md C5)"
     return _Found(ended, reason, time.monotonic() - began, search.examples, failures, reached=dict(search.reached),
-                  before_first=search.before_first)
+                  clean=search.clean if search.first is not None else None)
 
 
 def standby_examples(profile: Profile, shared_before: int) -> int:
@@ -1119,7 +1124,7 @@ class _Certification:
         if self.shared in self.found:  # what it found, for the standby searches to stop at (_watched)
             self.context["shared_kinds"] = frozenset(f.kind for f in self.found[self.shared].failures)
             if self.found[self.shared].ended == "failed":  # its clean examples count for theirs
-                self.context["shared_before_first"] = self.found[self.shared].before_first
+                self.context["shared_clean"] = self.found[self.shared].clean
         return list(self.standby)
 
     # --- verdicts ---------------------------------------------------------------------------
@@ -1268,8 +1273,7 @@ def preflight(target: Target) -> Speed:
 def _ended(search_name: str, search: _Search, target: Target, profile: Profile, run_seed: int,
            branches: str = "threads") -> tuple[str, str, list[Failure]]:
     """How the search ``search_name`` (a property's own, ``"shared"`` or ``"concurrent"``)
-    ended, why, and every failure it found (Hypothesis reports distinct bugs of one search
-    together)."""
+    ended, why, and the failure it found (one: SPEC.md C7; a flaky one comes in a group)."""
     exc = search.outcome()  # unshrunk when time ran out, or the transport broke, while shrinking
     if exc is None:
         if search.cut_short:
