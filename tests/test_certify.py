@@ -546,6 +546,34 @@ def test_a_slow_transport_runs_quick_fitted_and_the_report_and_replay_say_so(mon
     assert report.profile.name == "quick"  # a time budget is the caller's way to say how long
 
 
+@pytest.mark.filterwarnings("ignore:Using `reject` outside a property-based test")  # called here by hand
+def test_shrinking_rejects_an_example_that_fails_another_property_than_the_first():
+    """SPEC C7: once a search has found a failure, an example that fails with a fact another
+    property owns is rejected (Hypothesis counts it invalid), so shrinking cannot slip to it; a
+    fact the same property owns is the failure, and may be the smaller one."""
+    from hypothesis.errors import UnsatisfiedAssumption
+
+    from harel_ref.certify._engine import _Search, _watched, focus_machine
+    from harel_ref.stateful._machine import divergence_class
+    from harel_ref.stateful._properties import owner
+
+    backend = load("memory")(None)
+    search = _Search(deadline=time.monotonic() + 600, grace=0.0)
+    state = _watched(focus_machine(backend.factory, "shared", backend.capabilities), search)()
+    try:
+        with pytest.raises(Divergence):
+            state._fail(facts.CLAIMED_LEASED, "claim(...)", "None", "a lease")
+        first = search.first
+        assert owner(first.kind) == "single-in-flight" != owner(facts.NOT_HEAD)
+        with pytest.raises(UnsatisfiedAssumption):
+            state._fail(facts.NOT_HEAD, "claim(...)", "the head", "another message")
+        with pytest.raises(Divergence):  # single-in-flight's own kind: the failure itself
+            state._fail(facts.CLAIMED_LEASED, "claim(...)", "None", "a lease")
+        assert search.first is first
+    finally:
+        state.teardown()
+
+
 def test_a_property_is_shrunk_once_per_search(monkeypatch):
     """SPEC C7: the clock that is not checked makes the transport raise from three lines, and
     make a claim answer wrongly: four kinds of failure to Hypothesis, each shrunk on its own,
