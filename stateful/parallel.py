@@ -64,7 +64,7 @@ import re
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 import dataclasses
 from dataclasses import dataclass
 from typing import Any
@@ -92,6 +92,7 @@ __all__ = [
     "check_program",
     "programs",
     "run_program",
+    "smaller_programs",
 ]
 
 GROUPS = ("g1", "g2")
@@ -271,6 +272,59 @@ def programs(draw, *, parking: bool = True, max_branches: int = 3, groups: tuple
                 branch.append(Claim())
         branches.append(tuple(branch))
     return Program(tuple(prefix), tuple(branches))
+
+
+def smaller_programs(program: Program) -> Iterator[Program]:
+    """The programs one step smaller than ``program``: a branch fewer (two stay), then a call
+    fewer, a claim leaving with the acks and nacks of its lease.  Leases and events are named
+    afresh.  What the certifier tries after Hypothesis has shrunk a failing program (SPEC.md
+    C7): Hypothesis shrinks the draws, and a program whose first draw chose a shape of race
+    (:func:`programs`) keeps the calls that shape adds, however little they matter."""
+    parts = [program.prefix, *program.branches]
+    if len(program.branches) > 2:
+        for number in range(1, len(parts)):
+            yield _without(parts, {(number, index) for index in range(len(parts[number]))}, gone=number)
+    for number, part in enumerate(parts):
+        for index in range(len(part)):
+            smaller = _without(parts, {(number, index)})
+            if smaller is not None:
+                yield smaller
+
+
+def _without(parts: list[tuple[Op, ...]], dropped: set[tuple[int, int]], gone: int | None = None) -> Program | None:
+    """The program of ``parts`` (the prefix, then the branches) without the calls at
+    ``dropped`` ((part, index)), nor the acks and nacks of a dropped claim's lease, nor the
+    branch ``gone``; None when a branch is left with no call."""
+    claims = {}  # a lease's name -> where its claim is
+    for number, part in enumerate(parts):
+        name = "p" if number == 0 else f"b{number - 1}."
+        claims.update({f"{name}{n}": (number, index)
+                       for n, index in enumerate(i for i, op in enumerate(part) if isinstance(op, Claim))})
+    kept, renamed, events = [], {}, itertools.count(1)
+    for number, part in enumerate(parts):
+        if number == gone:
+            continue
+        name, ops = "p" if not kept else f"b{len(kept) - 1}.", []
+        for index, op in enumerate(part):
+            lease = getattr(op, "lease", None)
+            if (number, index) in dropped or (lease is not None and claims[lease] not in renamed):
+                continue
+            if isinstance(op, Claim):
+                renamed[(number, index)] = f"{name}{sum(isinstance(o, Claim) for o in ops)}"
+            ops.append(_renamed(op, renamed.get(claims.get(lease)), events))
+        if number and not ops:
+            return None
+        kept.append(tuple(ops))
+    return Program(kept[0], tuple(kept[1:]))
+
+
+def _renamed(op: Op, lease: str | None, events: Iterator[int]) -> Op:
+    """``op`` naming its lease ``lease``, and its event the next of ``events``."""
+    if isinstance(op, Publish):
+        return Publish(op.group, f"e{next(events)}")
+    if isinstance(op, (Ack, Nack)):
+        return dataclasses.replace(op, lease=lease)
+    return op
 
 
 # --- running a program ----------------------------------------------------------------------

@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from hypothesis import given
 
 from facts_support import property_of
 from broken import CONCURRENCY_BROKEN, IMPORTABLE, NARROW_RACE, WIDE_RACE, broken_backend, broken_sqlite_backend
@@ -24,7 +25,9 @@ from harel_ref.stateful.parallel import (
     Program,
     Publish,
     check_program,
+    programs,
     run_program,
+    smaller_programs,
 )
 from harel_ref.stateful.soak import soak
 
@@ -54,6 +57,28 @@ def test_a_program_prints_as_the_python_that_builds_it():
     program = Program(prefix=(Publish("g1", "e1"), Claim(), Lapse()),
                       branches=((Claim(), Nack("b0.0", 1.0)), (Ack("p0"), Nack("p0"))))
     assert eval(str(program)) == program
+
+
+def test_a_smaller_program_takes_a_claim_away_with_its_releases_and_names_leases_afresh():
+    program = Program(prefix=(Publish("g1", "e1"), Claim(), Claim()),
+                      branches=((Claim(), Ack("p1"), Ack("b0.0")), (Nack("p0"), Publish("g2", "e2")), (Ack("p1"),)))
+    smaller = list(smaller_programs(program))
+    assert smaller[0] == Program(prefix=program.prefix, branches=program.branches[1:])  # a branch fewer
+    assert Program(prefix=(Publish("g1", "e1"), Claim()),  # p0 gone with its nack; p1 is now p0
+                   branches=((Claim(), Ack("p0"), Ack("b0.0")), (Publish("g2", "e2"),), (Ack("p0"),))) in smaller
+    assert Program(prefix=program.prefix,  # b0.0 gone with its ack; branch 0 keeps its ack of p1
+                   branches=((Ack("p1"),), *program.branches[1:])) in smaller
+    # a branch left with no call is no program: the branch fewer is tried instead
+    assert all(len(branch) for candidate in smaller for branch in candidate.branches)
+
+
+@given(programs())
+def test_every_smaller_program_is_a_program_with_fewer_calls(program):
+    def calls(p):
+        return len(p.prefix) + sum(map(len, p.branches))
+
+    for smaller in smaller_programs(program):  # Program() refuses a lease named before its claim
+        assert calls(smaller) < calls(program) and len(smaller.branches) >= 2
 
 
 def test_a_run_records_prefix_branches_and_drain(tmp_path):
@@ -226,6 +251,26 @@ def test_a_race_is_shrunk_to_a_few_calls(tmp_path):
     program = eval(failure.reproduction.split("program = ", 1)[1].split("\ncheck_program", 1)[0])
     calls = len(program.prefix) + sum(len(branch) for branch in program.branches)
     assert calls <= 5, failure.reproduction  # two acks of one lease: publish, claim, ack, ack
+
+
+def test_a_race_is_reduced_past_the_shape_of_race_that_found_it(tmp_path):
+    """Hypothesis shrinks draws: a program whose first draw chose a shape of race (here two
+    claims at a lease's exact end) keeps that shape's calls.  Taking calls away one at a time
+    (SPEC.md C7) finds the two acks of one lease beneath it."""
+    from harel_ref.certify._engine import _reduced
+
+    [(name, (_, broken))] = WIDE_RACE.items()
+    backend = broken_sqlite_backend(name, tmp_path)
+    found = Program(prefix=(Publish("g1", "e1"), Claim(), Lapse(exact=True)),
+                    branches=((Claim(), Ack("p0")), (Claim(), Ack("p0"))))
+
+    def run(program):
+        check_program(backend.factory, program, backend.capabilities, repeats=12, histories=True)
+
+    with pytest.raises(ConcurrencyFailure) as caught:
+        run(found)
+    reduced = _reduced(caught.value, run)
+    assert reduced.program == RACING_ACKS and property_of(reduced) == broken, reduced.program
 
 
 @pytest.mark.parametrize("name", sorted({**CONCURRENCY_BROKEN, **NARROW_RACE}))

@@ -90,7 +90,8 @@ from harel_ref.stateful._properties import (
     PROPERTIES, SHARED, explained, machine_settings, owner, owners, running, tally,
 )
 from harel_ref.stateful._processes import BranchProcesses
-from harel_ref.stateful.parallel import RAISES, ConcurrencyFailure, check_program, close_all, programs
+from harel_ref.stateful.parallel import (RAISES, ConcurrencyFailure, Program, check_program, close_all, programs,
+                                        smaller_programs)
 from harel_ref.stateful.soak import soak as run_soak
 
 from ._jobs import SearchProcesses
@@ -453,6 +454,29 @@ def _run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed
         pass
     except Exception as exc:
         search.error = exc
+    if isinstance(search.error, ConcurrencyFailure) and search.error.program is not None:
+        search.error = _reduced(search.error, concurrent)
+
+
+def _reduced(failure: ConcurrencyFailure, run: Callable[[Program], None]) -> ConcurrencyFailure:
+    """``failure`` with its program made as small as calls and branches can be taken away one
+    at a time (:func:`~harel_ref.stateful.parallel.smaller_programs`) while ``run`` still fails
+    it for the same property (SPEC.md C7), or until the search's time is up."""
+    smallest = failure
+    while True:
+        for program in smaller_programs(smallest.program):
+            try:
+                run(program)
+            except _Stop:
+                return smallest
+            except ConcurrencyFailure as found:
+                if owners(frozenset({found.kind})) == owners(frozenset({failure.kind})):
+                    smallest = found
+                    break
+            except Exception:  # a crash of a smaller program is another failure than this one
+                continue
+        else:
+            return smallest
 
 
 def _steps(exc: BaseException) -> list[str]:
