@@ -960,6 +960,7 @@ def exits_in_a_branch_process(clock, namespace):
 
 import _thread  # noqa: E402
 import asyncio  # noqa: E402
+import collections  # noqa: E402
 import queue  # noqa: E402
 import threading  # noqa: E402
 import time  # noqa: E402
@@ -981,11 +982,16 @@ class PanicsOnNack(InMemoryTransport):
 RELEASE_HUNG = threading.Event()
 """Set by a test when it is done, so the threads abandoned in hung calls end."""
 
+HUNG_NACKS = collections.Counter()
+"""How many nacks each transport that hangs was asked for (by class name): a search stops at
+the first call that hangs, so one per search."""
+
 
 class HangsOnNack(InMemoryTransport):
     """nack never returns (a lock that is never released)."""
 
     def nack(self, lease, delay=0):
+        HUNG_NACKS[type(self).__name__] += 1
         RELEASE_HUNG.wait()
         raise RuntimeError("released by the test")
 
@@ -994,6 +1000,7 @@ class AsyncHangsOnNack(AsyncInMemoryTransport):
     """An asyncio nack that never returns (an await on something that never happens)."""
 
     async def nack(self, lease, delay=0):
+        HUNG_NACKS[type(self).__name__] += 1
         await asyncio.Event().wait()
 
 
@@ -1021,6 +1028,7 @@ class WorkerThreadDiesOnNack(InMemoryTransport):
             answer.put(job())
 
     def nack(self, lease, delay=0):
+        HUNG_NACKS[type(self).__name__] += 1
         answer: queue.SimpleQueue = queue.SimpleQueue()
         self._jobs.put((None, answer))
         return answer.get()  # never comes: the worker is gone
