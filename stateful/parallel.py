@@ -283,7 +283,7 @@ def smaller_programs(program: Program) -> Iterator[Program]:
     parts = [program.prefix, *program.branches]
     if len(program.branches) > 2:
         for number in range(1, len(parts)):
-            yield _without(parts, {(number, index) for index in range(len(parts[number]))}, gone=number)
+            yield _without(parts, set(), gone=number)
     for number, part in enumerate(parts):
         for index in range(len(part)):
             smaller = _without(parts, {(number, index)})
