@@ -64,7 +64,7 @@ WALL_SCALE = 0.05
 """In wall-clock mode every duration is scaled by this (1 s of spec time = 50 ms of real time)."""
 
 RULES = (
-    "publish", "backlog", "claim", "claim_any", "claim_many", "ack", "nack_now", "nack_later", "advance",
+    "publish", "publish_each", "backlog", "claim", "claim_any", "claim_many", "ack", "nack_now", "nack_later", "advance",
     "advance_to_deadline", "claim_at_deadline", "open_second_instance", "reopen", "bad_input",
     "bad_release",
 )
@@ -545,6 +545,7 @@ class TransportMachine(RuleBasedStateMachine):
         self.in_step = False
         self.reopened = False
         self.stepped_back = False
+        self.pool: tuple[str, ...] = ()  # the example's group ids (begin)
         self.backlogged = 0  # backlog groups made so far (backlog_group numbers them)
         self.nacked: collections.Counter[tuple[str, int]] = collections.Counter()  # (group, model seq) -> nacks
         self.workers: set[str] = set()  # every worker that claimed
@@ -587,7 +588,7 @@ class TransportMachine(RuleBasedStateMachine):
         after = {facts.REOPENED: self.reopened, facts.REFUSED: self.refused,
                  facts.STEPPED_BACK: self.stepped_back,
                  facts.RELEASED_STALE: self.stale and self.answerless}  # one that answered said what it did
-        return Fact(kind, step, expected, repr(answered), self._describe(),
+        return Fact(kind, step, expected, cut_runs(repr(answered)), self._describe(),
                     after=tuple(context for context, happened in after.items() if happened))
 
     def _fail(self, kind: str, step: str, expected: str, answered: Any) -> NoReturn:
@@ -669,6 +670,7 @@ class TransportMachine(RuleBasedStateMachine):
         the moment its clock starts at (the transport was opened at :data:`START`)."""
         if not self.wall:
             self.clock.now = clock
+        self.pool = tuple(group_ids)
         return multiple(*group_ids)
 
     @initialize(target=keys, routing_keys=routing_key_pool())
@@ -720,7 +722,16 @@ class TransportMachine(RuleBasedStateMachine):
             self._count_publish(group, event)
         self.in_step = False
 
-    # --- scale (SPEC.md C13): a backlog at once, claims in a row ---------------------------------
+    # --- data and scale (SPEC.md C13): every id at once, a backlog at once, claims in a row ------
+
+    @backend_rule(events=st.sampled_from(("numbered", "equal")), via=st.integers(0, 1))
+    def publish_each(self, events, via):
+        """Publish one message to each of the example's group ids in turn, every event
+        ``equal`` (empty) or ``numbered``: two ids that a careless store merges (``job`` and
+        ``Job``) then hold messages at once, which two publishes drawn one by one seldom do."""
+        for number, group in enumerate(self.pool):
+            self._publish(group, str(number) if events == "numbered" else "", 0, None, via)
+
 
     @backend_rule(
         shape=lambda choices: st.sampled_from(choices.backlogs or ((0, 0),)),
@@ -1290,6 +1301,17 @@ SHOWN_GROUPS = 24
 SHOWN_EVENTS = 8
 """A failure message shows this many groups of the queue, and events of each, at the most (a
 backlog holds hundreds)."""
+
+
+_RUN = re.compile(r"(?<=['\"])(\\x[0-9a-f]{2}|\\u[0-9a-f]{4}|\\U[0-9a-f]{8}|\\.|.)\1{31,}", re.DOTALL)
+
+
+def cut_runs(text: str) -> str:
+    """``text`` (a repr) with each run of one character 32 long or more that opens a string cut
+    to its first 8 and its length: an answer holding an event of 1 MiB reads as
+    ``'99999999...(1048577 chars)'``, as the queue does in :func:`describe_queue` (a character
+    escaped in the repr counts as one)."""
+    return _RUN.sub(lambda run: f"{run.group(1) * 8}...({len(run.group(0)) // len(run.group(1))} chars)", text)
 
 
 def describe_queue(model: QueueModel, clock: str) -> str:

@@ -45,10 +45,11 @@ __all__ = [
 ]
 
 CORE = frozenset({"prefill", "publish", "claim_any", "ack"})
-SCALE = frozenset({"backlog", "claim_many"})
-"""A backlog published at once and claims in a row (SPEC.md C13): the shared search, and the
-searches of the properties that sizes break (single-in-flight, fifo, no-loss).  Not every
-search: in the others' short quick searches they crowd out the steps that find their bugs."""
+SCALE = frozenset({"publish_each", "backlog", "claim_many"})
+"""A message to each of the example's ids, a backlog published at once and claims in a row
+(SPEC.md C13): the shared search, and the searches of the properties that data and sizes break
+(single-in-flight, fifo, no-loss).  Not every search: in the others' short quick searches they
+crowd out the steps that find their bugs."""
 TIME = frozenset({"advance"})
 
 JUDGED = {
@@ -298,7 +299,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
 """The verdict lines, in the order they are searched and reported."""
 
 MACHINE_RULES = frozenset({
-    "publish", "backlog", "claim", "claim_any", "claim_many", "ack", "nack_now", "nack_later", "advance", "advance_to_deadline",
+    "publish", "publish_each", "backlog", "claim", "claim_any", "claim_many", "ack", "nack_now", "nack_later", "advance", "advance_to_deadline",
     "claim_at_deadline", "open_second_instance", "reopen", "bad_input", "bad_release", "prefill",
     "release_stale", "step_back",
 })

