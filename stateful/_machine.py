@@ -42,7 +42,7 @@ from ._facts import Fact, ShowsAFact
 from ._values import (
     BACKLOGS, CLAIM_RUNS, CLOCK_STARTS, DELAYS, EPOCH, KEY_FAMILIES, LONG, STEPS, TICK, VISIBILITIES, WALL_BACKLOGS,
     WALL_CLAIM_RUNS, WORKERS, OnePass, event_strategy,
-    group_families, near_collisions, reshaped, routing_key_pool, shaped_keys,
+    SHAPES, group_families, near_collisions, reshaped, routing_key_pool, shaped, shaped_keys,
 )
 from ._properties import (
     FAR_CLOCK, HELD, LEASE_END, LEASE_LAPSED, LONG_EVENT, LONG_GROUP, LONG_LEASE, MANY_GROUPS, MANY_NACKS,
@@ -64,7 +64,8 @@ WALL_SCALE = 0.05
 """In wall-clock mode every duration is scaled by this (1 s of spec time = 50 ms of real time)."""
 
 RULES = (
-    "publish", "publish_each", "backlog", "claim", "claim_any", "claim_many", "ack", "nack_now", "nack_later", "advance",
+    "publish", "publish_each", "backlog", "claim", "claim_other_keys", "claim_any", "claim_many", "ack", "nack_now",
+    "nack_later", "advance",
     "advance_to_deadline", "claim_at_deadline", "open_second_instance", "reopen", "bad_input",
     "bad_release",
 )
@@ -79,7 +80,7 @@ leases whose message another worker now holds, the calls whose effect fencing is
 a clock that steps back (R3), which the lease-expiry search adds."""
 
 PLAIN_ROUTING_KEYS = (None, "blue", "green")
-"""The routing keys of :func:`prefill` (the plain family)."""
+"""The plain routing keys: :func:`prefill`'s where the example's keys are not drawn yet."""
 WALL_VISIBILITIES = (0.25, 0.5, 1.0, 2.0, 5.0)
 WALL_DELAYS = (0.125, 0.5, 1.0, 3.0)
 WALL_STEPS = (TICK, 0.125, 0.5, 1.0, 4.0)
@@ -492,6 +493,9 @@ class TransportMachine(RuleBasedStateMachine):
       of the clock, so an answer at the exact end of a lease or park is not judged (that
       boundary is the lease-expiry property's).  Only for an injectable clock.
     - ``check_close``: at teardown, check R14 (close twice, then every call fails).
+    - ``declared``: the capabilities the transport declares, where ``backend.capabilities``
+      are those a search judges (fewer: a search that does not judge routing keys claims
+      without them).  Every call after close is made with each argument these allow.
     - ``model_acks``: how the model's ack and nack find their message (``"fenced"``,
       ``"until-reclaimed"`` or ``"by-seq"``, see :class:`harel_ref.model.QueueModel`); None
       follows the backend's ``acks``.
@@ -515,6 +519,7 @@ class TransportMachine(RuleBasedStateMachine):
     ties: str = "arrival"
     check_close: bool = True
     holdings: frozenset[str] = facts.HOLDINGS
+    declared: Capabilities | None = None
 
     leases = Bundle("leases")
     groups = Bundle("groups")
@@ -546,6 +551,7 @@ class TransportMachine(RuleBasedStateMachine):
         self.reopened = False
         self.stepped_back = False
         self.pool: tuple[str, ...] = ()  # the example's group ids (begin)
+        self.key_pool: tuple[str, ...] = ()  # and its routing keys (choose_keys)
         self.backlogged = 0  # backlog groups made so far (backlog_group numbers them)
         self.nacked: collections.Counter[tuple[str, int]] = collections.Counter()  # (group, model seq) -> nacks
         self.workers: set[str] = set()  # every worker that claimed
@@ -676,6 +682,7 @@ class TransportMachine(RuleBasedStateMachine):
     @initialize(target=keys, routing_keys=routing_key_pool())
     def choose_keys(self, routing_keys):
         """Every example's routing keys, 2 to 4 of one family (unused without routing)."""
+        self.key_pool = tuple(routing_keys)
         return multiple(*routing_keys)
 
     @backend_rule(
@@ -694,7 +701,7 @@ class TransportMachine(RuleBasedStateMachine):
         messages=lambda choices: st.lists(
             st.tuples(
                 st.sampled_from(choices.groups[:2]), st.text(UTF8, max_size=3), st.integers(0, 4),
-                st.sampled_from(PLAIN_ROUTING_KEYS),
+                st.sampled_from((None, 0, 1)),
             ),
             min_size=1,
             max_size=4,
@@ -704,9 +711,12 @@ class TransportMachine(RuleBasedStateMachine):
         """A focus rule: start with a few messages in one or two groups, so that every
         example has something to claim from its first step.  Later publishes may go to these
         groups too, whatever ids ``begin`` drew: emptied and published to again, a group
-        starts afresh (R5)."""
-        for group, event, priority, routing_key in messages:
-            self._publish(group, event, priority, routing_key, 0)
+        starts afresh (R5).  A message's routing key is None or the first or second (0, 1) of
+        the example's keys (``choose_keys``; ``blue`` and ``green`` if it has not run yet), so
+        that a claim by keys of a near-collision family finds messages keyed by that family."""
+        for group, event, priority, key in messages:
+            keys = self.key_pool or PLAIN_ROUTING_KEYS[1:]
+            self._publish(group, event, priority, None if key is None else keys[key], 0)
         return multiple(*dict.fromkeys(group for group, *_ in messages))
 
     def _publish(self, group, event, priority, routing_key, via, *, counted=True):
@@ -727,10 +737,12 @@ class TransportMachine(RuleBasedStateMachine):
     @backend_rule(events=st.sampled_from(("numbered", "equal")), via=st.integers(0, 1))
     def publish_each(self, events, via):
         """Publish one message to each of the example's group ids in turn, every event
-        ``equal`` (empty) or ``numbered``: two ids that a careless store merges (``job`` and
-        ``Job``) then hold messages at once, which two publishes drawn one by one seldom do."""
+        ``equal`` (empty) or ``numbered``, keyed by the example's routing keys in turn: two ids
+        that a careless store merges (``job`` and ``Job``) then hold messages at once, and so do
+        two keys it confuses (``a,b`` and ``a``), which publishes drawn one by one seldom do."""
         for number, group in enumerate(self.pool):
-            self._publish(group, str(number) if events == "numbered" else "", 0, None, via)
+            key = self.key_pool[number % len(self.key_pool)] if self.key_pool else None
+            self._publish(group, str(number) if events == "numbered" else "", 0, key, via)
 
 
     @backend_rule(
@@ -798,6 +810,32 @@ class TransportMachine(RuleBasedStateMachine):
         routing_keys = routing_keys if caps.routing else None
         self.in_step = True
         lease = self._claim(self._instance(via), worker, visibility, min_priority, routing_keys)
+        self.in_step = False
+        return multiple() if lease is None else lease
+
+    @backend_rule(
+        target=leases,
+        skip=st.integers(0, 3),
+        shape=st.sampled_from(SHAPES),
+        worker=st.sampled_from(WORKERS),
+        visibility=lambda choices: st.sampled_from(choices.visibilities),
+        via=st.integers(0, 1),
+    )
+    @precondition(lambda self: self.backend.capabilities.routing)
+    def claim_other_keys(self, skip, shape, worker, visibility, via):
+        """Claim with every routing key of the example but one, in ``shape``: a message keyed
+        by the one left out, which a careless store matches with a key of its family (``a``
+        found in ``a,b`` split at commas, ``Blue`` for ``blue``), is not the claim's (R4).  The
+        one left out is the key of a claimable message where there is one (``skip`` picks
+        which), else the ``skip``-th: drawn one by one, a claim's keys seldom leave out just
+        the key of the message a store would hand out first."""
+        now = time.time() if self.wall else self.clock.now
+        claimable = sorted({key for claimed in self.model.claim_outcomes(now) if claimed is not None
+                            and (key := self.model.group_info(claimed.group_id)[1]) in self.key_pool})
+        left_out = claimable[skip % len(claimable)] if claimable else self.key_pool[skip % len(self.key_pool)]
+        others = [key for key in self.key_pool if key != left_out]
+        self.in_step = True
+        lease = self._claim(self._instance(via), worker, visibility, 0, shaped(others, shape))
         self.in_step = False
         return multiple() if lease is None else lease
 
@@ -1190,10 +1228,10 @@ class TransportMachine(RuleBasedStateMachine):
         for number, transport in enumerate(self.instances):
             transport.close()
             transport.close()
-            for shown, (method, args) in self._after_close().items():
+            for shown, (method, args, keywords) in self._after_close().items():
                 step = f"{shown} after close() of instance {number}"
                 try:
-                    answer = getattr(transport, method)(*args)
+                    answer = getattr(transport, method)(*args, **keywords)
                 except Exception as exc:
                     answer = exc  # judged below, outside the handler (see divergence_class)
                 else:
@@ -1202,31 +1240,41 @@ class TransportMachine(RuleBasedStateMachine):
                     self._fail(facts.CLOSED_WITHOUT_SAYING, step,
                                "TransportClosedError (or an error saying it is closed)", answer)
 
-    def _after_close(self) -> dict[str, tuple[str, tuple]]:
-        """Every method of the Protocol, with every shape of valid argument it takes (R13):
-        a closed transport refuses them all (R14), not only the plain call."""
-        caps = self.backend.capabilities
+    def _after_close(self) -> dict[str, tuple[str, tuple, dict]]:
+        """Every method of the Protocol, with every shape of valid argument it takes (R13),
+        positional and by keyword, and the longest durations the searches draw: a closed
+        transport refuses them all (R14), not only the plain call."""
+        caps = self.declared or self.backend.capabilities
         group, visibility = self.choices.groups[0], self._seconds(self.choices.visibilities[0])  # valid for it
         lease = self.issued[-1] if self.issued else _SOME_LEASE
-        delay = self._seconds(self.choices.delays[0])
-        calls = {
-            f"publish({group!r}, 'e')": ("publish", (group, "e")),
-            f"claim('w1', {visibility!r})": ("claim", ("w1", visibility)),
-            f"claim('w1', {int(math.ceil(visibility))!r})": ("claim", ("w1", int(math.ceil(visibility)))),
-            "ack(lease)": ("ack", (lease,)),
-            "nack(lease, 0)": ("nack", (lease, 0)),
-            "nack(lease, 0.0)": ("nack", (lease, 0.0)),
-        }
-        if caps.parking:
-            calls[f"nack(lease, {delay!r})"] = ("nack", (lease, delay))
+        visibilities = _distinct([visibility, int(math.ceil(visibility)), *map(self._seconds, self.choices.visibilities)])
+        delays = _distinct([0, 0.0, *(map(self._seconds, self.choices.delays) if caps.parking else ())])
+        calls = [("publish", (group, "e"), {}), ("ack", (lease,), {}),
+                 *(("claim", ("w1", seconds), {}) for seconds in visibilities),
+                 *(("nack", (lease, delay), {}) for delay in delays),
+                 ("nack", (lease,), {"delay": max(delays)}), ("claim", ("w1",), {"visibility": visibility})]
         if caps.priority:
-            calls[f"publish({group!r}, 'e', 4)"] = ("publish", (group, "e", 4))
-            calls[f"claim('w1', {visibility!r}, 4)"] = ("claim", ("w1", visibility, 4))
+            calls += [("publish", (group, "e", 4), {}), ("publish", (group, "e"), {"priority": 4}),
+                      ("claim", ("w1", visibility, 4), {}), ("claim", ("w1", visibility), {"min_priority": 4})]
         if caps.routing:
-            calls[f"publish({group!r}, 'e', 0, 'blue')"] = ("publish", (group, "e", 0, "blue"))
+            calls += [("publish", (group, "e", 0, "blue"), {}), ("publish", (group, "e"), {"routing_key": "blue"})]
             for shape in (["blue"], ("blue",), {"blue"}, OnePass(["blue"])):
-                calls[f"claim('w1', {visibility!r}, 0, {shape!r})"] = ("claim", ("w1", visibility, 0, shape))
-        return calls
+                calls.append(("claim", ("w1", visibility, 0, shape), {}))
+            calls.append(("claim", ("w1", visibility), {"routing_keys": ["blue"]}))
+        return {_call_shown(method, args, keywords): (method, args, keywords) for method, args, keywords in calls}
+
+
+def _distinct(values: list) -> list:
+    """``values`` without repeats, an ``int`` and a ``float`` of one value both kept."""
+    return list({(type(value), value): value for value in values}.values())
+
+
+def _call_shown(method: str, args: tuple, keywords: dict) -> str:
+    """A call as code: ``claim('w1', 0.25, routing_keys=['blue'])`` (an ack's or nack's lease
+    shows as ``lease``)."""
+    shown = ["lease" if method in ("ack", "nack") and place == 0 else repr(arg) for place, arg in enumerate(args)]
+    shown += [f"{name}={value!r}" for name, value in keywords.items()]
+    return f"{method}({', '.join(shown)})"
 
 
 def make_machine(
@@ -1239,6 +1287,7 @@ def make_machine(
     ties: str = "arrival",
     check_close: bool = True,
     holdings: Iterable[str] = facts.HOLDINGS,
+    declared: Capabilities | None = None,
     name: str | None = None,
 ) -> type[TransportMachine]:
     """A :class:`TransportMachine` subclass for ``backend``; run it with ``.TestCase`` or
@@ -1246,9 +1295,9 @@ def make_machine(
 
     By default every rule of :data:`RULES` runs and every check is made.  ``rules`` (names
     from :data:`RULES` and :data:`FOCUS_RULES`) runs those rules instead; ``stale_leases``,
-    ``clock_slack``, ``model_acks``, ``ties``, ``check_close`` and ``holdings`` set the class
-    attributes of the same names (see :class:`TransportMachine`).  ``name`` is the
-    class name Hypothesis prints in a failing example (default: from the backend's name).
+    ``clock_slack``, ``model_acks``, ``ties``, ``check_close``, ``holdings`` and ``declared``
+    set the class attributes of the same names (see :class:`TransportMachine`).  ``name`` is
+    the class name Hypothesis prints in a failing example (default: from the backend's name).
     """
     if name is None:
         words = backend.name.replace("_", "-").split("-")
@@ -1261,6 +1310,7 @@ def make_machine(
         "ties": ties,
         "check_close": check_close,
         "holdings": frozenset(holdings),
+        "declared": declared,
     }
     rules = set(RULES if rules is None else rules)
     if unknown := rules - set(RULES + FOCUS_RULES):

@@ -243,7 +243,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         "routing",
         "claim(routing_keys=...) only takes groups with one of those keys (R4, R12)",
         ("R4", "R12"), "strict",
-        rules=CORE | TIME | {"claim"},
+        rules=CORE | TIME | {"publish_each", "claim", "claim_other_keys"},
         needs=_declared("routing", "the transport does not declare routing keys"),
         judges=frozenset({"routing"}), owns=frozenset({facts.OUTSIDE_KEYS, facts.MISSED_KEYED}),
         explains=frozenset({facts.MISSED_LAPSED_LEASE, facts.MISSED_ENDED_PARK}),
@@ -299,7 +299,8 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
 """The verdict lines, in the order they are searched and reported."""
 
 MACHINE_RULES = frozenset({
-    "publish", "publish_each", "backlog", "claim", "claim_any", "claim_many", "ack", "nack_now", "nack_later", "advance", "advance_to_deadline",
+    "publish", "publish_each", "backlog", "claim", "claim_other_keys", "claim_any", "claim_many", "ack", "nack_now",
+    "nack_later", "advance", "advance_to_deadline",
     "claim_at_deadline", "open_second_instance", "reopen", "bad_input", "bad_release", "prefill",
     "release_stale", "step_back",
 })
@@ -431,6 +432,7 @@ def machine_settings(covered: tuple[str, ...], caps: Capabilities, tick: float) 
         check_close="close" in judges,  # so a close bug leaves the other verdicts standing
         # what stale acks and nacks by seq break, judged by the search of the property it breaks
         holdings=facts.HOLDINGS & frozenset().union(*(row.owns for row in rows)),
+        declared=caps,  # every call after close, with the arguments the transport declares it takes
     )
 
 

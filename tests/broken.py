@@ -511,6 +511,30 @@ class ClosedClaimWithKeysAnswers(InMemoryTransport):
         return super().claim(worker_id, visibility, min_priority, routing_keys)
 
 
+class ClosedPublishByKeywordAnswers(InMemoryTransport):
+    """After close, a publish given its priority by keyword still stores the message: a
+    wrapper that checks for close only on the positional path."""
+
+    def publish(self, group_id, event, *args, **keywords):
+        if self._closed and keywords:
+            self._closed = False
+            try:
+                return super().publish(group_id, event, *args, **keywords)
+            finally:
+                self._closed = True
+        return super().publish(group_id, event, *args, **keywords)
+
+
+class ClosedLongClaimAnswers(InMemoryTransport):
+    """After close, a claim of more than a day answers None: it is refused as "nothing to
+    lease for that long" before the check for close is reached."""
+
+    def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
+        if self._closed and isinstance(visibility, (int, float)) and visibility > 86_400:
+            return None
+        return super().claim(worker_id, visibility, min_priority, routing_keys)
+
+
 # --- Broken only at scale (SPEC.md C13): each passes every example of four groups and a few
 # messages, as the searches drew before C13.
 
@@ -616,6 +640,8 @@ OF_VALUES = {
     # calls after close
     "a closed nack with a delay parks": (ClosedNackWithADelayParks, "close"),
     "a closed claim with keys answers": (ClosedClaimWithKeysAnswers, "close"),
+    "a closed publish by keyword answers": (ClosedPublishByKeywordAnswers, "close"),
+    "a closed claim of more than a day answers": (ClosedLongClaimAnswers, "close"),
     # scale: backlogs, long groups, many nacks, many leases at once
     "a claim reads a page of 100 groups": (ClaimReadsAPageOfGroups, "no-loss"),
     "a claim reads a page of 100 messages": (ClaimReadsAPageOfMessages, "no-loss"),
@@ -626,6 +652,15 @@ OF_VALUES = {
 }
 """Broken variants that only the values of SPEC.md C13 show: each fails its property at the
 default profile (tests/test_certify.py, benchmarks/kill_times.py)."""
+
+ALSO_BREAKS = {
+    "8 lease slots": ("single-in-flight", "no-loss"),  # the evicted lease's group is claimable while it is live
+    "a claim reads a page of 100 groups": ("routing",),  # so does a claim by keys behind 100 groups in flight
+    "gives up after 100 nacks": ("fifo",),  # the nacked head is gone: the next claim takes the one after it (R8)
+}
+"""Variants whose bug breaks other properties as directly as the one named in
+:data:`OF_VALUES`: whichever the first example that shows it reaches, the failure is the
+variant's."""
 
 
 def broken_backend(name: str) -> Backend:

@@ -11,9 +11,10 @@ from harel_ref.stateful._facts import REOPENED
 from harel_ref.stateful._properties import PROPERTIES, SHARED, owner, owners
 
 # The machine sees this bug at a later step (an ack or nack of the freed lease that does nothing,
-# a claim that gets a leased group...), whose kind of fact is another property's; what came
-# before it, a refused bad input, makes it bad-input's (tests/test_certify.py).
-LATER_PROPERTIES = {"fencing", "single-in-flight", "fifo", "no-loss", "parking"}
+# a claim that gets a leased group, or gets it at the lease's exact end...), whose kind of fact
+# is another property's; what came before it, a refused bad input, makes it bad-input's
+# (tests/test_certify.py).
+LATER_PROPERTIES = {"fencing", "single-in-flight", "fifo", "no-loss", "parking", "lease-expiry"}
 PLAIN_MACHINE_PROPERTIES = {"a bad delay frees the lease": LATER_PROPERTIES}
 
 # Caught only after a long, specific sequence (claim two groups at different times, empty and
@@ -22,12 +23,13 @@ PLAIN_MACHINE_PROPERTIES = {"a bad delay frees the lease": LATER_PROPERTIES}
 CERTIFIER_ONLY = {"a re-created group keeps its place"}
 
 
-# Broken only where a clock far from 1000 meets a far lease (SPEC.md C13): a random search of
-# the whole machine needs 4 to 290 examples for float32 deadlines and 140 to over 2,000 for
-# 32-bit milliseconds (six seeds each), so one derandomized stream of 2,000 may miss either.
-# Each stream is the machine under another name (Hypothesis derives a derandomized stream from
-# the name of a machine class made at run time); the variant must fail in one of them.
-STREAMS = {"deadlines in float32": 3, "leases in 32-bit milliseconds": 3}
+# Broken only where a clock far from 1000 meets a far lease, or past 8 leases held at once
+# (SPEC.md C13): a random search of the whole machine needs 4 to 290 examples for float32
+# deadlines, 140 to over 2,000 for 32-bit milliseconds (six seeds each) and 118 to 1,146 for 8
+# lease slots (five), so one derandomized stream of 2,000 may miss them.  Each stream is the
+# machine under another name (Hypothesis derives a derandomized stream from the name of a
+# machine class made at run time); the variant must fail in one of them.
+STREAMS = {"deadlines in float32": 3, "leases in 32-bit milliseconds": 3, "8 lease slots": 3}
 
 
 @pytest.mark.parametrize("name", sorted(set(BROKEN) - CERTIFIER_ONLY) + sorted(OF_VALUES))
@@ -79,6 +81,10 @@ def _check_blame(name, broken_property, caught):
     if name == "8 lease slots":
         # a lease lost: its message is claimed again, or the lost lease's ack or nack is refused
         expected = LATER_PROPERTIES
+    if name == "routing keys split at commas":
+        # the group keyed a,b, which the split claim no longer matches, is passed over for a
+        # group after it (the claim's answer is keyed within its keys, out of order)
+        expected = {"routing", "tie-break", "fairness"}
     if name in ("deadlines in float32", "leases in 32-bit milliseconds"):
         # a lease that ends early shows as one handed out while live, or (where a step jumps to
         # its end) at its exact end, or a float32 stamp cut out of order as a group passed over;

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from broken import BROKEN, FAULTS, HUNG_NACKS, broken_backend, fault_backend
+from broken import ALSO_BREAKS, BROKEN, FAULTS, HUNG_NACKS, OF_VALUES, broken_backend, fault_backend
 from facts_support import blamed, property_of
 from harel_ref.certify import PROFILES, PROPERTIES, Profile, certify
 from harel_ref.transport import InMemoryStore, InMemoryTransport
@@ -80,6 +80,25 @@ def test_broken_variant_fails_the_property_it_breaks(name):
     assert report.exit_code == 1
 
 
+@pytest.mark.parametrize("name", ["group ids pad spaces", "routing keys split at commas"])
+def test_a_variant_of_values_the_focused_search_catches_the_default_run_catches(name):
+    """SPEC.md C5 and C13, on a sample (benchmarks/kill_times.py runs every variant both ways):
+    a bug of data that ``--only`` its property finds, the default run, every property at once,
+    finds too, within 8 steps (at seed 0 the default run took 51 s to find ids that pad spaces
+    and passed keys split at commas, before the pair of a family was published at once and
+    claims left out one key)."""
+    _, prop = OF_VALUES[name]
+    backend = broken_backend(name)
+    focused = certify(backend.factory, backend.capabilities, properties=[prop, *ALSO_BREAKS.get(name, ())])
+    default = certify(backend.factory, backend.capabilities)
+    for report in (focused, default):
+        verdict = report.verdict(prop)
+        assert verdict.verdict == "failed", report.to_markdown()
+        steps = [step for step in verdict.failure.steps[1:-1]
+                 if "state.begin(" not in step and "state.choose_keys(" not in step]
+        assert len(steps) <= 8, verdict.failure.reproduction
+
+
 def test_a_failure_whose_shrinking_reaches_the_shrink_limit_is_shown_as_found_and_says_so():
     """SPEC.md C10: a transport whose every call takes 20 ms makes shrinking its failure take
     many seconds; with a limit of 0.5 s the search stops shrinking, and the report shows the
@@ -143,8 +162,15 @@ def test_a_stale_release_that_raises_fails_fencing_alone():
     nack (fifo), as it found harel's SQS stale receipt handle."""
     backend = broken_backend("a stale ack or nack raises")
     report = certify(backend.factory, backend.capabilities, profile="quick")
-    assert _verdicts(report) == {**dict.fromkeys(PROPERTIES, "passed"), "fencing": "failed"}, report.to_markdown()
+    assert [v.property for v in report.verdicts if v.verdict == "failed"] == ["fencing"], report.to_markdown()
     assert report.verdict("fencing").failure.kind == facts.STALE_RAISED
+    # a search that met the bug too (durability's, which nacks stale leases after a reopen) is
+    # unknown as its consequence, never failed; the others passed
+    for v in report.verdicts:
+        if v.property != "fencing":
+            assert v.verdict == "passed" or (v.verdict == "unknown" and v.reason.startswith(
+                "a consequence of fencing's failure")), report.to_markdown()
+    assert sum(v.verdict == "passed" for v in report.verdicts) >= len(PROPERTIES) - 3, report.to_markdown()
 
 
 # --- the shared lockstep search (SPEC.md C5) ---------------------------------------------------

@@ -448,3 +448,21 @@ def test_r21_without_the_tie_break_groups_stamped_at_one_instant_may_go_in_any_o
     strict.publish("g1", "a")
     strict.publish("g2", "b")
     assert strict.claim_outcomes(1.0) == {Claimed("g1", 1, "a")}  # with R4's tie-break: arrival
+
+
+@pytest.mark.parametrize("name", ["a closed nack with a delay parks", "a closed claim with keys answers",
+                                  "a closed publish by keyword answers", "a closed claim of more than a day answers"])
+def test_r14_every_call_after_close_is_tried_whatever_the_search_judges(name):
+    """R14 in the close search (which judges neither priorities nor routing keys): each call
+    the declared capabilities allow, by position and by keyword, and the longest durations."""
+    from broken import broken_backend
+
+    from harel_ref.certify import focus_machine
+    from harel_ref.stateful import Divergence
+
+    backend = broken_backend(name)
+    state = focus_machine(backend.factory, "close", backend.capabilities)()
+    state.begin(group_ids=["g1", "g2"], clock=1000.0)
+    state.choose_keys(routing_keys=["blue", "green"])
+    with pytest.raises(Divergence, match="after close"):
+        state.teardown()

@@ -50,13 +50,13 @@ def test_a_search_of_a_few_hundred_examples_draws_every_family():
     assert seen == set(FAMILIES), set(FAMILIES) - seen
 
 
-def _machine(cls):
+def _machine(cls, keys=("blue", "green"), ids=("Job", "job", "JOB")):
     stores = {}
     backend = Backend(f"memory-{cls.__name__}", lambda clock, namespace: cls(
         clock=clock, store=stores.setdefault(namespace, InMemoryStore())), Capabilities(durable=True, shared=True))
     state = make_machine(backend)()
-    state.begin(group_ids=["Job", "job", "JOB"], clock=1000.0)
-    state.choose_keys(routing_keys=["blue", "green"])
+    state.begin(group_ids=list(ids), clock=1000.0)
+    state.choose_keys(routing_keys=list(keys))
     return state
 
 
@@ -71,12 +71,28 @@ def test_publish_each_gives_every_id_of_the_example_a_message():
 
 @pytest.mark.parametrize("events", ["numbered", "equal"])
 def test_a_store_that_folds_case_fails_on_publish_each(events):
-    import sys
-    from pathlib import Path
-    sys.path.insert(0, str(Path(__file__).parent))
     from broken import GroupIdsFoldCase
 
     state = _machine(GroupIdsFoldCase)
     state.publish_each(events=events, via=1)
     with pytest.raises(Divergence):
         state.teardown()  # the drain finds job's and JOB's messages in Job
+
+
+def test_claim_other_keys_leaves_out_the_key_of_a_claimable_message():
+    state = _machine(InMemoryTransport, keys=["a,b", "a", "o'k", "ok"])
+    state.publish_each(events="numbered", via=0)  # Job keyed a,b; job keyed a; JOB keyed o'k
+    lease = state.claim_other_keys(skip=1, shape="iterator", worker="w1", visibility=5, via=0)
+    # a claim without keys takes Job (first to arrive): its key, a,b, is left out, and the
+    # others' first group is job
+    assert lease.group_id == "job"
+    state.teardown()
+
+
+def test_a_store_that_splits_keys_at_commas_fails_claim_other_keys():
+    from broken import RoutingKeysSplitAtCommas
+
+    state = _machine(RoutingKeysSplitAtCommas, keys=["a", "a,b"], ids=["job", "Job"])
+    state.publish_each(events="numbered", via=0)  # job keyed a, Job keyed a,b
+    with pytest.raises(Divergence, match="outside"):
+        state.claim_other_keys(skip=0, shape="list", worker="w1", visibility=5, via=0)  # ["a,b"] takes job
