@@ -42,10 +42,11 @@ from ._facts import Fact, ShowsAFact
 from ._values import (
     BACKLOGS, CLAIM_RUNS, CLOCK_STARTS, DELAYS, EPOCH, KEY_FAMILIES, LONG, STEPS, TICK, VISIBILITIES, WALL_BACKLOGS,
     WALL_CLAIM_RUNS, WORKERS, OnePass, event_strategy,
-    SHAPES, group_families, near_collisions, reshaped, routing_key_pool, shaped, shaped_keys,
+    GROUP_FAMILIES, SHAPES, event_family, families_drawn, group_families, near_collisions, reshaped, routing_key_pool,
+    shaped, shaped_keys,
 )
 from ._properties import (
-    FAR_CLOCK, HELD, LEASE_END, LEASE_LAPSED, LONG_EVENT, LONG_GROUP, LONG_LEASE, MANY_GROUPS, MANY_NACKS,
+    DRAWN, FAR_CLOCK, HELD, LEASE_END, LEASE_LAPSED, LONG_EVENT, LONG_GROUP, LONG_LEASE, MANY_GROUPS, MANY_NACKS,
     MANY_WORKERS, NEAR_GROUPS, NEAR_KEYS, PARK_ENDED, REOPEN_HELD,
     STALE_AFTER_RECLAIM, TIE, GROUPS_AT_A_CLAIM, MESSAGES_IN_A_GROUP, NACKS_OF_A_MESSAGE, WORKERS_IN_AN_EXAMPLE,
     largest,
@@ -651,6 +652,7 @@ class TransportMachine(RuleBasedStateMachine):
             self.reached[NEAR_GROUPS] += 1
         if len(event) * 4 >= LONG and len(event.encode("utf-8")) >= LONG:
             self.reached[LONG_EVENT] += 1
+        self.reached[f"{DRAWN}events {event_family(event)}"] += 1
 
     @staticmethod
     def _near(value: str, families) -> tuple[str, ...] | None:
@@ -677,12 +679,17 @@ class TransportMachine(RuleBasedStateMachine):
         if not self.wall:
             self.clock.now = clock
         self.pool = tuple(group_ids)
+        for family in families_drawn(group_ids, GROUP_FAMILIES):
+            self.reached[f"{DRAWN}ids {family}"] += 1
         return multiple(*group_ids)
 
     @initialize(target=keys, routing_keys=routing_key_pool())
     def choose_keys(self, routing_keys):
         """Every example's routing keys, 2 to 4 of one family (unused without routing)."""
         self.key_pool = tuple(routing_keys)
+        if self.backend.capabilities.routing:  # else unused
+            for family in families_drawn(routing_keys, KEY_FAMILIES):
+                self.reached[f"{DRAWN}keys {family}"] += 1
         return multiple(*routing_keys)
 
     @backend_rule(

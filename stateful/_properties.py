@@ -40,7 +40,7 @@ from ._backend import Capabilities
 from ._facts import CONTEXTS, FAULTS, KINDS
 
 __all__ = [
-    "CONTRACT", "JUDGED", "PROPERTIES", "Property", "SHARED", "evidence", "fault_owner", "machine_settings",
+    "CONTRACT", "DRAWN", "JUDGED", "PROPERTIES", "Property", "SHARED", "drawn", "evidence", "fault_owner", "machine_settings",
     "owner", "owners", "problems", "running", "SIZES", "largest", "tally",
 ]
 
@@ -98,6 +98,19 @@ MESSAGES_IN_A_GROUP = "messages in one group at a claim"
 NACKS_OF_A_MESSAGE = "nacks of one message"
 WORKERS_IN_AN_EXAMPLE = "workers in one example"
 BRANCHES_IN_A_PROGRAM = "branches in one program"
+DRAWN = "drawn: "
+"""The prefix of the counts of the values the searches drew (SPEC.md C13), by kind and family:
+``drawn: ids case`` is the number of examples whose group ids were of the case family,
+``drawn: events 65536 bytes`` the number of events of that size published.  Counts add up."""
+
+
+def drawn(reached: Mapping[str, int]) -> dict[str, int]:
+    """The counts of :data:`DRAWN` in ``reached``, by ``kind family``, in order of kind."""
+    kinds = ("ids", "keys", "events")
+    found = {name.removeprefix(DRAWN): count for name, count in reached.items() if name.startswith(DRAWN) and count}
+    return dict(sorted(found.items(), key=lambda item: (kinds.index(item[0].split()[0]), -item[1], item[0])))
+
+
 SIZES = (GROUPS_AT_A_CLAIM, MESSAGES_IN_A_GROUP, NACKS_OF_A_MESSAGE, WORKERS_IN_AN_EXAMPLE, BRANCHES_IN_A_PROGRAM)
 """Sizes a search reaches (SPEC.md C13): the checkers keep the largest of each beside the counts
 of situations, and each verdict lists the largest its searches reached (:func:`tally`)."""

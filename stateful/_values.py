@@ -37,7 +37,7 @@ from ._backend import Capabilities, accepted_groups
 
 __all__ = [
     "BACKLOGS", "CLAIM_RUNS", "CLOCK_STARTS", "DELAYS", "EPOCH", "EVENT_SIZES", "GROUP_FAMILIES", "KEY_FAMILIES", "KeySet", "LONG", "OnePass",
-    "STEPS", "TICK", "VISIBILITIES", "WALL_BACKLOGS", "WALL_CLAIM_RUNS", "WORKERS", "WORKER_FAMILIES", "event_strategy", "families_of", "family_index", "group_families",
+    "STEPS", "TICK", "VISIBILITIES", "WALL_BACKLOGS", "WALL_CLAIM_RUNS", "WORKERS", "WORKER_FAMILIES", "event_family", "event_strategy", "families_drawn", "families_of", "family_index", "group_families",
     "near_collisions", "reshaped", "routing_key_pool", "SHAPES", "shaped", "shaped_keys", "weighted",
 ]
 
@@ -181,6 +181,30 @@ def _meeting(family: tuple[str, ...], most: int) -> st.SearchStrategy[list[str]]
     # flatmap to just, not map: Hypothesis prints a mapped value as the call that made it
     # where that is shorter than its repr (a pool of long ids printed as a lambda's call)
     return st.booleans().flatmap(lambda flip: rest.flatmap(lambda more: st.just((pair[::-1] if flip else pair) + more)))
+
+
+def families_drawn(pool: list[str] | tuple[str, ...], families: dict[str, tuple[str, ...]]) -> list[str]:
+    """The names of the near-collision families whose pair (first two values) ``pool`` holds,
+    or ``["plain"]``: what the evidence counts an example's ids or keys as (SPEC.md C13)."""
+    return [name for name, values in families.items() if name != "plain" and set(values[:2]) <= set(pool)] or ["plain"]
+
+
+def event_family(event: str) -> str:
+    """What the evidence counts a published event as: ``empty``, ``changed by JSON, encoding
+    or trimming`` (:data:`EVENT_TEXTS`), ``64 KiB or more`` (its band of size in UTF-8 bytes,
+    from 255 bytes) or ``short text``."""
+    if not event:
+        return "empty"
+    if event in EVENT_TEXTS:
+        return "changed by JSON, encoding or trimming"
+    if len(event) * 4 >= EVENT_SIZES[0] and (size := len(event.encode("utf-8"))) >= EVENT_SIZES[0]:
+        return next(f"{name} or more" for least, name in reversed(_EVENT_BANDS) if size >= least)
+    return "short text"
+
+
+_EVENT_BANDS = ((255, "255 bytes"), (4095, "4 KiB"), (32_768, "32 KiB"), (65_535, "64 KiB"), (1_048_575, "1 MiB"))
+"""Bands of event sizes for the evidence, each from one a store cuts at (a character of 2 to
+4 bytes repeated to a size lands a byte or two under it)."""
 
 
 def routing_key_pool() -> st.SearchStrategy[list[str]]:

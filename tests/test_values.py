@@ -96,3 +96,19 @@ def test_a_store_that_splits_keys_at_commas_fails_claim_other_keys():
     state.publish_each(events="numbered", via=0)  # job keyed a, Job keyed a,b
     with pytest.raises(Divergence, match="outside"):
         state.claim_other_keys(skip=0, shape="list", worker="w1", visibility=5, via=0)  # ["a,b"] takes job
+
+
+def test_the_evidence_counts_the_families_an_example_drew():
+    """SPEC.md C13, item 4 of its issue: each verdict lists the families its searches drew."""
+    from harel_ref.stateful._properties import drawn
+    from harel_ref.stateful._values import event_family
+
+    state = _machine(InMemoryTransport, keys=["a,b", "a", "blue", "Blue"])
+    state.publish_each(events="numbered", via=0)
+    state.publish(group="Job", event="é" * 40_000, priority=0, routing_key=None, via=0)
+    assert drawn(state.reached) == {  # events 0 (JSON), 1 and 2, then the long one
+        "ids case": 1, "keys case": 1, "keys separators": 1, "events short text": 2,
+        "events changed by JSON, encoding or trimming": 1, "events 64 KiB or more": 1}
+    state.teardown()
+    assert [event_family(event) for event in ("", '{"a": 1}', "x" * 254, "x" * 255, "\U0001f600" * 16_384)] == [
+        "empty", "changed by JSON, encoding or trimming", "short text", "255 bytes or more", "64 KiB or more"]

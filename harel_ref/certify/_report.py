@@ -97,7 +97,9 @@ class PropertyVerdict:
     reached each situation its rules are about (``harel_ref.stateful._properties``, a row's
     ``evidence``); a pass whose situation was never reached says so in its reason.  ``largest``:
     the largest sizes its searches reached (groups at a claim, messages in one group, nacks of
-    one message, workers in one example, branches in one program: SPEC.md C13).
+    one message, workers in one example, branches in one program: SPEC.md C13).  ``drawn``: how
+    often its searches drew each family of values (``ids case``: examples whose group ids were
+    of that family; ``keys separators`` likewise; ``events 65536 bytes``: events published).
     ``consequences``: for a failure, the other properties whose searches it disturbed (their
     verdicts are unknown, and say so); fix this one first."""
 
@@ -110,6 +112,7 @@ class PropertyVerdict:
     evidence: dict[str, int] = field(default_factory=dict)
     consequences: tuple[str, ...] = ()
     largest: dict[str, int] = field(default_factory=dict)
+    drawn: dict[str, int] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -211,6 +214,18 @@ class Report:
 
     # --- Markdown ----------------------------------------------------------------------------
 
+    def _drawn_markdown(self) -> list[str]:
+        """How often the searches behind each verdict drew each family of values, a line for
+        the verdicts that drew alike (those of one shared search)."""
+        alike: dict[str, list[str]] = {}
+        for v in self.verdicts:
+            if v.drawn:
+                alike.setdefault(_drawn(v.drawn), []).append(v.property)
+        if not alike:
+            return []
+        return ["", "How often they drew each family of values (SPEC.md C13: examples for ids and keys, "
+                "publishes for events):", "", *(f"- **{', '.join(props)}**: {line}" for line, props in alike.items())]
+
     def to_markdown(self) -> str:
         data = self.to_dict()
         counts = {name: sum(v.verdict == name for v in self.verdicts) for name in VERDICTS}
@@ -254,6 +269,7 @@ class Report:
                 [f"{situation}: {times}" for situation, times in v.evidence.items()]
                 + ["largest: " + ", ".join(f"{size} {value}" for size, value in v.largest.items())] * bool(v.largest))
                 for v in reached]
+            lines += self._drawn_markdown()
         for v in self.verdicts:
             if v.failure is not None:
                 lines += ["", *self._failure_markdown(v)]
@@ -326,3 +342,13 @@ class Report:
         json_path.write_text(self.to_json() + "\n", encoding="utf-8")
         md_path.write_text(self.to_markdown(), encoding="utf-8")
         return json_path, md_path
+
+
+def _drawn(counts: dict[str, int]) -> str:
+    """``counts`` of :attr:`PropertyVerdict.drawn` as one line per kind: ``ids: plain 60, case
+    7; events: short text 300, 65536 bytes 4``."""
+    kinds: dict[str, list[str]] = {}
+    for name, count in counts.items():
+        kind, family = name.split(" ", 1)
+        kinds.setdefault(kind, []).append(f"{family} {count}")
+    return "; ".join(f"{kind}: {', '.join(families)}" for kind, families in kinds.items())

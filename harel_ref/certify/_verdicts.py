@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 
 from harel_ref.stateful._backend import Capabilities
 from harel_ref.stateful._facts import CONTEXTS, FAULTS, Fact
-from harel_ref.stateful._properties import PROPERTIES, SHARED, SIZES, evidence, fault_owner, owner, tally
+from harel_ref.stateful._properties import PROPERTIES, SHARED, SIZES, drawn, evidence, fault_owner, owner, tally
 
 from ._report import Failure, PropertyVerdict
 
@@ -169,21 +169,22 @@ def _verdict(prop: str, caps: Capabilities, searched: Sequence[Searched], found:
             tally(reached, search.reached)
     counted = {situation: reached[situation] for situation in evidence(prop, caps)}
     sizes = {size: reached[size] for size in SIZES if reached[size]}
+    scale = dict(largest=sizes, drawn=drawn(reached))
     if (reason := PROPERTIES[prop].needs(caps)) is not None:
         return PropertyVerdict(prop, "not applicable", reason, 0.0, 0)
     if prop in follows:  # its counterexample stays in the report, under its reason
         return PropertyVerdict(prop, "unknown", _consequence_reason(prop, follows[prop], found), seconds, examples,
-                               found[0][0] if found else None, counted, largest=sizes)
+                               found[0][0] if found else None, counted, **scale)
     if found:  # the counterexample shown: one its own search found, of a kind it owns, if there is one
         failure = min(found, key=lambda item: (item[1].search != prop, item[0].kind not in PROPERTIES[prop].owns))[0]
         shown = tuple(p for p, root in sorted(follows.items(), key=lambda item: list(PROPERTIES).index(item[0]))
                       if root == prop)
-        return PropertyVerdict(prop, "failed", failure.summary(), seconds, examples, failure, counted, shown, sizes)
+        return PropertyVerdict(prop, "failed", failure.summary(), seconds, examples, failure, counted, shown, **scale)
     verdict, reason = _combined(prop, parts, why)
     never = [situation for situation, times in counted.items() if not times]
     if verdict == "passed" and never:
         reason = f"{reason}; never reached: {'; '.join(never)}"
-    return PropertyVerdict(prop, verdict, reason, seconds, examples, evidence=counted, largest=sizes)
+    return PropertyVerdict(prop, verdict, reason, seconds, examples, evidence=counted, **scale)
 
 
 def _share(search: Searched, prop: str) -> float:
