@@ -953,6 +953,23 @@ def test_synchronous_is_set_on_the_connection(driver, tmp_path):
         assert asyncio.run(twin_level(level)) == code, level
 
 
+
+def test_temporary_b_trees_are_kept_in_memory(driver, tmp_path):
+    """Every claim and ack opens temporary b-trees (RETURNING, ORDER BY ... LIMIT 1); kept in
+    memory, each takes its pages one at a time instead of one 87,208-byte block, which glibc
+    gave back to the kernel after every call (issue 43, TEMP_IN_MEMORY)."""
+    async def twin_temp_store():
+        create = AsyncSqliteTransport.create if driver == "sqlite" else AsyncLibsqlTransport.create
+        queue = await create(tmp_path / "async.db")
+        try:
+            return queue._sync._conn.execute("PRAGMA temp_store").fetchall()[0][0]
+        finally:
+            await queue.close()
+
+    with TRANSPORTS[driver](tmp_path / "sync.db") as queue:
+        assert queue._conn.execute("PRAGMA temp_store").fetchall() == [(2,)]  # 2: MEMORY
+    assert asyncio.run(twin_temp_store()) == 2
+
 _SYNCS_OF = """
 import asyncio, os, sys
 from harel_ref.transport import AsyncSqliteTransport, LibsqlTransport, SqliteTransport

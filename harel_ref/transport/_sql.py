@@ -113,6 +113,7 @@ __all__ = [
     "Statement",
     "SyncSqlTransport",
     "Tables",
+    "TEMP_IN_MEMORY",
     "Turns",
     "WAL_BYTES",
     "ack_statement",
@@ -280,6 +281,19 @@ WAL_BYTES = 1000 * 4096
 pages) at its default page size.  In pages of :data:`PAGE_SIZE` that is 2,000; at SQLite's
 1,000, the checkpoints of a claim+ack workload at ``synchronous=NORMAL`` cost 5% more
 (docs/performance.md), since a page changed many times between two checkpoints is copied once."""
+
+
+TEMP_IN_MEMORY = Statement("PRAGMA temp_store = MEMORY")
+"""Run once the tables are open (an upgrade's index builds before it may still spill to disk).
+
+Every claim and ack opens temporary b-trees: one for the rows of ``RETURNING`` and, in a claim,
+two for the ``ORDER BY ... LIMIT 1`` of the head query; each holds a row or two.  With
+SQLite's default ``temp_store`` each one's page cache starts with one allocation of 20 pages
+(87,208 bytes), five per claim+ack, freed at the statement's end: where they land at the top of
+the heap, glibc gives the memory back to the kernel on the free (its trim threshold is 128
+KiB) and the next call faults it in again, about 55 page faults and 3 ``brk`` a claim+ack, and
+half the speed (docs/performance.md, issue 43).  In memory, such a b-tree takes its pages one
+at a time (4,368 bytes each, one or two per b-tree)."""
 
 
 def connection_pragmas(busy_timeout: float, *, wal: bool = True, synchronous: str = "FULL") -> list[Statement]:
@@ -787,6 +801,7 @@ class SyncSqlTransport(Shell):
                     interval = Statement(f"PRAGMA wal_autocheckpoint = {WAL_BYTES // page_size[0][0]}")
                     run(self._conn, one_statement(interval), transaction=False, lock_wait=self._lock_wait)
                 run(self._conn, open_plan(self._tables), transaction=True, lock_wait=self._lock_wait)
+                run(self._conn, one_statement(TEMP_IN_MEMORY), transaction=False, lock_wait=self._lock_wait)
             except BaseException:
                 self._conn.close()
                 raise
