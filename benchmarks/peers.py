@@ -474,7 +474,7 @@ def raw_drainer(directory: Path, backlog: Backlog, level: str) -> Queue:
         now = time.time()
         if switch:
             conn.execute(claim_level)
-        rows = conn.execute(t.claim_sql, claim_params("raw:token", now, 60.0, 0, None)).fetchall()
+        rows = conn.execute(t.claim_sql, claim_params("raw:token", now, 60.0, 0, None, guarded=True)).fetchall()
         if not rows:
             conn.execute(promote, (now,))
             return None
