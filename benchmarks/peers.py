@@ -736,7 +736,7 @@ def print_goal_rows(where: str, rows: list[tuple[str, float, str, bool]]) -> Non
     print(f"\n| {where}: goal | figure | wanted | met |")
     print("|---|---|---|---|")
     for label, figure, wanted, met in rows:
-        shown = f"{figure:,.0f}" if figure >= 100 else f"{figure:.2f}"
+        shown = f"{figure:,.0f}" if figure >= 100 or wanted.startswith("≤") else f"{figure:.2f}"
         print(f"| {label} | {shown} | {wanted} | {'yes' if met else '**no**'} |")
 
 
@@ -782,7 +782,8 @@ def like_with_like_table(directory: Path, args: argparse.Namespace, event_bytes:
         extra, full, harel_full = like_names(transport)
         for name in (extra, full, harel_full):
             if name in results:
-                print(f"| {name} | {opens_cells(results[name])} | {medians[name] / medians.get(harel_full, math.nan):.2f} |")
+                ratio = f"{medians[name] / medians[harel_full]:.2f}" if harel_full in medians else ""
+                print(f"| {name} | {opens_cells(results[name])} | {ratio} |")
         for name, other in ((extra, harel_full), (full, harel_full), (full, extra)):
             if name in medians and other in medians:
                 ratio = medians[name] / medians[other]
