@@ -2,8 +2,9 @@
 
     pip install -e '.[bench]'                  # harel 0.9.0, persist-queue, litequeue
     bash .ci/cluster up                        # for the rqlite rows (or --no-rqlite)
-    python benchmarks/peers.py                 # three interleaved rounds, full sizes
-    python benchmarks/peers.py --scale 0.1 --rounds 1   # smaller, to try it out
+    python benchmarks/peers.py                 # 8 fresh opens of each peer, full sizes
+    python benchmarks/peers.py --only throughput --event-bytes 50,108,200,1000   # issue 43's run
+    python benchmarks/peers.py --scale 0.1 --rounds 1 --opens 2   # smaller, to try it out
 
 **Throughput**: one worker claims and acks until the queue is empty (``--messages`` in
 ``--groups`` groups, bulk-loaded before the clock starts).  The peers:
@@ -21,10 +22,21 @@
 
 Every table is measured at each ``--synchronous`` level in turn (FULL, EXTRA and NORMAL by
 default), set on every SQLite peer's connection (WAL everywhere but harel 0.9.0's libSQL
-transport) except litequeue, which sets ``synchronous=NORMAL`` itself.  What a level syncs
-differs between peers: at FULL harel-ref syncs every call but a claim, and harel 0.9.0 and the
-plain queues every commit; at EXTRA every peer syncs every commit.  ``--only profile`` splits
+transport) except litequeue, which sets ``synchronous=NORMAL`` itself, and for each size of
+event (``--event-bytes``, 108 by default).  What a level syncs differs between peers: at FULL
+harel-ref syncs every call but a claim, and harel 0.9.0 and the plain queues every commit; at
+EXTRA every peer syncs every commit.  So the **like-with-like** tables drain, interleaved,
+harel-ref's four transports at EXTRA (every commit synced) and at FULL (claims unsynced)
+beside harel 0.9.0's same transport at FULL (every commit synced).  ``--only profile`` splits
 one claim+ack of harel-ref into its statements and its Python.
+
+Each peer is opened afresh ``--opens`` times (8), each time on a new file, all peers drained
+in lockstep in each round.  Every open's msg/s, minor page faults and system CPU time (the
+process's ``getrusage`` over that peer's turns) are kept, and each row gives the minimum,
+median and maximum: a transport can be fast in one open and slow in the next (issue 43: half
+of harel-ref's opens ran at half speed, with 50 page faults a claim+ack), which a median
+hides.  A peer whose slowest open is under 0.8 of its fastest gets a loud WARNING line (not an
+exit code: a busy machine does it too, and the page faults tell the two apart).
 
 **Claim latency** (the median of ``--samples`` claims, each followed by an untimed ack), for
 harel-ref on SQLite, libSQL and rqlite, and harel 0.9.0 on SQLite and libSQL:
@@ -35,9 +47,9 @@ harel-ref on SQLite, libSQL and rqlite, and harel 0.9.0 on SQLite and libSQL:
   round-robin order);
 - (d) 1,000,000 messages in 100,000 groups.
 
-Every figure is measured three times (``--rounds``), the peers interleaved within each round
-(throughput: drained together, ``--chunk`` messages each in a shuffled turn; latency: one scenario's peers
-in a rotating order), and the median is printed with the range.  The load average is printed
+Throughput peers are drained together, ``--chunk`` messages each in a shuffled turn.  Each
+latency is measured three times (``--rounds``), one scenario's peers in a rotating order, and
+the median is printed with the range.  The load average is printed
 before and after: compare ratios, not absolute numbers across machines.  A peer that is not
 installed (or an rqlite cluster that is not up) is skipped with a message.
 """
@@ -51,6 +63,7 @@ import math
 import os
 import random
 import re
+import resource
 import sqlite3
 import statistics
 import sys
@@ -69,7 +82,7 @@ from harel_ref.transport import (
     RqliteTransport,
     SqliteTransport,
 )
-from harel_ref.transport._sql import PAGE_SIZE, WAL_BYTES
+from harel_ref.transport._sql import PAGE_SIZE, TEMP_IN_MEMORY, WAL_BYTES
 
 RQLITE = os.environ.get("HAREL_RQLITE_URLS", "http://127.0.0.1:4001,http://127.0.0.1:4011,http://127.0.0.1:4021")
 FAR = 1e12  # a lease or park end that no benchmark outlives
@@ -81,10 +94,14 @@ def main() -> None:
     parser.add_argument("--groups", type=int, default=500, help="throughput: groups they are in")
     parser.add_argument("--chunk", type=int, default=100, help="throughput: claim+acks per peer per turn")
     parser.add_argument("--samples", type=int, default=300, help="latency: claims timed per scenario and round")
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--rounds", type=int, default=3, help="latency: rounds per scenario")
+    parser.add_argument("--opens", type=int, default=8, help="throughput: fresh opens of every peer, drained in lockstep")
+    parser.add_argument("--event-bytes", default=[108], type=sizes,
+                        help="throughput: the events' sizes, comma-separated (at least 46), a table for each (default 108)")
     parser.add_argument("--scale", type=float, default=1.0, help="latency: scenario sizes times this (0.1 to try it out)")
     parser.add_argument("--no-rqlite", action="store_true", help="leave out the rqlite columns")
-    parser.add_argument("--only", choices=["throughput", "latency", "profile"], help="run one of the tables")
+    parser.add_argument("--only", choices=["throughput", "like", "latency", "profile"],
+                        help="run one kind of table (throughput: those at each level and the like-with-like ones)")
     parser.add_argument("--peers", type=re.compile, default=None,
                         help="throughput: only the peers whose name matches this regular expression (with the raw limit)")
     parser.add_argument("--synchronous", default="FULL,EXTRA,NORMAL", type=levels,
@@ -95,10 +112,12 @@ def main() -> None:
           f"sqlite {sqlite3.sqlite_version}, {os.cpu_count()} cores, {load()}", flush=True)
     with tempfile.TemporaryDirectory(prefix="harel-ref-peers-") as tmp:
         for level in args.synchronous:
-            if args.only in (None, "throughput"):
-                throughput_table(Path(tmp), args, level)
+            for event_bytes in args.event_bytes if args.only in (None, "throughput") else ():
+                throughput_table(Path(tmp), args, level, event_bytes)
             if args.only in (None, "profile"):
                 where_time_goes(Path(tmp), args.messages, level)
+        for event_bytes in args.event_bytes if args.only in (None, "throughput", "like") else ():
+            like_with_like_table(Path(tmp), args, event_bytes)
         if args.only in (None, "profile"):
             python_parts()
             wal_frames(Path(tmp))
@@ -113,6 +132,17 @@ def levels(text: str) -> list[str]:
     chosen = [level.strip().upper() for level in text.split(",")]
     if not chosen or any(level not in ("FULL", "NORMAL", "EXTRA") for level in chosen):
         raise argparse.ArgumentTypeError(f"expected FULL, NORMAL or EXTRA, comma-separated; got {text!r}")
+    return chosen
+
+
+def sizes(text: str) -> list[int]:
+    """``--event-bytes``: whole numbers of bytes, comma-separated."""
+    try:
+        chosen = [int(size) for size in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected whole numbers, comma-separated; got {text!r}") from None
+    for size in chosen:
+        event_of(size)  # refuses one too small
     return chosen
 
 
@@ -153,6 +183,7 @@ class Backlog:
     groups: int
     per_group: int
     blocked: int = 0
+    event: str = '{"kind": "bench", "data": {"n": 0}}'
 
     @property
     def messages(self) -> int:
@@ -165,11 +196,18 @@ class Backlog:
         free = [f"g{i}" for i in range(self.groups)]
         yield (f"INSERT INTO {groups} (group_id, last_claimed_at, priority) VALUES (?, ?, ?)",
                [(g, 1.0, 0) for g in blocked] + [(g, 2.0, 0) for g in free])
-        event = '{"kind": "bench", "data": {"n": 0}}'
         yield (f"INSERT INTO {messages} (group_id, event) VALUES (?, ?)",
-               [(g, event) for g in blocked] + [(free[i % self.groups], event) for i in range(self.groups * self.per_group)])
+               [(g, self.event) for g in blocked] + [(free[i % self.groups], self.event) for i in range(self.groups * self.per_group)])
         holders = [("bench:held" if i % 2 == 0 else "__parked__", FAR, g) for i, g in enumerate(blocked)]
         yield (f"UPDATE {messages} SET locked_by = ?, lock_expiry = ? WHERE group_id = ?", holders)
+
+
+def event_of(size: int) -> str:
+    """An event of ``size`` bytes (at least 46): JSON that harel 0.9.0 parses as an Event."""
+    empty = '{"kind": "bench", "data": {"n": 0, "pad": ""}}'
+    if size < len(empty):
+        raise argparse.ArgumentTypeError(f"an event has at least {len(empty)} bytes, got {size}")
+    return empty.replace('""', '"' + "x" * (size - len(empty)) + '"')
 
 
 def load_sqlite(path: Path, backlog: Backlog, connect: Callable[[str], Any]) -> None:
@@ -385,8 +423,8 @@ def persist_queue_drainer(directory: Path, backlog: Backlog, level: str) -> Queu
 
     queue = persistqueue.SQLiteAckQueue(str(directory / f"persist-queue-{uuid.uuid4().hex[:8]}"), auto_commit=True)
     at_level(queue._conn, level)
-    for n in range(backlog.messages):
-        queue.put({"kind": "bench", "n": n})
+    for _ in range(backlog.messages):
+        queue.put(backlog.event)
 
     def claim() -> Any:
         try:
@@ -403,7 +441,7 @@ def litequeue_drainer(directory: Path, backlog: Backlog, level: str) -> Queue:
 
     queue = litequeue.LiteQueue(str(directory / f"litequeue-{uuid.uuid4().hex[:8]}.db"))
     for _ in range(backlog.messages):
-        queue.put('{"kind": "bench"}')
+        queue.put(backlog.event)
     return Queue(queue.pop, lambda message: queue.done(message.message_id), queue.close)
 
 
@@ -425,6 +463,7 @@ def raw_drainer(directory: Path, backlog: Backlog, level: str) -> Queue:
     conn.execute("PRAGMA journal_mode = WAL")
     conn.execute("PRAGMA busy_timeout = 5000")
     conn.execute(f"PRAGMA wal_autocheckpoint = {WAL_BYTES // PAGE_SIZE}")  # as harel-ref's connections
+    conn.execute(TEMP_IN_MEMORY.sql)
     at_level(conn, level)
 
     levels = commit_levels(level, wal=True)
@@ -435,7 +474,7 @@ def raw_drainer(directory: Path, backlog: Backlog, level: str) -> Queue:
         now = time.time()
         if switch:
             conn.execute(claim_level)
-        rows = conn.execute(t.claim_sql, claim_params("raw:token", now, 60.0, 0, None)).fetchall()
+        rows = conn.execute(t.claim_sql, claim_params("raw:token", now, 60.0, 0, None, guarded=True)).fetchall()
         if not rows:
             conn.execute(promote, (now,))
             return None
@@ -458,7 +497,7 @@ def floor_drainer(directory: Path, backlog: Backlog, level: str) -> Queue:
     at_level(conn, level)
     conn.execute("CREATE TABLE jobs (seq INTEGER PRIMARY KEY, event TEXT NOT NULL, locked_by TEXT, lock_expiry REAL)")
     conn.execute("BEGIN")
-    conn.executemany("INSERT INTO jobs (event) VALUES (?)", [('{"kind": "bench"}',)] * backlog.messages)
+    conn.executemany("INSERT INTO jobs (event) VALUES (?)", [(backlog.event,)] * backlog.messages)
     conn.execute("COMMIT")
     lease = ("UPDATE jobs SET locked_by = ?, lock_expiry = ?"
              " WHERE seq = (SELECT MIN(seq) FROM jobs WHERE locked_by IS NULL) RETURNING seq, event")
@@ -486,28 +525,113 @@ RAW = "raw limit: harel-ref's statements in plain sqlite3"
 TURN_ORDER = random.Random(0)  # the peers' order in each turn of drain_together (see above)
 
 
+@dataclass(frozen=True)
+class Drained:
+    """One fresh open of a peer, drained: its msg/s, and what the process spent in its turns
+    (the peers take turns in one process, so the ``getrusage`` of a turn is that peer's)."""
+
+    rate: float
+    messages: int
+    faults: int  # minor page faults
+    system: float  # system CPU seconds
+    cpu: float  # user and system CPU seconds
+
+    @property
+    def faults_per_10k(self) -> float:
+        return self.faults / self.messages * 10_000 if self.messages else 0.0
+
+    @property
+    def cpu_rate(self) -> float:
+        """Messages per second of the process's CPU time: what a claim+ack costs in CPU, which
+        other programs on the machine change less than the wall clock's msg/s (at NORMAL,
+        where no call waits for the disk, it is most of the cost)."""
+        return self.messages / self.cpu if self.cpu else math.nan
+
+
 def drain_together(directory: Path, backlog: Backlog, openers: dict[str, Callable[[Path, Backlog], Any]],
-                   chunk: int) -> dict[str, float]:
-    """Open every peer on ``backlog``, drain them in lockstep; each one's msg/s."""
+                   chunk: int) -> dict[str, Drained]:
+    """Open every peer on ``backlog``, drain them in lockstep; what each one's drain took."""
     queues: dict[str, Any] = {}
-    seconds = dict.fromkeys(openers, 0.0)
-    done = dict.fromkeys(openers, 0)
+    seconds, system, cpu = dict.fromkeys(openers, 0.0), dict.fromkeys(openers, 0.0), dict.fromkeys(openers, 0.0)
+    done, faults = dict.fromkeys(openers, 0), dict.fromkeys(openers, 0)
     try:
         for name, opener in openers.items():
             queues[name] = opener(directory, backlog)
         while left := [name for name in queues if done[name] < backlog.messages]:
             TURN_ORDER.shuffle(left)
             for name in left:
-                start = time.perf_counter()
+                before, start = resource.getrusage(resource.RUSAGE_SELF), time.perf_counter()
                 drained = queues[name].run(chunk)
                 seconds[name] += time.perf_counter() - start
+                after = resource.getrusage(resource.RUSAGE_SELF)
+                faults[name] += after.ru_minflt - before.ru_minflt
+                system[name] += after.ru_stime - before.ru_stime
+                cpu[name] += after.ru_stime - before.ru_stime + after.ru_utime - before.ru_utime
                 done[name] += drained
                 if drained < chunk and done[name] < backlog.messages:
                     raise AssertionError(f"{name} ran dry after {done[name]} of {backlog.messages} messages")
     finally:
         for queue in queues.values():
             queue.close()
-    return {name: done[name] / seconds[name] for name in queues}
+    return {name: Drained(done[name] / seconds[name], done[name], faults[name], system[name], cpu[name]) for name in queues}
+
+
+def fresh_opens(directory: Path, backlog: Backlog, openers: dict[str, Callable[[Path, Backlog], Any]],
+                args: argparse.Namespace) -> dict[str, list[Drained]]:
+    """``args.opens`` rounds, each opening every peer afresh and draining all in lockstep."""
+    results: dict[str, list[Drained]] = {name: [] for name in openers}
+    for number in range(args.opens):
+        for name, drained in drain_together(directory, backlog, openers, args.chunk).items():
+            results[name].append(drained)
+        print(f"#   open {number + 1} of {args.opens} done, {load()}", flush=True)
+    return results
+
+
+def rates(runs: list[Drained], cpu: bool = False) -> list[float]:
+    """msg/s of each open, by the wall clock or (``cpu``) per second of CPU time."""
+    return [run.cpu_rate if cpu else run.rate for run in runs]
+
+
+def median_rate(runs: list[Drained], cpu: bool = False) -> float:
+    return statistics.median(rates(runs, cpu)) if runs else math.nan
+
+
+def worst_paired(runs: list[Drained], others: list[Drained], cpu: bool = False) -> float:
+    """The least ratio of a peer's open to the other's open of the same round."""
+    return min(run / other for run, other in zip(rates(runs, cpu), rates(others, cpu)))
+
+
+OPENS_HEADER = ("msg/s min | median | max | slowest / fastest | page faults per 10,000 claim+acks, "
+                "median (max) | system CPU s, median (max) | CPU µs per claim+ack, median (max)")
+
+
+def opens_cells(runs: list[Drained]) -> str:
+    """The cells of OPENS_HEADER for one peer's opens."""
+    values, faults = rates(runs), [run.faults_per_10k for run in runs]
+    system, cpu = [run.system for run in runs], [1e6 / run.cpu_rate for run in runs]
+    uneven = min(values) / max(values)
+    return (f"{min(values):,.0f} | {statistics.median(values):,.0f} | {max(values):,.0f} | "
+            f"{'**' if uneven < UNEVEN else ''}{uneven:.2f}{'**' if uneven < UNEVEN else ''} | "
+            f"{statistics.median(faults):,.0f} ({max(faults):,.0f}) | "
+            f"{statistics.median(system):.2f} ({max(system):.2f}) | {statistics.median(cpu):,.1f} ({max(cpu):,.1f})")
+
+
+UNEVEN = 0.8
+"""A peer whose slowest open ran under this share of its fastest is warned about: one figure
+per open, or a median, hides a transport that is fast in some opens and slow in others (issue
+43: half of harel-ref's opens at half speed, each with 50 page faults a claim+ack)."""
+
+
+def warn_uneven(results: dict[str, list[Drained]], where: str) -> None:
+    """A loud line for each peer whose opens were uneven (not an exit code: a noisy machine
+    does it too; the page faults tell which)."""
+    for name, runs in results.items():
+        values = rates(runs)
+        if len(values) > 1 and min(values) < UNEVEN * max(values):
+            faults = ", ".join(f"{run.faults_per_10k:,.0f}" for run in runs)
+            print(f"\n!!! WARNING ({where}): {name}: its slowest open ran at {min(values) / max(values):.2f} of its "
+                  f"fastest ({min(values):,.0f} against {max(values):,.0f} msg/s); page faults per 10,000 "
+                  f"claim+acks, open by open: {faults} !!!", flush=True)
 
 
 HAREL = "harel 0.9.0 SqliteTransport (unfenced)"
@@ -519,9 +643,8 @@ TWINS = {  # an async transport -> the sync transport of its backend, from the s
 }
 
 
-def throughput_table(directory: Path, args: argparse.Namespace, level: str) -> dict[str, float]:
-    """The throughput table at ``synchronous=level``; the median msg/s of each peer."""
-    backlog = Backlog(args.groups, args.messages // args.groups)
+def level_openers(level: str) -> dict[str, Callable[[Path, Backlog], Any]]:
+    """Every peer at ``synchronous=level`` (each at its own meaning of the level)."""
     openers: dict[str, Callable[[Path, Backlog], Any]] = {
         REFERENCE: harel_ref_drainer("sqlite", level),
         "harel-ref AsyncSqliteTransport": harel_ref_async_drainer("sqlite", level),
@@ -541,48 +664,133 @@ def throughput_table(directory: Path, args: argparse.Namespace, level: str) -> d
         plain["litequeue (no groups, synchronous=NORMAL always)"] = litequeue_drainer
     for name, drainer in plain.items():
         openers[name] = functools.partial(drainer, level=level)
+    return openers
+
+
+def throughput_table(directory: Path, args: argparse.Namespace, level: str, event_bytes: int) -> dict[str, list[Drained]]:
+    """The throughput table at ``synchronous=level``, events of ``event_bytes``; every open of every peer."""
+    backlog = Backlog(args.groups, args.messages // args.groups, event=event_of(event_bytes))
+    openers = level_openers(level)
     if args.peers is not None:
         openers = {name: opener for name, opener in openers.items() if name == RAW or args.peers.search(name)}
-
-    print(f"\n# throughput at synchronous={level}: claim+ack until empty, {backlog.messages:,} messages, "
+    where = f"synchronous={level}, {event_bytes}-byte events"
+    print(f"\n# throughput at {where}: claim+ack until empty, {backlog.messages:,} messages, "
           f"{backlog.groups} groups, one worker, all peers drained in lockstep ({args.chunk} at a time); "
-          f"{args.rounds} rounds", flush=True)
-    results: dict[str, list[float]] = {name: [] for name in openers}
-    for round_number in range(args.rounds):
-        for name, rate in drain_together(directory, backlog, openers, args.chunk).items():
-            results[name].append(rate)
-        print(f"#   round {round_number + 1} of {args.rounds} done, {load()}", flush=True)
-    medians = {name: statistics.median(values) for name, values in results.items()}
+          f"{args.opens} fresh opens of each, {load()}", flush=True)
+    results = fresh_opens(directory, backlog, openers, args)
+    medians = {name: median_rate(runs) for name, runs in results.items()}
     reference, raw = medians.get(REFERENCE, math.nan), medians[RAW]
-    print(f"\n| synchronous={level}: claim+ack until empty, {backlog.messages:,} messages, {backlog.groups} groups, "
-          f"one worker | msg/s, median (range) | vs harel-ref SQLite | vs raw limit | async vs its sync |")
-    print("|---|---|---|---|---|")
-    for name, values in results.items():
-        twin = f"{medians[name] / medians[TWINS[name]]:.2f}" if TWINS.get(name) in medians else ""
-        print(f"| {name} | {spread(values, '{:,.0f}')} | {medians[name] / reference:.2f} | "
-              f"{medians[name] / raw:.2f} | {twin} |")
-    print_goals(medians, level)
-    return medians
+    print(f"\n| {where}: claim+ack until empty, {backlog.messages:,} messages, {backlog.groups} groups, "
+          f"one worker | {OPENS_HEADER} | vs harel-ref SQLite (medians) | vs raw limit (medians) | "
+          f"async vs its sync, median (least open) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for name, runs in results.items():
+        twin = ""
+        if TWINS.get(name) in results:
+            twin = f"{medians[name] / medians[TWINS[name]]:.2f} ({worst_paired(runs, results[TWINS[name]]):.2f})"
+        print(f"| {name} | {opens_cells(runs)} | {medians[name] / reference:.2f} | {medians[name] / raw:.2f} | {twin} |")
+    print(f"\n# {load()}")
+    warn_uneven(results, where)
+    print_goals(results, level, event_bytes)
+    return results
 
 
-def print_goals(medians: dict[str, float], level: str) -> None:
-    """Issue 22's goals for this table, each with its figure: the ratios to read first (at
-    FULL and NORMAL; EXTRA shows what syncing every claim too costs, and has none)."""
+def print_goals(results: dict[str, list[Drained]], level: str, event_bytes: int) -> None:
+    """The goals of issues 22 and 43 for this table, each with its figure (at FULL and NORMAL;
+    EXTRA, where every peer syncs every commit, is compared in the like-with-like table)."""
     if level not in ("FULL", "NORMAL"):
         return
-    goals = [(f"{REFERENCE} vs {HAREL}", REFERENCE, HAREL, 1.0), (f"{REFERENCE} vs the raw limit", REFERENCE, RAW, 0.85)]
+    medians = {name: median_rate(runs) for name, runs in results.items()}
+    goals = [(f"{REFERENCE} vs {HAREL} (medians)", REFERENCE, HAREL, 1.0), (f"{REFERENCE} vs the raw limit (medians)", REFERENCE, RAW, 0.85)]
     for twin, sync in TWINS.items():
         if twin.startswith("harel-ref"):
-            goals.append((f"{twin} vs its sync transport", twin, sync, 0.8))
+            goals.append((f"{twin} vs its sync transport (medians)", twin, sync, 0.8))
             harel_twin = twin.replace("harel-ref", "harel 0.9.0")
             harel_twin = next((name for name in TWINS if name.startswith(harel_twin)), harel_twin)
-            goals.append((f"{twin} vs {harel_twin}", twin, harel_twin, 1.0))
-    print(f"\n| synchronous={level}: goal | ratio | at least | met |")
+            goals.append((f"{twin} vs {harel_twin} (medians)", twin, harel_twin, 1.0))
+    rows = [(label, medians[name] / medians[other], f"≥ {least:.2f}", medians[name] / medians[other] >= least)
+            for label, name, other, least in goals if name in medians and other in medians]
+    for cpu, clock in ((False, "msg/s"), (True, "msg per CPU second")):
+        if REFERENCE in results and HAREL in results and level == "NORMAL":
+            least = min(rates(results[REFERENCE], cpu)) / median_rate(results[HAREL], cpu)
+            rows.append((f"every open of {REFERENCE} vs the median of {HAREL}, {clock}", least, "≥ 0.95", least >= 0.95))
+        for twin, sync in TWINS.items():
+            if twin.startswith("harel-ref") and twin in results and sync in results:
+                least = worst_paired(results[twin], results[sync], cpu)
+                rows.append((f"{twin} vs its sync transport, every open (paired by round), {clock}", least, "≥ 0.80", least >= 0.8))
+    rows.extend(fault_goals(results))
+    print_goal_rows(f"synchronous={level}, {event_bytes}-byte events", rows)
+
+
+def fault_goals(results: dict[str, list[Drained]]) -> list[tuple[str, float, str, bool]]:
+    """Issue 43: no harel-ref peer faults more than 1,000 pages per 10,000 claim+acks, in any open."""
+    faults = {name: max(run.faults_per_10k for run in runs) for name, runs in results.items() if name.startswith("harel-ref")}
+    if not faults:
+        return []
+    worst = max(faults, key=faults.__getitem__)
+    return [(f"page faults per 10,000 claim+acks, the most of any open of a harel-ref peer ({worst})",
+             faults[worst], "≤ 1,000", faults[worst] <= 1_000)]
+
+
+def print_goal_rows(where: str, rows: list[tuple[str, float, str, bool]]) -> None:
+    print(f"\n| {where}: goal | figure | wanted | met |")
     print("|---|---|---|---|")
-    for label, name, other, least in goals:
-        if name in medians and other in medians:
-            ratio = medians[name] / medians[other]
-            print(f"| {label} | {ratio:.2f} | {least:.2f} | {'yes' if ratio >= least else '**no**'} |")
+    for label, figure, wanted, met in rows:
+        shown = f"{figure:,.0f}" if figure >= 100 or wanted.startswith("≤") else f"{figure:.2f}"
+        print(f"| {label} | {shown} | {wanted} | {'yes' if met else '**no**'} |")
+
+
+# --- Like with like --------------------------------------------------------------------------------
+# At FULL harel-ref commits a claim unsynced (SYNCHRONOUS), harel 0.9.0 syncs every commit: its
+# FULL is harel-ref's EXTRA.  This table drains, interleaved, each backend's harel-ref transport
+# at EXTRA and at FULL beside harel 0.9.0's at FULL.
+
+LIKE_WITH_LIKE = {  # a transport -> (harel-ref's opener at a level, harel 0.9.0's opener at a level)
+    "SqliteTransport": (functools.partial(harel_ref_drainer, "sqlite"), functools.partial(harel_drainer, "sqlite")),
+    "AsyncSqliteTransport": (functools.partial(harel_ref_async_drainer, "sqlite"), functools.partial(harel_async_drainer, "sqlite")),
+    "LibsqlTransport": (functools.partial(harel_ref_drainer, "libsql"), functools.partial(harel_drainer, "libsql")),
+    "AsyncLibsqlTransport": (functools.partial(harel_ref_async_drainer, "libsql"), functools.partial(harel_async_drainer, "libsql")),
+}
+
+
+def like_names(transport: str) -> tuple[str, str, str]:
+    """harel-ref at EXTRA, harel-ref at FULL, harel 0.9.0 at FULL."""
+    return (f"harel-ref {transport} EXTRA (every commit synced)", f"harel-ref {transport} FULL (claims unsynced)",
+            f"harel 0.9.0 {transport} FULL (every commit synced)")
+
+
+def like_with_like_table(directory: Path, args: argparse.Namespace, event_bytes: int) -> None:
+    """harel-ref at EXTRA and FULL beside harel 0.9.0 at FULL, for each transport and its twin."""
+    if not available("harel"):
+        return
+    backlog = Backlog(args.groups, args.messages // args.groups, event=event_of(event_bytes))
+    openers: dict[str, Callable[[Path, Backlog], Any]] = {}
+    for transport, (harel_ref_opener, harel_opener) in LIKE_WITH_LIKE.items():
+        extra, full, harel_full = like_names(transport)
+        openers.update({extra: harel_ref_opener("EXTRA"), full: harel_ref_opener("FULL"), harel_full: harel_opener("FULL")})
+    if args.peers is not None:
+        openers = {name: opener for name, opener in openers.items() if args.peers.search(name)}
+    where = f"like with like, {event_bytes}-byte events"
+    print(f"\n# throughput {where}: {backlog.messages:,} messages, {backlog.groups} groups, one worker, "
+          f"in lockstep; {args.opens} fresh opens of each, {load()}", flush=True)
+    results = fresh_opens(directory, backlog, openers, args)
+    medians = {name: median_rate(runs) for name, runs in results.items()}
+    print(f"\n| {where}: claim+ack until empty | {OPENS_HEADER} | vs harel 0.9.0's at FULL (medians) |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    rows = []
+    for transport in LIKE_WITH_LIKE:
+        extra, full, harel_full = like_names(transport)
+        for name in (extra, full, harel_full):
+            if name in results:
+                ratio = f"{medians[name] / medians[harel_full]:.2f}" if harel_full in medians else ""
+                print(f"| {name} | {opens_cells(results[name])} | {ratio} |")
+        for name, other in ((extra, harel_full), (full, harel_full), (full, extra)):
+            if name in medians and other in medians:
+                ratio = medians[name] / medians[other]
+                rows.append((f"{name} vs {other} (medians)", ratio, "≥ 1.00", ratio >= 1.0))
+    print(f"\n# {load()}")
+    warn_uneven(results, where)
+    print_goal_rows(where, rows + fault_goals(results))
 
 
 # --- Where the time goes ---------------------------------------------------------------------------

@@ -12,8 +12,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def test_peers_prints_every_peer_and_every_scenario():
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--rounds", "1", "--messages", "200",
-         "--groups", "20", "--samples", "5", "--scale", "0.01"],
+        [sys.executable, str(ROOT / "benchmarks" / "peers.py"), "--rounds", "1", "--opens", "2", "--messages", "200",
+         "--groups", "20", "--samples", "5", "--scale", "0.01", "--event-bytes", "50,108"],
         capture_output=True, text=True, timeout=600, cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -24,18 +24,27 @@ def test_peers_prints_every_peer_and_every_scenario():
     rows = ["harel-ref SqliteTransport", "harel-ref AsyncSqliteTransport", "harel-ref LibsqlTransport",
             "harel-ref AsyncLibsqlTransport", "harel 0.9.0 SqliteTransport", "harel 0.9.0 AsyncSqliteTransport",
             "harel 0.9.0 LibsqlTransport", "harel 0.9.0 AsyncLibsqlTransport", "persist-queue", "litequeue", "raw limit"]
-    for level in ("FULL", "EXTRA", "NORMAL"):  # each table once per level, in that order
-        table = out[out.index(f"| synchronous={level}: claim+ack"):]
-        table = table[:table.index("\n\n")]
-        for row in rows:
-            assert re.search(rf"^\| {re.escape(row)}[^|]*\| [\d,]+ \(", table, re.MULTILINE) or any(
-                row.split()[0] in line for line in skipped), (level, row, out)
-        assert re.search(r"^\| harel-ref AsyncSqliteTransport \|.*\| [\d.]+ \|$", table, re.MULTILINE), table
-        assert (f"| synchronous={level}: goal |" in out) == (level != "EXTRA")  # issue 22's goals: FULL, NORMAL
+    opens = r"\| [\d,]+ \| [\d,]+ \| [\d,]+ \| \**[\d.]+\** \| [\d,]+ \([\d,]+\) \| [\d.]+ \([\d.]+\) \|"  # min, median, max, ...
+    for level in ("FULL", "EXTRA", "NORMAL"):  # each table once per level and event size, in that order
+        for event_bytes in (50, 108):
+            table = out[out.index(f"| synchronous={level}, {event_bytes}-byte events: claim+ack"):]
+            table = table[:table.index("\n\n")]
+            for row in rows:
+                assert re.search(rf"^\| {re.escape(row)}[^|]*{opens}", table, re.MULTILINE) or any(
+                    row.split()[0] in line for line in skipped), (level, row, out)
+            assert re.search(r"^\| harel-ref AsyncSqliteTransport \|.*\| [\d.]+ \([\d.]+\) \|$", table, re.MULTILINE), table
+            # the goals of issues 22 and 43: at FULL and NORMAL
+            assert (f"| synchronous={level}, {event_bytes}-byte events: goal |" in out) == (level != "EXTRA")
         assert f"| synchronous={level}: where a claim+ack goes" in out
         latency = out[out.index(f"| synchronous={level}: claim latency"):]
         for scenario in "abcd":
             assert re.search(rf"^\| \({scenario}\) .*\| [\d,]+ \(", latency, re.MULTILINE), (scenario, out)
+    assert "page faults per 10,000 claim+acks, the most of any open of a harel-ref peer" in out
+    for event_bytes in (50, 108):  # harel-ref at EXTRA and FULL beside harel 0.9.0 at FULL
+        table = out[out.index(f"| like with like, {event_bytes}-byte events: claim+ack"):]
+        for transport in ("SqliteTransport", "AsyncSqliteTransport", "LibsqlTransport", "AsyncLibsqlTransport"):
+            for who in (f"harel-ref {transport} EXTRA", f"harel-ref {transport} FULL", f"harel 0.9.0 {transport} FULL"):
+                assert re.search(rf"^\| {re.escape(who)}[^|]*{opens}", table, re.MULTILINE) or skipped, (who, out)
     assert re.search(r"^\| harel-ref SqliteTransport \| [\d.]+ \| [\d.]+ \| [\d,]+ \|$", out, re.MULTILINE), out  # WAL frames
     assert "| total |" in out and "load average" in out
 

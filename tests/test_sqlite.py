@@ -107,7 +107,8 @@ def test_no_operation_scans_groups_or_messages(driver, tmp_path, routing_keys):
     """Every statement of claim, ack and nack, and of the triggers they fire, finds its rows
     through an index: none reads a whole table.  The claim reads groups only where
     ``claimable_at`` is FREE (in claim order, no sort) or has just passed (the lapsed, sorted),
-    so leased and parked groups cost it nothing."""
+    so leased and parked groups cost it nothing; and it looks for the lapsed, and sorts, only
+    when a seek finds some (head_query_when_lapsed)."""
     path = tmp_path / "q.db"
     TRANSPORTS[driver](path).close()
     conn = CONNECT[driver](path)
@@ -116,15 +117,23 @@ def test_no_operation_scans_groups_or_messages(driver, tmp_path, routing_keys):
                   ack_statement(t, lease), nack_statement(t, lease, 1.0, 2.0)]
     triggers = _trigger_statements(conn)
     plan = _plans(conn, [(s.sql, s.params) for s in statements] + triggers)
+    claim_plan = _plans(conn, [(statements[0].sql, statements[0].params)])
     conn.close()
     assert len(triggers) == 5, triggers
-    groups_lines = [line for line in plan if " g " in f"{line} "]
-    assert len(groups_lines) == 2, plan  # the two candidates of the claim
+    groups_lines = [line for line in claim_plan if " g " in f"{line} "]
+    assert len(groups_lines) == 3, claim_plan  # the two candidates of the claim, then the FREE one alone
     assert all("USING INDEX harel_transport_groups_claim_order" in line for line in groups_lines), plan
     if routing_keys is not None and len(routing_keys) == 1:
         assert all("claim_order_by_routing_key (routing_key=?" in line for line in groups_lines), plan
     assert "claimable_at=?)" in groups_lines[0] and "claimable_at>? AND claimable_at<?)" in groups_lines[1], plan
-    tables = [line for line in plan if line.startswith(("SCAN", "SEARCH")) and not line.startswith("SCAN (subquery")]
+    assert "claimable_at=?)" in groups_lines[2], plan
+    guard = "SEARCH harel_transport_groups USING COVERING INDEX harel_transport_groups_claim_order (claimable_at>? AND claimable_at<?)"
+    assert claim_plan.index(guard) < claim_plan.index(groups_lines[0]), claim_plan  # is any group lapsed?
+    sorts = [number for number, line in enumerate(claim_plan) if "TEMP B-TREE" in line]
+    free_alone = [number for number, line in enumerate(claim_plan) if " g " in f"{line} "][2]
+    assert len(sorts) == 2 and sorts[-1] < free_alone, claim_plan  # none with no lapsed group
+    tables = [line for line in plan if line.startswith(("SCAN", "SEARCH"))
+              and not line.startswith(("SCAN (subquery", "SCAN CONSTANT ROW"))]
     assert tables and all(line.startswith("SEARCH") for line in tables), plan
     free_arm = plan[plan.index("LEFT-MOST SUBQUERY"):plan.index("UNION ALL")]
     assert not any("TEMP B-TREE" in line for line in free_arm), plan  # the index gives the order
@@ -952,6 +961,23 @@ def test_synchronous_is_set_on_the_connection(driver, tmp_path):
             assert queue._conn.execute("PRAGMA synchronous").fetchall()[0][0] == code, level
         assert asyncio.run(twin_level(level)) == code, level
 
+
+
+def test_temporary_b_trees_are_kept_in_memory(driver, tmp_path):
+    """Every claim and ack opens temporary b-trees (RETURNING, ORDER BY ... LIMIT 1); kept in
+    memory, each takes its pages one at a time instead of one 87,208-byte block, which glibc
+    gave back to the kernel after every call (issue 43, TEMP_IN_MEMORY)."""
+    async def twin_temp_store():
+        create = AsyncSqliteTransport.create if driver == "sqlite" else AsyncLibsqlTransport.create
+        queue = await create(tmp_path / "async.db")
+        try:
+            return queue._sync._conn.execute("PRAGMA temp_store").fetchall()[0][0]
+        finally:
+            await queue.close()
+
+    with TRANSPORTS[driver](tmp_path / "sync.db") as queue:
+        assert queue._conn.execute("PRAGMA temp_store").fetchall() == [(2,)]  # 2: MEMORY
+    assert asyncio.run(twin_temp_store()) == 2
 
 _SYNCS_OF = """
 import asyncio, os, sys

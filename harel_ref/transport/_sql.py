@@ -113,6 +113,7 @@ __all__ = [
     "Statement",
     "SyncSqlTransport",
     "Tables",
+    "TEMP_IN_MEMORY",
     "Turns",
     "WAL_BYTES",
     "ack_statement",
@@ -127,6 +128,7 @@ __all__ = [
     "connection_pragmas",
     "head_params",
     "head_query",
+    "head_query_when_lapsed",
     "lease_head_sql",
     "nack_statement",
     "one_statement",
@@ -178,7 +180,7 @@ class Tables:
     @functools.cached_property
     def claim_sql(self) -> str:
         """:func:`lease_head_sql` without routing keys, returning the lease."""
-        return lease_head_sql(self, None, _RETURN_LEASE)
+        return lease_head_sql(self, None, _RETURN_LEASE, guarded=True)
 
     @functools.cached_property
     def ack_sql(self) -> str:
@@ -280,6 +282,19 @@ WAL_BYTES = 1000 * 4096
 pages) at its default page size.  In pages of :data:`PAGE_SIZE` that is 2,000; at SQLite's
 1,000, the checkpoints of a claim+ack workload at ``synchronous=NORMAL`` cost 5% more
 (docs/performance.md), since a page changed many times between two checkpoints is copied once."""
+
+
+TEMP_IN_MEMORY = Statement("PRAGMA temp_store = MEMORY")
+"""Run once the tables are open (an upgrade's index builds before it may still spill to disk).
+
+Every claim and ack opens temporary b-trees: one for the rows of ``RETURNING`` and, in a claim,
+two for the ``ORDER BY ... LIMIT 1`` of the head query; each holds a row or two.  With
+SQLite's default ``temp_store`` each one's page cache starts with one allocation of 20 pages
+(87,208 bytes), five per claim+ack, freed at the statement's end: where they land at the top of
+the heap, glibc gives the memory back to the kernel on the free (its trim threshold is 128
+KiB) and the next call faults it in again, about 55 page faults and 3 ``brk`` a claim+ack, and
+half the speed (docs/performance.md, issue 43).  In memory, such a b-tree takes its pages one
+at a time (4,368 bytes each, one or two per b-tree)."""
 
 
 def connection_pragmas(busy_timeout: float, *, wal: bool = True, synchronous: str = "FULL") -> list[Statement]:
@@ -486,24 +501,26 @@ def head_query(t: Tables, routing_keys: int | None) -> str:
     key never matches ``IN (...)``, so it is only reachable by an unfiltered claim.  The
     arrival order is spelled ``_rowid_``, a name rqlite's parser reads.
     """
+    free = _first_candidate(t, routing_keys, f"g.claimable_at = {FREE}")
+    lapsed = _first_candidate(t, routing_keys, "g.claimable_at >= 0 AND g.claimable_at < ?")
+    return f"SELECT seq FROM ({free} UNION ALL {lapsed}) ORDER BY stamp, arrival LIMIT 1"
+
+
+def _first_candidate(t: Tables, routing_keys: int | None, groups: str) -> str:
+    """The first group in claim order among ``groups`` whose priority, routing key and head fit:
+    its head's seq, ``stamp`` and ``arrival``.  Parameters: min_priority, the keys, now."""
     routing = ""
     if routing_keys is not None:
         routing = f" AND g.routing_key IN ({', '.join('?' * routing_keys)})"
-
-    def first(groups: str) -> str:
-        return (
-            f"SELECT * FROM (SELECT m.seq AS seq, g.last_claimed_at AS stamp, g._rowid_ AS arrival"
-            f" FROM {t.groups} AS g"
-            f" JOIN {t.messages} AS m"
-            f" ON m.seq = (SELECT MIN(h.seq) FROM {t.messages} AS h WHERE h.group_id = g.group_id)"
-            f" WHERE {groups} AND g.priority >= ?{routing}"
-            f" AND (m.locked_by IS NULL OR m.lock_expiry < ?)"
-            f" ORDER BY g.last_claimed_at, g._rowid_ LIMIT 1)"
-        )
-
-    free = first(f"g.claimable_at = {FREE}")
-    lapsed = first("g.claimable_at >= 0 AND g.claimable_at < ?")
-    return f"SELECT seq FROM ({free} UNION ALL {lapsed}) ORDER BY stamp, arrival LIMIT 1"
+    return (
+        f"SELECT * FROM (SELECT m.seq AS seq, g.last_claimed_at AS stamp, g._rowid_ AS arrival"
+        f" FROM {t.groups} AS g"
+        f" JOIN {t.messages} AS m"
+        f" ON m.seq = (SELECT MIN(h.seq) FROM {t.messages} AS h WHERE h.group_id = g.group_id)"
+        f" WHERE {groups} AND g.priority >= ?{routing}"
+        f" AND (m.locked_by IS NULL OR m.lock_expiry < ?)"
+        f" ORDER BY g.last_claimed_at, g._rowid_ LIMIT 1)"
+    )
 
 
 def head_params(now: float, min_priority: int, routing_keys: tuple[str, ...] | None) -> tuple[Any, ...]:
@@ -513,25 +530,54 @@ def head_params(now: float, min_priority: int, routing_keys: tuple[str, ...] | N
 
 
 @functools.lru_cache(maxsize=256)
-def lease_head_sql(t: Tables, routing_keys: int | None, returning: str) -> str:
-    """Parameters: :func:`claim_params`.  Leases the head of the next claimable group and
-    returns ``returning`` of it (no row: nothing is claimable).  One statement, so SQLite runs
-    it atomically on its own; its triggers block the group until the lease ends, stamp its
-    ``last_claimed_at`` and promote the groups that lapsed."""
+def head_query_when_lapsed(t: Tables, routing_keys: int | None) -> str:
+    """:func:`head_query`, run only when some group's lease or park has lapsed since the last
+    promotion, else its FREE candidate alone.  Parameters: now, :func:`head_params`, then
+    min_priority, the keys and now again.
+
+    The lapsed candidate's ``ORDER BY`` and the choice between the two candidates each sort in
+    a temporary b-tree, which SQLite opens on every run even when the lapsed range is empty, as
+    it nearly always is: 1.9 µs of CPU a claim (6.4 µs for the head query, 4.4 guarded, on the
+    2-core VM of docs/performance.md), of about 52 µs a claim+ack at NORMAL.  One seek on the
+    claim-order index tells whether that range holds any group; with none, the answer is the
+    FREE candidate's, as it would be anyway.  (SQLite and libSQL only: rqlite's claim keeps
+    :func:`head_query`, whose SQL its parser is known to read.)
+    """
+    free = _first_candidate(t, routing_keys, f"g.claimable_at = {FREE}")
+    return (
+        f"SELECT CASE WHEN EXISTS (SELECT 1 FROM {t.groups} WHERE claimable_at >= 0 AND claimable_at < ?)"
+        f" THEN ({head_query(t, routing_keys)}) ELSE (SELECT seq FROM ({free})) END"
+    )
+
+
+@functools.lru_cache(maxsize=256)
+def lease_head_sql(t: Tables, routing_keys: int | None, returning: str, guarded: bool = False) -> str:
+    """Parameters: :func:`claim_params` (with the same ``guarded``).  Leases the head of the
+    next claimable group and returns ``returning`` of it (no row: nothing is claimable).  One
+    statement, so SQLite runs it atomically on its own; its triggers block the group until the
+    lease ends, stamp its ``last_claimed_at`` and promote the groups that lapsed.  ``guarded``:
+    the head is found by :func:`head_query_when_lapsed`, else by :func:`head_query`."""
+    head = head_query_when_lapsed(t, routing_keys) if guarded else head_query(t, routing_keys)
     return (
         f"UPDATE {t.messages} SET locked_by = ?, lock_expiry = ?, leased_at = ?"
-        f" WHERE seq = ({head_query(t, routing_keys)})"
+        f" WHERE seq = ({head})"
         f" RETURNING {returning}"
     )
 
 
 def claim_params(token: str, now: float, visibility: float, min_priority: int,
-                 routing_keys: tuple[str, ...] | None) -> tuple[Any, ...]:
-    """The parameters of :func:`lease_head_sql`: the lease's, then :func:`head_params`'s, spelled
-    out here because this runs on every claim."""
+                 routing_keys: tuple[str, ...] | None, guarded: bool = False) -> tuple[Any, ...]:
+    """The parameters of :func:`lease_head_sql`: the lease's, then those of its head query,
+    spelled out here because this runs on every claim."""
     if routing_keys is None:
+        if guarded:
+            return (token, now + visibility, now, now, min_priority, now, now, min_priority, now, min_priority, now)
         return (token, now + visibility, now, min_priority, now, now, min_priority, now)
-    return (token, now + visibility, now, min_priority, *routing_keys, now, now, min_priority, *routing_keys, now)
+    keys = routing_keys
+    if guarded:
+        return (token, now + visibility, now, now, min_priority, *keys, now, now, min_priority, *keys, now,
+                min_priority, *keys, now)
+    return (token, now + visibility, now, min_priority, *keys, now, now, min_priority, *keys, now)
 
 
 def claim_statement(t: Tables, token: str, now: float, visibility: float, min_priority: int,
@@ -541,12 +587,12 @@ def claim_statement(t: Tables, token: str, now: float, visibility: float, min_pr
     :func:`claimed`.  When it finds nothing, :func:`promote_statement` should follow (it need
     not be atomic with it)."""
     sql = t.claim_sql if routing_keys is None else claim_sql(t, len(routing_keys))
-    return Statement(sql, claim_params(token, now, visibility, min_priority, routing_keys), True)
+    return Statement(sql, claim_params(token, now, visibility, min_priority, routing_keys, guarded=True), True)
 
 
 def claim_sql(t: Tables, routing_keys: int) -> str:
     """The claim's SQL with ``routing_keys`` keys (without: ``t.claim_sql``), returning the lease."""
-    return lease_head_sql(t, routing_keys, _RETURN_LEASE)
+    return lease_head_sql(t, routing_keys, _RETURN_LEASE, guarded=True)
 
 
 def claimed(rows: list[Any], token: str) -> Lease | None:
@@ -787,6 +833,7 @@ class SyncSqlTransport(Shell):
                     interval = Statement(f"PRAGMA wal_autocheckpoint = {WAL_BYTES // page_size[0][0]}")
                     run(self._conn, one_statement(interval), transaction=False, lock_wait=self._lock_wait)
                 run(self._conn, open_plan(self._tables), transaction=True, lock_wait=self._lock_wait)
+                run(self._conn, one_statement(TEMP_IN_MEMORY), transaction=False, lock_wait=self._lock_wait)
             except BaseException:
                 self._conn.close()
                 raise
