@@ -66,9 +66,8 @@ WALL_SCALE = 0.05
 
 RULES = (
     "publish", "publish_each", "backlog", "claim", "claim_other_keys", "claim_any", "claim_many", "ack", "nack_now",
-    "nack_later", "advance",
-    "advance_to_deadline", "claim_at_deadline", "open_second_instance", "reopen", "bad_input",
-    "bad_release",
+    "nack_later", "advance", "advance_to_deadline", "claim_at_deadline", "open_second_instance", "reopen",
+    "bad_input", "bad_release",
 )
 """The names of the machine's rules; :func:`make_machine` runs them all by default and can
 enable a subset of them, or add the focus rules below.  (The initial rules ``begin`` and
@@ -685,7 +684,8 @@ class TransportMachine(RuleBasedStateMachine):
 
     @initialize(target=keys, routing_keys=routing_key_pool())
     def choose_keys(self, routing_keys):
-        """Every example's routing keys, 2 to 4 of one family (unused without routing)."""
+        """Every example's routing keys: the plain ones, or the pairs of 1 to 3 families of
+        near-collisions (:func:`~._values.routing_key_pool`; unused without routing)."""
         self.key_pool = tuple(routing_keys)
         if self.backend.capabilities.routing:  # else unused
             for family in families_drawn(routing_keys, KEY_FAMILIES):
@@ -750,7 +750,6 @@ class TransportMachine(RuleBasedStateMachine):
         for number, group in enumerate(self.pool):
             key = self.key_pool[number % len(self.key_pool)] if self.key_pool else None
             self._publish(group, str(number) if events == "numbered" else "", 0, key, via)
-
 
     @backend_rule(
         shape=lambda choices: st.sampled_from(choices.backlogs or ((0, 0),)),
