@@ -152,7 +152,8 @@ def group_families(caps: Capabilities) -> dict[str, tuple[str, ...]]:
 
 def near_collisions(families: dict[str, tuple[str, ...]], most: int = 4) -> st.SearchStrategy[list[str]]:
     """An example's pool: in half the examples the first (plain) family whole, as the searches
-    drew before C13, else a pool of another family (:func:`_meeting`), every family as often."""
+    drew before C13, else a pool of another family (:func:`_meeting`), each family picked by as
+    many integers (:func:`family_index`; Hypothesis still draws in clumps, SPEC.md C13)."""
     plain, *others = families.values()
     pools = [st.just(list(plain[:most]))] + [_meeting(family, most) for family in others]
     if not others:
