@@ -776,7 +776,7 @@ class TransportMachine(RuleBasedStateMachine):
     @backend_rule(
         target=leases,
         count=lambda choices: st.sampled_from(choices.claim_runs),
-        then=st.sampled_from(("hold", "nack now", "ack")),
+        then=st.sampled_from(("hold", "nack now", "ack", "ack the first")),
         visibility=lambda choices: st.sampled_from(choices.visibilities),
         via=st.integers(0, 1),
     )
@@ -784,7 +784,9 @@ class TransportMachine(RuleBasedStateMachine):
         """Claim ``count`` times in a row (until a claim answers None), by the workers of
         :data:`WORKERS` in turn, and ``then`` keep each lease, nack it at once or ack it: many
         groups in flight ahead of a free one, or one message nacked many times, as a store
-        with a retry counter that gives up on a message would not take."""
+        with a retry counter that gives up on a message would not take.  ``ack the first``
+        keeps them all and then acks the oldest: a store that keeps only so many leases (a
+        pool of slots, a cache that evicts) has forgotten it by then."""
         held = []
         for number in range(count):
             self.in_step = True
@@ -792,12 +794,14 @@ class TransportMachine(RuleBasedStateMachine):
             self.in_step = False
             if lease is None:
                 break
-            if then == "hold":
+            if then in ("hold", "ack the first"):
                 held.append(lease)
             elif then == "ack":
                 self._ack(lease, via)
             else:
                 self._nack(lease, 0, via)
+        if then == "ack the first" and held:
+            self._ack(held.pop(0), via)
         return multiple(*held)
 
     # --- claim (R2-R6, R16) --------------------------------------------------------------------

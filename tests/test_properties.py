@@ -259,6 +259,28 @@ def test_a_fact_its_owners_own_search_cleared_counts_against_the_search_that_exp
     assert (made["lease-expiry"].verdict, made["priority-floor"].verdict) == ("failed", "unknown")
 
 
+def test_an_echo_of_the_shared_search_counts_against_its_owner_and_a_shrunk_failure_is_shown():
+    """A store that keeps 8 leases: the shared search finds a current lease refused (fencing's)
+    and shrinks it; fencing's own search, without claims in a row, passes; the no-loss search
+    meets the refusal again and stops, unshrunk (SPEC.md C5).  That echo is fencing's, not
+    no-loss's (which explains the kind), and fencing shows the shrunk counterexample."""
+    from harel_ref.certify._report import ECHO
+
+    refused = Fact(facts.CURRENT_REFUSED, "ack(lease of 'g1')", "True", "False")
+    shrunk = Failure(refused, found_by=SHARED, steps=("state.claim_many(count=16)",), reproduction="...", replay=None)
+    echo = Failure(refused, found_by="no-loss", steps=(), reproduction="", replay=None, unshrunk=ECHO)
+    searched = [Searched(SHARED, LOCKSTEP, "failed", failures=(shrunk,)),
+                Searched("no-loss", ("no-loss",), "failed", failures=(echo,)),
+                _searched("fencing", ended="passed")]
+    assert facts.CURRENT_REFUSED in PROPERTIES["no-loss"].explains  # else this tests nothing
+    made = verdicts(["fencing", "no-loss"], Capabilities(), searched)
+    assert (made["fencing"].verdict, made["no-loss"].verdict) == ("failed", "unknown")
+    assert made["fencing"].failure is shrunk and made["fencing"].consequences == ("no-loss",)
+    # a failure the no-loss search shrank itself is its own, as before
+    searched[1] = Searched("no-loss", ("no-loss",), "failed", failures=(dataclasses.replace(echo, unshrunk=""),))
+    assert verdicts(["fencing", "no-loss"], Capabilities(), searched)["no-loss"].verdict == "failed"
+
+
 def test_a_consequence_keeps_its_counterexample_in_the_report():
     from harel_ref.certify._report import Report
     from harel_ref.certify._engine import PROFILES as ENGINE_PROFILES

@@ -95,7 +95,7 @@ from harel_ref.stateful.parallel import (RAISES, ConcurrencyFailure, Program, ch
 from harel_ref.stateful.soak import soak as run_soak
 
 from ._jobs import SearchProcesses
-from ._report import LEVELS, Failure, PropertyVerdict, Report
+from ._report import ECHO, LEVELS, Failure, PropertyVerdict, Report
 from ._verdicts import Searched, verdicts
 from ._memory import DEFAULT_MEMORY_LIMIT, MemoryLimitReached, memory_limit as limit_memory
 from ._signals import STUCK_AFTER, describe, last_resort, raise_if_stopped, signals_deferred, stop_on_signals, stopping
@@ -1315,7 +1315,7 @@ def _ended(search_name: str, search: _Search, target: Target, profile: Profile, 
         failures = [dataclasses.replace(failure, unshrunk=f"the shrink limit ({search.shrink_limit:g} s)")
                     for failure in failures]
     elif search.explained:
-        failures = [dataclasses.replace(failure, unshrunk="the bug the shared search found explains it (SPEC.md C5)")
+        failures = [dataclasses.replace(failure, unshrunk=ECHO)
                     for failure in failures]
     return "failed", "", failures
 

@@ -60,6 +60,10 @@ BRANCHES = {
 told, where the transport allows it."""
 
 
+ECHO = "the bug the shared search found explains it (SPEC.md C5)"
+"""Why a focused search's failure is left unshrunk when it is an echo of the shared search's bug."""
+
+
 @dataclass(frozen=True)
 class Failure(ShowsAFact):
     """A counterexample: the fact seen (what the model allows beside the answer, at which step),
@@ -75,6 +79,12 @@ class Failure(ShowsAFact):
     timeline_svg: str = ""  # the same as a picture (written beside REPORT.md)
     history: tuple[dict[str, Any], ...] = ()  # the records of the calls the timeline shows
     unshrunk: str = ""  # what stopped its shrinking before the end ("the shrink limit (120 s)"), if anything
+
+    @property
+    def echo(self) -> bool:
+        """Whether a focused search stopped at it, unshrunk, because the shared search's bug
+        explains it (SPEC.md C5): it counts against that bug's property, never its finder's."""
+        return self.unshrunk == ECHO
 
     def to_dict(self) -> dict[str, Any]:
         """As report.json gives it: the fact's fields first (its ``kind``, the ``step`` with what

@@ -9,8 +9,10 @@ The checkers report facts (:mod:`harel_ref.stateful._facts`), each search ends a
    at a later step), or the owner's own search, which looks for exactly that, passed and a
    property that ``explains`` its kind found it in its own search, or found it in the shared
    search and failed in its own (a floor misapplied passes over a group whose lease lapsed: the
-   priority-floor search sees it, the lease-expiry search does not); a fault (an error the spec never asks for, a panic, a hang) counts against the
-   property whose search met it (:func:`~harel_ref.stateful._properties.fault_owner`).
+   priority-floor search sees it, the lease-expiry search does not), unless the search left it
+   unshrunk as an echo of the shared search's bug (SPEC.md C5; :attr:`Failure.echo`); a fault
+   (an error the spec never asks for, a panic, a hang) counts against the property whose
+   search met it (:func:`~harel_ref.stateful._properties.fault_owner`).
 2. **Which failures are consequences of another.**  One bug shows in many searches: a queue
    that drops an event equal to one it holds loses a message (no-loss), and every later claim
    of that group looks wrong to the other searches (a group passed over, a head missing).  A
@@ -134,16 +136,25 @@ def verdicts(chosen: Sequence[str], caps: Capabilities, searched: Sequence[Searc
     it was interrupted, or not reached)."""
     cleared = frozenset(s.search for s in searched if s.search in PROPERTIES and s.ended == "passed")
     convicted = frozenset(s.search for s in searched for f in s.failures
-                          if s.search in PROPERTIES and blame(f.fact, s, cleared) == s.search)
+                          if s.search in PROPERTIES and _blame(f, s, cleared) == s.search)
     against: dict[str, list[tuple[Failure, Searched]]] = collections.defaultdict(list)
     for search in searched:
         for failure in search.failures:
-            against[blame(failure.fact, search, cleared, convicted)].append((failure, search))
+            against[_blame(failure, search, cleared, convicted)].append((failure, search))
     follows = consequences({prop: [f.fact for f, _ in found] for prop, found in against.items()})
     stopped = {prop: _stopped_by(prop, searched, follows, cleared, convicted) for prop in chosen}
     follows.update({prop: root for prop, root in stopped.items() if root is not None and prop not in against})
     order = list(chosen) + [p for p in PROPERTIES if p in against and p not in chosen]
     return {prop: _verdict(prop, caps, searched, against.get(prop, []), follows, why) for prop in order}
+
+
+def _blame(failure: Failure, search: Searched, cleared: frozenset[str],
+           convicted: frozenset[str] = frozenset()) -> str:
+    """:func:`blame` for a failure: an echo of the shared search's bug, which its finder did
+    not shrink (SPEC.md C5), counts against that bug's property, never its finder's own."""
+    if failure.echo:
+        return blame(failure.fact, search)
+    return blame(failure.fact, search, cleared, convicted)
 
 
 def _stopped_by(prop: str, searched: Sequence[Searched], follows: dict[str, str],
@@ -152,7 +163,7 @@ def _stopped_by(prop: str, searched: Sequence[Searched], follows: dict[str, str]
     for search in searched:
         if search.decides(prop):
             for failure in search.stopped():
-                blamed = blame(failure.fact, search, cleared, convicted)
+                blamed = _blame(failure, search, cleared, convicted)
                 if blamed != prop:
                     return follows.get(blamed, blamed)
     return None
@@ -175,8 +186,9 @@ def _verdict(prop: str, caps: Capabilities, searched: Sequence[Searched], found:
     if prop in follows:  # its counterexample stays in the report, under its reason
         return PropertyVerdict(prop, "unknown", _consequence_reason(prop, follows[prop], found), seconds, examples,
                                found[0][0] if found else None, counted, **scale)
-    if found:  # the counterexample shown: one its own search found, of a kind it owns, if there is one
-        failure = min(found, key=lambda item: (item[1].search != prop, item[0].kind not in PROPERTIES[prop].owns))[0]
+    if found:  # the counterexample shown: its own search's, of a kind it owns, shrunk, where there is one
+        failure = min(found, key=lambda item: (
+            item[1].search != prop, item[0].kind not in PROPERTIES[prop].owns, bool(item[0].unshrunk)))[0]
         shown = tuple(p for p, root in sorted(follows.items(), key=lambda item: list(PROPERTIES).index(item[0]))
                       if root == prop)
         return PropertyVerdict(prop, "failed", failure.summary(), seconds, examples, failure, counted, shown, **scale)
