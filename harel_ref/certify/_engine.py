@@ -414,7 +414,9 @@ def _run_search(machine: type, profile: Profile, run_seed: int, search: _Search,
             pass  # search.cut_short or search.limits say why; search.first holds a failure found before
         except FlakyStrategyDefinition as exc:
             idle = 0 if search.examples > before else idle + 1
-            if idle < FRESH_STARTS and search.first is None and search.examples < examples:
+            if search.first is None and search.examples >= examples:
+                return  # it found its draws inconsistent only after its last example began
+            if idle < FRESH_STARTS and search.first is None:
                 continue
             search.error = exc
         except Exception as exc:  # a divergence, the transport raising, or Hypothesis giving up
