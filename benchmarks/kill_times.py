@@ -1,14 +1,15 @@
 """How fast the default certification kills each broken variant, beside ``--only`` its property.
 
-For each broken variant of ``tests/broken.py`` (those of SPEC.md C13, ``OF_VALUES``, by
-default; ``--all`` adds every lockstep variant), two certifications, interleaved, each in a
-fresh interpreter: the default run (profile standard, every property, no flags) and the focused
-run (``properties=`` the ones it breaks).  Each row gives, for both, the verdict of the property it
-breaks (failed if it or one it also breaks, ``ALSO_BREAKS``, failed; any other it failed is
-named), the seconds to the report and the steps of its counterexample (between
-``state = ...Machine()`` and ``state.teardown()``, the initial rules that draw the example's ids
-and clock included).  Below: the median and maximum of the kill times, and the variants the
-default run missed where the focused run caught them (SPEC.md C5: there must be none).
+For each broken variant of ``tests/broken.py`` (those of SPEC.md C13, ``OF_VALUES``, and
+``WIDE``, the concurrent ones of more than three callers, by default; ``--all`` adds every
+lockstep variant), two certifications, interleaved, each in a fresh interpreter: the default
+run (profile standard, every property, no flags) and the focused run (``properties=`` the ones
+it breaks).  Each row gives, for both, the verdict of the property it breaks (failed if it or
+one it also breaks, ``ALSO_BREAKS``, failed; any other it failed is named), the seconds to the
+report and the steps of its counterexample (between ``state = ...Machine()`` and
+``state.teardown()``, the initial rules that draw the example's ids and clock included; for a
+concurrent program, its calls).  Below: the median and maximum of the kill times, and the
+variants the default run missed where the focused run caught them (SPEC.md C5: there must be none).
 
     python benchmarks/kill_times.py                   # OF_VALUES, seed 0
     python benchmarks/kill_times.py --all --seeds 0 1 # every lockstep variant, two seeds
@@ -32,13 +33,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 
 ONE = r'''
-import json, sys, time
+import json, re, sys, time
 sys.path.insert(0, sys.argv[1])
-from broken import ALSO_BREAKS, BROKEN, OF_VALUES, broken_backend
+from broken import ALSO_BREAKS, BROKEN, OF_VALUES, WIDE, broken_backend
 from harel_ref.certify import certify
 
 name, focused, seed = sys.argv[2], sys.argv[3] == "only", int(sys.argv[4])
-prop = {**BROKEN, **OF_VALUES}[name][1]
+prop = {**BROKEN, **OF_VALUES, **WIDE}[name][1]
 breaks = (prop, *ALSO_BREAKS.get(name, ()))
 backend = broken_backend(name)
 began = time.monotonic()
@@ -46,6 +47,8 @@ report = certify(backend.factory, backend.capabilities, seed=seed, properties=li
 failed = [report.verdict(p) for p in breaks if report.verdict(p).verdict == "failed"]
 verdict = failed[0] if failed else report.verdict(prop)
 steps = len(verdict.failure.steps) - 2 if verdict.failure and verdict.failure.steps else None
+if verdict.failure and verdict.failure.found_by == "concurrent":  # a program: its calls
+    steps = len(re.findall(r"\b(?:Publish|Claim|Ack|Nack|Lapse)\(", verdict.failure.reproduction))
 others = [v.property for v in report.verdicts if v.verdict == "failed" and v.property != prop]
 print(json.dumps({"verdict": verdict.verdict, "seconds": time.monotonic() - began, "steps": steps, "others": others}))
 '''
@@ -83,11 +86,11 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a run counts as missed")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "tests"))
-    from broken import BROKEN, OF_VALUES
+    from broken import BROKEN, OF_VALUES, WIDE
 
-    names = sorted(OF_VALUES) + (sorted(BROKEN) if args.all else [])
+    names = sorted(OF_VALUES) + sorted(WIDE) + (sorted(BROKEN) if args.all else [])
     if args.variants:
-        unknown = sorted(set(args.variants) - set(OF_VALUES) - set(BROKEN))
+        unknown = sorted(set(args.variants) - set(OF_VALUES) - set(WIDE) - set(BROKEN))
         if unknown:
             parser.error(f"no broken variant is named {unknown}")
         names = [name for name in args.variants]
@@ -96,7 +99,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     kills, missed = [], []
     for name in names:
-        prop = {**BROKEN, **OF_VALUES}[name][1]
+        prop = {**BROKEN, **OF_VALUES, **WIDE}[name][1]
         for seed in args.seeds:
             default, focused = one(name, "default", seed, args.timeout), one(name, "only", seed, args.timeout)
             if default["verdict"] == "failed":

@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ._start import StartLine, wait_until
+from ._values import BRANCH_COUNTS
 from ._async import TransportCrashed, TransportFault, TransportHung, TransportPanic, current_limits, limit_calls
 
 __all__ = ["BranchProcesses", "FactoryRecipe"]
@@ -74,9 +75,10 @@ class FactoryRecipe:
 
 
 class BranchProcesses:
-    """``branches`` worker processes; use as a context manager, or call :meth:`close`."""
+    """``branches`` worker processes (by default as many as a program of the concurrent search
+    has at most); use as a context manager, or call :meth:`close`."""
 
-    def __init__(self, recipe: FactoryRecipe, *, branches: int = 3, is_async: bool = False,
+    def __init__(self, recipe: FactoryRecipe, *, branches: int = max(BRANCH_COUNTS), is_async: bool = False,
                  protocol: str = "harel-ref", deadline: float | None = None,
                  start_line: StartLine | None = None) -> None:
         self._recipe = recipe

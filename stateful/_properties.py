@@ -79,6 +79,7 @@ STALE_AFTER_RECLAIM = "an ack or nack of a lease whose message was claimed again
 TIE = "a claim between groups of equal fairness stamps"
 REOPEN_HELD = "a reopen with a lease held"
 OVERLAP = "a run of a program whose branches overlapped"
+UNJUDGED = "a run left unjudged: its raised calls allowed more orders than the checker tries"
 NEAR_GROUPS = "two group ids of one near-collision family holding messages at once"
 NEAR_KEYS = "a claim filtered by routing keys of one near-collision family"
 LONG_EVENT = "an event of 32 KiB or more"

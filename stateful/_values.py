@@ -126,6 +126,10 @@ message nacked past the few nacks a retry counter allows."""
 WALL_CLAIM_RUNS = weighted((2, 4), (16,))
 """On a wall clock each claim and nack is a round trip: 16 in a row at the most."""
 
+BRANCH_COUNTS = weighted((2, 3), (4, 5, 6))
+"""How many branches a concurrent program runs at once: past the 3 callers a pool of
+connections, a semaphore or a table of slots sized for a few workers holds."""
+
 EPOCH = 1_700_000_000.0
 """Today's epoch, where a 32-bit float is 128 s coarse."""
 CLOCK_STARTS = weighted((1000.0,), (0.0, EPOCH, 2.0**40))

@@ -76,7 +76,8 @@ from ._backend import Capabilities
 import harel_ref.stateful._facts as facts
 from ._facts import Fact
 from ._linearize import DRAIN_WORKER, RELAXES, check_linearizable
-from ._properties import BRANCHES_IN_A_PROGRAM, OVERLAP, largest
+from ._properties import BRANCHES_IN_A_PROGRAM, OVERLAP, UNJUDGED, largest
+from ._values import BRANCH_COUNTS
 from ._machine import START, ClockedTransport, Divergence, FakeClock, MovingClock
 from ._timeline import timeline_svg, timeline_text
 from .history import Record
@@ -202,10 +203,12 @@ def _check_names(prefix: str, ops: Sequence[Op], known: list[str]) -> list[str]:
 
 
 @st.composite
-def programs(draw, *, parking: bool = True, max_branches: int = 3, groups: tuple[str, ...] = GROUPS) -> Program:
+def programs(draw, *, parking: bool = True, max_branches: int = 6, groups: tuple[str, ...] = GROUPS) -> Program:
     """Programs of a short prefix (one to three publishes, then a few calls) and two to
     ``max_branches`` branches of one to four calls each, over two groups (``groups``: those a
-    transport accepts, ``Choices.of(capabilities).groups[:2]``).
+    transport accepts, ``Choices.of(capabilities).groups[:2]``).  Two or three branches are
+    drawn three times as often as each of four, five and six (:data:`._values.BRANCH_COUNTS`),
+    and shrink to two.
 
     Acks and nacks name a lease of the prefix or of an earlier claim of their own branch.  The
     draws lean towards what races: claims in the prefix, then branches that claim, or give
@@ -255,7 +258,7 @@ def programs(draw, *, parking: bool = True, max_branches: int = 3, groups: tuple
     elif at_end:
         starts = [[Claim()], [Claim()]]
     branches = []
-    for number in range(draw(st.integers(2, max_branches))):
+    for number in range(draw(st.sampled_from([n for n in BRANCH_COUNTS if n <= max_branches]))):
         branch: list[Op] = starts[number] if number < len(starts) else []
         own: list[str] = [f"b{number}.0"] if branch and isinstance(branch[0], Claim) else []
         for _ in range(draw(st.integers(1 - len(branch), 4 - len(branch)))):
@@ -607,7 +610,9 @@ def _pass_time(clock: Any, wall: bool, visibility: float) -> None:
 
 
 def _run_threads(branches: list[_Calls], programs_: Sequence[Sequence[Op]], instances: list[Any], at: float | None) -> None:
-    """Each branch in its own thread, all released at once by a barrier."""
+    """Each branch in its own thread, all released at once by a barrier.  Branch ``n``'s thread
+    is named ``harel-ref-branch-n`` (its call thread, if it has one, ``harel-ref-calls-harel-ref-
+    branch-n``), so that a transport's logs say which branch called."""
     barrier = threading.Barrier(len(branches))
     failures: list[BaseException] = []
 
@@ -621,7 +626,8 @@ def _run_threads(branches: list[_Calls], programs_: Sequence[Sequence[Op]], inst
         finally:
             release_call_thread()
 
-    threads = [threading.Thread(target=branch, args=args, daemon=True) for args in zip(branches, programs_, instances)]
+    threads = [threading.Thread(target=branch, args=args, name=f"harel-ref-branch-{number}", daemon=True)
+               for number, args in enumerate(zip(branches, programs_, instances))]
     for thread in threads:
         thread.start()
     deadline = time.monotonic() + HUNG
@@ -719,7 +725,8 @@ is the history's (``histories=True``)."""
 
 
 def judge(run: Run, *, contention: bool, histories: bool | None = None, runs: int = 1,
-          ignore: frozenset[str] = frozenset(), capabilities: Capabilities = Capabilities()) -> ConcurrencyFailure | None:
+          ignore: frozenset[str] = frozenset(), capabilities: Capabilities = Capabilities(),
+          reached: collections.Counter | None = None) -> ConcurrencyFailure | None:
     """The failure this run shows, if any (see the module docstring for the two judgements):
     a refusal first when ``contention``, then the history when ``histories`` (by default,
     when not ``contention``).
@@ -727,13 +734,14 @@ def judge(run: Run, *, contention: bool, histories: bool | None = None, runs: in
     ``ignore``: kinds of fact already seen.  The model leaves out the rule whose breach shows as
     one of them where there is one (R2 for ``claimed-leased``, R10 for ``stale-acted``), so
     that the run is still judged for everything else; a fact of another ignored kind counts as
-    none (``raised-under-contention`` ignored: errors are not judged)."""
+    none (``raised-under-contention`` ignored: errors are not judged).  ``reached`` counts a run
+    left unjudged (:func:`history_failure`)."""
     if contention and facts.RAISED_UNDER_CONTENTION not in ignore \
             and (refused := refusal(run, runs, ignore, capabilities)) is not None:
         return refused
     if histories is None:
         histories = not contention
-    return history_failure(run, runs, ignore, capabilities) if histories else None
+    return history_failure(run, runs, ignore, capabilities, reached) if histories else None
 
 
 def refusal(run: Run, runs: int = 1, ignore: frozenset[str] = frozenset(),
@@ -816,13 +824,30 @@ def _message_of(lease: Any) -> tuple[Any, Any]:
     return getattr(lease, "group_id", None), getattr(lease, "event", None)
 
 
+UNCERTAIN_STEPS = 10_000
+"""Steps the checker may take on a run in which a branch call raised.  Each such call may have
+taken effect at any moment after it began, or never (R17), so the orders to try multiply with
+every one: a run of 34 calls with 8 raised (a store that refuses a fourth connection, in a
+program of six branches) took the checker 2,000,000 steps, 19 s, undecided.  A run it cannot
+decide within these steps (about 0.1 s) is left unjudged and counted (:data:`UNJUDGED`); a run
+without an error is always decided."""
+
+
 def history_failure(run: Run, runs: int = 1, ignore: frozenset[str] = frozenset(),
-                    capabilities: Capabilities = Capabilities()) -> ConcurrencyFailure | None:
+                    capabilities: Capabilities = Capabilities(),
+                    reached: collections.Counter | None = None) -> ConcurrencyFailure | None:
     """The failure showing the fact the linearizability checker names, if ``run``'s history is
-    not linearizable (facts of the kinds in ``ignore`` aside)."""
+    not linearizable (facts of the kinds in ``ignore`` aside).  A run with raised calls that the
+    checker cannot decide in :data:`UNCERTAIN_STEPS` is counted in ``reached`` and shows none."""
     relax = [rule for rule, kind in RELAXES if kind in ignore]
+    uncertain = any(r.error is not None for r in run.records)
     result = check_linearizable(run.records, fairness="unspecified", relax=relax, acks=capabilities.acks,
-                                acks_answer=capabilities.protocol != "harel")
+                                acks_answer=capabilities.protocol != "harel",
+                                **({"max_steps": UNCERTAIN_STEPS} if uncertain else {}))
+    if result.ok is None and uncertain:
+        if reached is not None:
+            reached[UNJUDGED] += 1
+        return None
     if result.ok is None:
         raise RuntimeError(f"the linearizability check gave up on a run of {len(run.records)} calls: {result}")
     if result.ok or result.kind in ignore:
@@ -881,7 +906,7 @@ def check_program(
                 if overlapped(run.records):
                     reached[OVERLAP] += 1
             found = judge(run, contention=contention, histories=histories, runs=number, ignore=ignore,
-                          capabilities=capabilities)
+                          capabilities=capabilities, reached=reached)
             # The next run on a queue surely empty (Bench); with a rule of the model left out
             # (a kind ignored), the drain may have left anything.  Refusals relax nothing.
             if (ignore - REFUSALS) or not _left_empty(run):

@@ -666,7 +666,7 @@ variant's."""
 
 def broken_backend(name: str) -> Backend:
     """A :class:`Backend` for the broken variant ``name``, declared like the real one."""
-    cls, _ = {**BROKEN, **SHARED_ONLY, **ONE_BUG_MANY_SEARCHES, **OF_VALUES}[name]
+    cls, _ = {**BROKEN, **SHARED_ONLY, **ONE_BUG_MANY_SEARCHES, **OF_VALUES, **WIDE}[name]
     stores: dict[str, InMemoryStore] = {}
 
     def factory(clock, namespace):
@@ -904,6 +904,131 @@ CONCURRENCY_BROKEN = {
     "claim reads the clock again after waiting": (ClaimRereadsTheClockAfterWaiting, "single-in-flight"),
     "publish makes its group, then appends a round trip later": (PublishGroupFirstOverANetwork, "no-loss"),
 }
+
+class _CallsInProgress:
+    """What a store keeps of the calls in progress at once: how many, and (for a claim) the
+    group each one marked, in a table of :attr:`SLOTS` slots."""
+
+    SLOTS = 3
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.taken = [False] * self.SLOTS
+        self.marks: list[str | None] = [None] * self.SLOTS
+
+    def take_slot(self) -> int:
+        """A free slot; when all are taken, the one the count wraps around to (the bug)."""
+        free = [number for number, taken in enumerate(self.taken) if not taken]
+        slot = free[0] if free else self.count % self.SLOTS
+        self.count += 1
+        self.taken[slot] = True
+        return slot
+
+    def give_back(self, slot: int) -> None:
+        self.count -= 1
+        self.taken[slot], self.marks[slot] = False, None
+
+
+def _in_progress(store: InMemoryStore) -> _CallsInProgress:
+    """The store's table of calls in progress (each instance on the store shares it)."""
+    with store.lock:
+        if not hasattr(store, "in_progress"):
+            store.in_progress = _CallsInProgress()
+        return store.in_progress
+
+
+WIDE_ROUND_TRIP = 0.002
+"""Seconds a call of :data:`WIDE` holds its place: a round trip, long enough that calls begun
+together at a program's barrier are all in progress at once."""
+
+
+def _round_trip() -> None:
+    """Wait :data:`WIDE_ROUND_TRIP`, on the concurrent search's branch threads only (named
+    ``harel-ref-branch-N``): the lockstep searches make thousands of calls one at a time, and a
+    round trip in each would only slow them.  What is broken is the same on every thread."""
+    if "harel-ref-branch-" in threading.current_thread().name:
+        time.sleep(WIDE_ROUND_TRIP)
+
+
+class TakesThreeConnections(InMemoryTransport):
+    """A server that takes 3 connections at once (``max_connections = 3``): every call holds
+    one for a round trip, and a fourth caller at that moment is refused with an error, where
+    the transport should wait for a free one.  Up to three callers never see it."""
+
+    def _connected(self, call, *args, **kwargs):
+        calls = _in_progress(self.store)
+        with self.store.lock:
+            if calls.count >= _CallsInProgress.SLOTS:
+                raise ConnectionError(f"too many connections: the server takes {_CallsInProgress.SLOTS}")
+            calls.count += 1
+        try:
+            _round_trip()
+            return call(*args, **kwargs)
+        finally:
+            with self.store.lock:
+                calls.count -= 1
+
+    def publish(self, *args, **kwargs):
+        return self._connected(super().publish, *args, **kwargs)
+
+    def claim(self, *args, **kwargs):
+        return self._connected(super().claim, *args, **kwargs)
+
+    def ack(self, *args, **kwargs):
+        return self._connected(super().ack, *args, **kwargs)
+
+    def nack(self, *args, **kwargs):
+        return self._connected(super().nack, *args, **kwargs)
+
+
+class ClaimsMarkedInThreeSlots(InMemoryTransport):
+    """A claim picks its group, marks it in a table of 3 slots of claims in progress, takes a
+    round trip to write the lease (a server's), then leases the group it picked.  A claim passes
+    over the groups the other slots mark, so up to three claims at once never pick one group
+    twice.  A claim takes a free slot; when all 3 are taken, the slot the count of claims in
+    progress wraps around to: a fourth claim at once shares another's slot, overwrites its
+    mark, may pick the same group, and both lease it (R2).  One claim at a time it is the reference claim."""
+
+    class Core(InMemoryCore):
+        def pick(self, now, min_priority, routing_keys, marked):
+            """The group a claim would lease now, passing over those in ``marked``."""
+            for group_id, group in self._groups_in_claim_order():
+                if group_id in marked or group.priority < min_priority:
+                    continue
+                if routing_keys is not None and group.routing_key not in routing_keys:
+                    continue
+                if not self._in_flight(group.messages[0], now):
+                    return group_id
+            return None
+
+    def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
+        worker_id, visibility, min_priority, keys = self._check_claim(worker_id, visibility, min_priority, routing_keys)
+        calls = _in_progress(self.store)
+        with self._serial:
+            self._check_open()
+            token, now = new_token(worker_id), self._now()
+            slot = calls.take_slot()
+            others = {mark for number, mark in enumerate(calls.marks) if number != slot}
+            picked = calls.marks[slot] = self._core.pick(now, min_priority, keys, others)
+        _round_trip()
+        with self._serial:
+            calls.give_back(slot)
+            group = self.store.groups.get(picked) if picked is not None else None
+            if group is None:
+                return None
+            head = group.messages[0]
+            head.holder, head.until = token, now + visibility
+            group.last_claimed_at = now
+            return Lease(picked, head.event, head.seq, token)
+
+
+WIDE = {
+    "a server that takes 3 connections": (TakesThreeConnections, "contention"),
+    "claims marked in 3 slots": (ClaimsMarkedInThreeSlots, "single-in-flight"),
+}
+"""Broken only when more than three callers are in progress at once: the concurrent search's
+programs of four to six branches (SPEC.md C9, C13) show them, and programs of two or three
+never do."""
 
 NARROW_RACE = {"ack drops its emptied group apart": (AckDropsItsGroupApart, "no-loss"),
                "publish makes its group, then appends apart": (PublishGroupFirstApart, "no-loss")}

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 
 from facts_support import property_of
-from broken import CONCURRENCY_BROKEN, IMPORTABLE, NARROW_RACE, WIDE_RACE, broken_backend, broken_sqlite_backend
+from broken import CONCURRENCY_BROKEN, IMPORTABLE, NARROW_RACE, WIDE, WIDE_RACE, broken_backend, broken_sqlite_backend
 from harel_ref.certify import PROFILES, Profile, certify
 from harel_ref.certify._target import Target
 from harel_ref.stateful import Capabilities
@@ -222,6 +222,44 @@ def test_broken_under_concurrency_fails_its_property_in_the_default_profile(name
     json_path, md_path = report.write(tmp_path / "report")
     assert (tmp_path / "report" / f"timeline-{broken}.svg").read_text().startswith("<svg")
     assert f"](timeline-{broken}.svg)" in md_path.read_text()
+
+
+@pytest.mark.parametrize("name", sorted(WIDE))
+def test_a_store_broken_past_three_callers_at_once_is_caught_by_a_program_of_four_branches(name):
+    """Programs of four to six branches (SPEC.md C9): a store that refuses a fourth connection,
+    or whose table of claims in progress has 3 slots, fails its property at the standard
+    profile, and its counterexample keeps four branches (with three it passes)."""
+    _, broken = WIDE[name]
+    backend = broken_backend(name)
+    report = certify(backend.factory, backend.capabilities, profile="standard", properties=[broken])
+    verdict = report.verdict(broken)
+    assert verdict.verdict == "failed" and verdict.failure.found_by == "concurrent", report.to_markdown()
+    branches = {record["worker"] for record in verdict.failure.history if re.fullmatch(r"b\d+", record["worker"])}
+    assert len(branches) >= 4, verdict.failure.reproduction
+
+
+def test_a_run_whose_raised_calls_the_checker_cannot_order_in_its_steps_is_counted_unjudged(monkeypatch):
+    """A raised call may have taken effect at any moment after it began, or never (R17), so
+    the orders to try multiply with each one.  A run with raised calls that the checker cannot
+    decide within UNCERTAIN_STEPS is left unjudged and counted, not an error of the certifier;
+    within enough steps the same run is decided."""
+    import collections
+
+    import harel_ref.stateful.parallel as parallel
+    from harel_ref.stateful._properties import UNJUDGED
+
+    backend = load("memory")(None)
+    program = Program(prefix=(Publish("g1", "e1"),),
+                      branches=((Publish("g1", "e2"), Claim()), (Publish("g2", "e3"), Claim())))
+    run = run_program(backend.factory, program, backend.capabilities)
+    records = [dataclasses.replace(r, complete=None, result=None, error="ConnectionError('too many connections')")
+               if r.worker.startswith("b") and r.op == "publish" else r for r in run.records]
+    raised = dataclasses.replace(run, records=tuple(records))
+    reached = collections.Counter()
+    assert parallel.history_failure(raised, reached=reached) is None and reached[UNJUDGED] == 0
+    monkeypatch.setattr(parallel, "UNCERTAIN_STEPS", 2)
+    assert parallel.history_failure(raised, reached=reached) is None and reached[UNJUDGED] == 1
+    assert parallel.history_failure(run, reached=reached) is None and reached[UNJUDGED] == 1  # no error: decided
 
 
 def test_a_check_then_delete_ack_that_races_a_quarter_of_the_time_is_caught_at_quick_fitted(tmp_path, monkeypatch):

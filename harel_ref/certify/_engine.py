@@ -24,7 +24,7 @@ counts against, which failures are consequences of another, and every verdict.  
 runs the searches.  Each search is seeded, so a failure replays exactly.
 
 Concurrency (SPEC.md R19) has one search of its own (:mod:`harel_ref.stateful.parallel`): the
-*concurrent* search runs programs of a sequential prefix and two or three branches at once,
+*concurrent* search runs programs of a sequential prefix and two to six branches at once,
 each ``repeats`` times, and judges every run twice (SPEC.md C6):
 
 - for ``contention``: no call may fail only because others run at the same time;
@@ -87,7 +87,7 @@ import harel_ref.stateful._facts as facts
 from harel_ref.stateful._facts import Fact
 from harel_ref.stateful._machine import FOCUS_RULES, RULES, TICK, Choices, FakeClock
 from harel_ref.stateful._properties import (
-    PROPERTIES, SHARED, explained, machine_settings, owner, owners, running, tally,
+    PROPERTIES, SHARED, UNJUDGED, explained, machine_settings, owner, owners, running, tally,
 )
 from harel_ref.stateful._processes import BranchProcesses
 from harel_ref.stateful.parallel import (RAISES, ConcurrencyFailure, Program, check_program, close_all, programs,
@@ -1023,6 +1023,9 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
         judged = ["no call refused"] * ("refusals" in task.judges and facts.RAISED_UNDER_CONTENTION not in ignore) + [
             "every history linearizable"] * ("histories" in task.judges)
         reason = f"{search.examples} programs × {profile.repeats} runs, {', '.join(judged)}"
+        if unjudged := search.reached.get(UNJUDGED):
+            reason += (f"; {unjudged} runs left unjudged (their raised calls allowed more orders than the "
+                       "checker tries, SPEC.md C9)")
     elif not lockstep:
         reason = reason.replace("examples", "programs", 1)
     if after_shared and total < profile.max_examples and ended == "passed":
