@@ -146,3 +146,15 @@ def test_model_scale_prints_every_size_with_its_spread():
     for groups in ["10", "100", "1,000", "10,000"]:
         assert re.search(rf"^\| {groups} \| [\d.]+ / [\d.]+ / [\d.]+ \| ", result.stdout, re.MULTILINE), result.stdout
     assert "load average" in result.stdout
+
+
+def test_branches_prints_each_width_on_each_transport():
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "branches.py"), "--programs", "30", "--runs", "1"],
+                            capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = re.findall(r"^\| (\d) \| \d+ \| ([a-z ]+) \| [\d.]+ / [\d.]+ / [\d.]+ \| [\d.]+ / [\d.]+ / [\d.]+ "
+                      r"\| \d+ of \d+ \|$", result.stdout, re.MULTILINE)
+    widths = {int(width) for width, _ in rows}
+    assert widths == {2, 3, 4, 5, 6}, result.stdout  # the draws are derandomized: every width comes
+    assert sorted(rows) == sorted((str(w), t) for w in widths for t in ("memory", "sqlite", "refuses a fourth"))
+    assert "load average at the start" in result.stdout and "load average at the end" in result.stdout
