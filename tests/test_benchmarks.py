@@ -149,8 +149,10 @@ def test_model_scale_prints_every_size_with_its_spread():
 
 
 def test_branches_prints_each_width_on_each_transport():
-    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "branches.py"), "--programs", "30", "--runs", "1"],
-                            capture_output=True, text=True, timeout=600, cwd=ROOT)
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "branches.py"), "--programs", "30", "--runs", "1"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     rows = re.findall(r"^\| (\d) \| \d+ \| ([a-z ]+) \| [\d.]+ / [\d.]+ / [\d.]+ \| [\d.]+ / [\d.]+ / [\d.]+ "
                       r"\| \d+ of \d+ \|$", result.stdout, re.MULTILINE)
