@@ -906,6 +906,7 @@ CONCURRENCY_BROKEN = {
     "publish makes its group, then appends a round trip later": (PublishGroupFirstOverANetwork, "no-loss"),
 }
 
+
 class _CallsInProgress:
     """What a store keeps of the calls in progress at once: how many, and (for a claim) the
     group each one marked, in a table of :attr:`SLOTS` slots."""
