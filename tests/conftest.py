@@ -68,6 +68,20 @@ def _import_every_project_module() -> None:
 _import_every_project_module()
 
 
+# --- how many workers `pytest -n auto` starts -----------------------------------------------
+# Twice the cores, up to eight more: about a fifth of the suite's time is spent waiting, not
+# computing (a wall-clock transport's leases and parks, the servers' round trips, commands a
+# test starts), and with one worker per core a core then idles.  On the 2-core machine the suite
+# took 1,144 s with 2 workers and 964 s with 3 (the cores idle 21 % of that time); with 4, and
+# two tests made cheaper, 808 s (idle 8 %).  PYTEST_XDIST_AUTO_NUM_WORKERS decides where it is set.
+
+def pytest_xdist_auto_num_workers(config):
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return None  # xdist's own hook reads it
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    return min(2 * cores, cores + 8)
+
+
 # --- counts: what the fault and bad-input tests measured, printed once at the end -------------
 # A test appends ("counts", "one line") or ("fault_counts", "one line") to
 # request.node.user_properties; xdist carries them to the controller with the report, so the

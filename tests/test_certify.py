@@ -99,9 +99,9 @@ def test_a_variant_of_values_the_focused_search_catches_the_default_run_catches(
 
 
 def test_a_failure_whose_shrinking_reaches_the_shrink_limit_is_shown_as_found_and_says_so():
-    """SPEC.md C10: a transport whose every call takes 20 ms makes shrinking its failure take
-    many seconds; with a limit of 0.5 s the search stops shrinking, and the report shows the
-    failure as far as it got and why."""
+    """SPEC.md C10: a transport whose every call takes 20 ms once its bug has acted makes
+    shrinking its failure take many seconds; with a limit of 0.5 s the search stops shrinking,
+    and the report shows the failure as far as it got and why."""
     from broken import slow_nack_to_back
 
     report = certify(slow_nack_to_back, profile="quick", properties=["fifo"], shrink_limit=0.5, jobs=1)

@@ -495,9 +495,10 @@ def test_a_soak_of_a_correct_transport_finds_nothing(tmp_path):
 
 def test_a_soak_catches_a_claim_without_a_transaction(tmp_path):
     backend = broken_sqlite_backend("claim without a transaction", tmp_path)
-    # One second of six workers makes about 4,000 calls here, with dozens of overlapping claims; a
-    # longer soak only makes the history the linearizability checker must search larger.
-    result = soak(backend.factory, backend.capabilities, 1.0, workers=6)
+    # 1,000 calls of six workers hold dozens of overlapping claims (every one of 6 soaks did).  A
+    # second of them, 2,000-3,500 calls, made a history whose linearizability search gave up
+    # after 2,000,000 steps in 68 s, one soak in five; the history checks still caught it.
+    result = soak(backend.factory, backend.capabilities, 30.0, workers=6, calls=1_000)
     broken = {property_of(failure) for failure in result.failures()}
     assert broken & {"single-in-flight", "no-loss"}, str(result.history)
 
