@@ -11,43 +11,40 @@ from hypothesis import strategies as st
 
 from harel_ref.stateful import Backend, Capabilities, Divergence, make_machine
 from harel_ref.stateful._properties import NEAR_GROUPS
-from harel_ref.stateful._values import GROUP_FAMILIES, KEY_FAMILIES, family_index, families_of, near_collisions
+from harel_ref.stateful._values import GROUP_FAMILIES, KEY_FAMILIES, families_of, near_collisions
 from harel_ref.transport import InMemoryStore, InMemoryTransport
 
 FAMILIES = families_of(GROUP_FAMILIES, ("g1", "g2", "g3", "grüppe-✓"))
 
 
-def test_every_family_is_picked_by_as_many_integers_and_the_plain_one_by_half():
-    others = len(FAMILIES) - 1
-    picked = collections.Counter(family_index(drawn, others) for drawn in range(2**16))
-    assert picked[0] == 2**15
-    assert sorted(picked) == list(range(others + 1))
-    shares = [picked[index] for index in range(1, others + 1)]
-    assert max(shares) - min(shares) <= 1, shares
-    assert family_index(0, others) == 0  # where a failure shrinks to
-
-
 @given(st.data())
-def test_a_pool_of_a_family_holds_the_pair_it_is_named_for(data):
+def test_a_pool_holds_the_pair_of_each_family_it_draws_and_nothing_else(data):
     for families in (FAMILIES, families_of(KEY_FAMILIES, KEY_FAMILIES["plain"])):
         pool = data.draw(near_collisions(families))
         plain, *others = families.values()
         assert len(set(pool)) == len(pool) >= 2
-        assert pool == list(plain[:4]) or any(set(family[:2]) <= set(pool) <= set(family) for family in others), pool
+        named = [family for family in others if set(family[:2]) <= set(pool)]
+        assert pool == list(plain[:4]) or (named and set(pool) <= set().union(*named)), pool
 
 
-def test_a_search_of_a_few_hundred_examples_draws_every_family():
-    """Drawn with ``sampled_from``, Hypothesis favoured the small integers written in the code
-    under test: at seed 0 a search of 138 examples never drew LIKE, quotes or NUL."""
-    seen = set()
+def test_a_search_of_a_few_hundred_examples_draws_every_family_about_as_often():
+    """One family per example came in clumps: the shared search of 563 examples at seed 0 drew
+    ``case`` 55 times and ``spaces`` 5 (a store that ignores trailing spaces passed it), and
+    as a short ``sampled_from`` a search of 138 examples never drew LIKE, quotes or NUL.  Drawn
+    as a list of 1 to 3 families, each came in 55 to 101 examples of 400, and the plain pool in
+    110 (the half that ``integers(0, 1)`` asks for, less Hypothesis's preference for new draws)."""
+    drawn = collections.Counter()
+    examples = 400
 
-    @settings(max_examples=300, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
-    @given(near_collisions(FAMILIES))
-    def draw(pool):
-        seen.update(name for name, values in FAMILIES.items() if set(pool) <= set(values))
+    @settings(max_examples=examples, derandomize=True, database=None, suppress_health_check=list(HealthCheck))
+    @given(near_collisions(FAMILIES), st.integers())  # as a machine's later draws do, the integer
+    def draw(pool, _):  # makes examples of one pool distinct, so that Hypothesis draws it again
+        drawn.update(name for name, values in FAMILIES.items() if set(values[:2]) <= set(pool) or pool == list(values))
 
     draw()
-    assert seen == set(FAMILIES), set(FAMILIES) - seen
+    others = [name for name in FAMILIES if name != "plain"]
+    assert drawn["plain"] >= examples / 8, drawn
+    assert min(drawn[name] for name in others) >= examples / 16, drawn
 
 
 def _machine(cls, keys=("blue", "green"), ids=("Job", "job", "JOB")):
