@@ -673,8 +673,9 @@ class TransportMachine(RuleBasedStateMachine):
         clock=lambda choices: st.sampled_from(choices.starts),
     )
     def begin(self, group_ids, clock):
-        """Every example's group ids, 2 to 4 of one family that a careless store merges, and
-        the moment its clock starts at (the transport was opened at :data:`START`)."""
+        """Every example's group ids, 2 to 4 of each of 1 to 3 families that a careless store
+        merges (or the plain ones), and the moment its clock starts at (the transport was
+        opened at :data:`START`)."""
         if not self.wall:
             self.clock.now = clock
         self.pool = tuple(group_ids)

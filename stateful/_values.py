@@ -6,10 +6,10 @@ values it is given: a collation that folds case or ignores trailing spaces, ``LI
 ``=`` was meant, a column cut at 255 characters or 64 KiB, a deadline kept as a 32-bit float,
 leases kept in 32-bit milliseconds.  So the searches do not draw ids and durations at random:
 
-- half the examples take their group ids from one *family* of values that a careless store
+- some examples take their group ids from 1 to 3 *families* of values that a careless store
   merges or splits (``job``, ``Job`` and ``JOB``; ``a_c`` and ``abc``; ``é`` in NFC and in
-  NFD), always with the pair of it that such a store merges, and their routing keys from the
-  pairs of 1 to 3 families.  The other half take the plain family (``g1``, ``g2``, ...) whole,
+  NFD), always with the pair of each that such a store merges, and their routing keys from the
+  pairs of 1 to 3 families.  The others take the plain family (``g1``, ``g2``, ...) whole,
   and a failure shrinks to it when the family does not matter;
 - events are short text, text a JSON or encoding step would change, or long runs of one
   character at the lengths stores cut at (255, 4 KiB, 32 KiB, 64 KiB, 1 MiB, and one past);
