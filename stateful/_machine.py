@@ -673,7 +673,7 @@ class TransportMachine(RuleBasedStateMachine):
         clock=lambda choices: st.sampled_from(choices.starts),
     )
     def begin(self, group_ids, clock):
-        """Every example's group ids, 2 to 4 of each of 1 to 3 families that a careless store
+        """Every example's group ids, 2 or 3 of each of 1 or 2 families that a careless store
         merges (or the plain ones), and the moment its clock starts at (the transport was
         opened at :data:`START`)."""
         if not self.wall:

@@ -98,6 +98,7 @@ from ._jobs import SearchProcesses
 from ._report import ECHO, LEVELS, Failure, PropertyVerdict, Report
 from ._verdicts import Searched, verdicts
 from ._memory import DEFAULT_MEMORY_LIMIT, MemoryLimitReached, memory_limit as limit_memory
+from ._reduce import replayed, without_steps
 from ._signals import STUCK_AFTER, describe, last_resort, raise_if_stopped, signals_deferred, stop_on_signals, stopping
 from ._target import CertificationError, Target, detect_protocol
 
@@ -420,8 +421,18 @@ def _run_search(machine: type, profile: Profile, run_seed: int, search: _Search,
                 continue
             search.error = exc
         except Exception as exc:  # a divergence, the transport raising, or Hypothesis giving up
-            search.error = exc
+            search.error = _without_steps(machine, search, exc) if isinstance(exc, Divergence) else exc
         return
+
+
+def _without_steps(machine: type, search: _Search, failure: Divergence) -> Divergence:
+    """``failure`` as Hypothesis shrank it, less the steps it does not need (SPEC.md C7,
+    :mod:`._reduce`): each replay is an example of the search, within its time."""
+    steps = _steps(failure)
+    if len(steps) < 3:
+        return failure
+    watched = _watched(machine, search)
+    return without_steps(failure, steps, lambda candidate: replayed(watched, candidate), stopped=(_Stop,))
 
 
 def _run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed: int, search: _Search,
