@@ -37,7 +37,7 @@ def test_bundled_transport_passes_every_property(name, tmp_path):
     assert report.exit_code == 0
 
 
-LUCKY = {"a re-created group keeps its place": range(6), "a bad delay frees the lease": range(3),
+LUCKY = {"a re-created group keeps its place": range(3), "a bad delay frees the lease": range(3),
          "a later publish sets the priority": range(3)}
 """Variants the quick search finds at some seeds only; each gets several, and one must do.
 Measured at seeds 0-7 once the searches drew the values of SPEC.md C13 (half the examples
@@ -46,7 +46,11 @@ two groups at different times, empty and re-create the later one, claim again) a
 later publish setting the priority and a bad delay that frees the lease at 6 of 8; a nack that
 reads the clock twice at 6, a parked group claimable early and a priority floor ignored at 7;
 the other twelve at 8 of 8 (135 of 144 runs).  Drawn with the far values as often as the
-everyday ones, 111 of 144, and a re-created group at none of 8."""
+everyday ones, 111 of 144, and a re-created group at none of 8.  Once ids came from 1 or 2
+families at once, a re-created group at 2 of 24 (3 of 24 before, seeds 0-23): it is searched at
+the standard profile (:data:`STANDARD`), where it was found at 5 of 6."""
+
+STANDARD = {"a re-created group keeps its place"}
 
 
 LONGER = {"a re-created group keeps its place": 9}
@@ -69,7 +73,8 @@ def test_broken_variant_fails_the_property_it_breaks(name):
     backend = broken_backend(name)
     searched = [broken, *([FOUND_BY[name]] if name in FOUND_BY else [])]
     for run_seed in LUCKY.get(name, [0]):
-        report = certify(backend.factory, backend.capabilities, profile="quick", properties=searched, seed=run_seed)
+        profile = "standard" if name in STANDARD else "quick"
+        report = certify(backend.factory, backend.capabilities, profile=profile, properties=searched, seed=run_seed)
         verdict = report.verdict(broken)
         if verdict.verdict == "failed":
             break

@@ -31,8 +31,8 @@ def test_a_search_of_a_few_hundred_examples_draws_every_family_about_as_often():
     """One family per example came in clumps: the shared search of 563 examples at seed 0 drew
     ``case`` 55 times and ``spaces`` 5 (a store that ignores trailing spaces passed it), and
     as a short ``sampled_from`` a search of 138 examples never drew LIKE, quotes or NUL.  Drawn
-    as a list of 1 or 2 families, each came in 35 to 59 examples of 400, and the plain pool in
-    130 (the half that ``integers(0, 1)`` asks for, less Hypothesis's preference for new draws)."""
+    as a list of 1 or 2 families, each came in 22 to 56 examples of 400, and the plain pool in
+    190."""
     drawn = collections.Counter()
     examples = 400
 
@@ -44,7 +44,7 @@ def test_a_search_of_a_few_hundred_examples_draws_every_family_about_as_often():
     draw()
     others = [name for name in FAMILIES if name != "plain"]
     assert drawn["plain"] >= examples / 8, drawn
-    assert min(drawn[name] for name in others) >= examples / 20, drawn
+    assert min(drawn[name] for name in others) >= examples / 25, drawn
 
 
 def _machine(cls, keys=("blue", "green"), ids=("Job", "job", "JOB")):

@@ -71,6 +71,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, reject, seed, settings
+from hypothesis.control import currently_in_test_context
 from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition, HypothesisException
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -348,7 +349,8 @@ def _watched(machine: type, search: _Search, explained: frozenset[str] = frozens
                 if divergence.kind in explained:
                     search.first, search.explained = divergence, True
                     raise _Stop from None
-                if isinstance(search.first, Divergence) and owner(search.first.kind) != owner(divergence.kind):
+                if (isinstance(search.first, Divergence) and owner(search.first.kind) != owner(divergence.kind)
+                        and currently_in_test_context()):  # not in a replay of _without_steps
                     # Shrinking stays on the first bug's property: a smaller example that fails
                     # another property is not this failure (SPEC.md C5).
                     reject()
