@@ -56,6 +56,7 @@ def test_a_step_whose_absence_passes_or_fails_another_property_stays():
     machine = _machine("group ids pad spaces")
     found = replayed(machine, PLATEAU)
     assert without_steps(found, PLATEAU, lambda steps: None) is found
+    assert isinstance(replayed(machine, ["state = AnotherMachine()", "state.teardown()"]), NameError)
     other = Divergence(Fact(facts.TIE_ORDER, "claim(...)"))  # another property's: not this failure
     assert without_steps(found, PLATEAU, lambda steps: other) is found
 

@@ -32,7 +32,10 @@ def replayed(machine: type, steps: list[str]) -> BaseException | None:
     builds; what a step or the teardown raised, or None.  A step that raised is followed by the
     teardown all the same, so that the example's transports are closed."""
     namespace = {machine.__name__: machine}
-    exec(steps[0], namespace)  # noqa: S102 - the steps Hypothesis printed for this machine
+    try:
+        exec(steps[0], namespace)  # noqa: S102 - the steps Hypothesis printed for this machine
+    except Exception as failure:  # the transport would not open
+        return failure
     state = namespace["state"]
     try:
         for step in steps[1:-1]:
