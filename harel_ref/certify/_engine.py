@@ -71,7 +71,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, reject, seed, settings
-from hypothesis.control import currently_in_test_context
 from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition, HypothesisException
 from hypothesis.stateful import run_state_machine_as_test
 
@@ -313,12 +312,14 @@ class _Stop(KeyboardInterrupt):
     (anything else it would count as a failure, or as inconsistent data generation)."""
 
 
-def _watched(machine: type, search: _Search, explained: frozenset[str] = frozenset()) -> type:
+def _watched(machine: type, search: _Search, explained: frozenset[str] = frozenset(), *, rejects: bool = True) -> type:
     """``machine`` counting its examples, remembering the first divergence, and stopping the
     search once its time budget is spent; after each example, the factory's ``discard``
     (if it has one) is told its namespace.  A divergence of a kind in ``explained`` (by the
     bug the shared search found) stops the search at once, unshrunk: shrinking it would only
-    find that bug again (:func:`~harel_ref.stateful._properties.explained`)."""
+    find that bug again (:func:`~harel_ref.stateful._properties.explained`).  ``rejects``: a
+    divergence another property owns than the first one's is rejected (Hypothesis's
+    ``reject``); a replay outside Hypothesis (:func:`_without_steps`) leaves it to its caller."""
 
     discard = getattr(machine.backend.factory, "discard", None)
 
@@ -349,8 +350,8 @@ def _watched(machine: type, search: _Search, explained: frozenset[str] = frozens
                 if divergence.kind in explained:
                     search.first, search.explained = divergence, True
                     raise _Stop from None
-                if (isinstance(search.first, Divergence) and owner(search.first.kind) != owner(divergence.kind)
-                        and currently_in_test_context()):  # not in a replay of _without_steps
+                first = search.first
+                if rejects and isinstance(first, Divergence) and owner(first.kind) != owner(divergence.kind):
                     # Shrinking stays on the first bug's property: a smaller example that fails
                     # another property is not this failure (SPEC.md C5).
                     reject()
@@ -433,7 +434,7 @@ def _without_steps(machine: type, search: _Search, failure: Divergence) -> Diver
     steps = _steps(failure)
     if len(steps) < 3:
         return failure
-    watched = _watched(machine, search)
+    watched = _watched(machine, search, rejects=False)  # no Hypothesis test to reject in
     return without_steps(failure, steps, lambda candidate: replayed(watched, candidate), stopped=(_Stop,))
 
 
