@@ -164,10 +164,11 @@ def near_collisions(families: dict[str, tuple[str, ...]], most: int = 4) -> st.S
     it: the shared search of 563 examples at seed 0 drew ``case`` 55 times and ``spaces`` 5,
     and a store that ignores trailing spaces passed it.  A list of families, each drawn from
     ``sampled_from``, came more evenly (22 to 56 examples of 400 each), and a failure shrinks
-    to the one family it needs (or to the plain pool, where the family does not matter).  No more than two, of three values
-    each: a pool of 2 to 6 ids, mostly 4, as before; with up to three of four each, examples
-    spread their steps over more groups, and the search for a stale ack of harel's make
-    example passed at seed 0."""
+    to the one family it needs (or to the plain pool, where the family does not matter).
+
+    No more than two families, of three values each: a pool of 2 to 6 ids, mostly 4, as
+    before.  With up to three of four each, examples spread their steps over more groups, and
+    the search for a stale ack of harel's ``make`` example passed at seed 0."""
     plain, *others = families.values()
     plain_pool = st.just(list(plain[:most]))
     if not others:
