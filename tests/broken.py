@@ -1282,7 +1282,7 @@ import os  # noqa: E402
 import signal  # noqa: E402
 
 
-class SlowNackToBack(InMemoryTransport):
+class SlowNackToBack(NackToBack):
     """:class:`NackToBack` whose every call takes 20 ms once its bug has acted (a ``nack(0)``
     that sent a message behind another, in any instance of this process), as a server far away
     does: the fifo search finds the failure at in-memory speed, and shrinking it takes
@@ -1291,13 +1291,11 @@ class SlowNackToBack(InMemoryTransport):
 
     bug_acted = False
 
-    class Core(InMemoryCore):
+    class Core(NackToBack.Core):
         def nack(self, lease, now, delay):
             done = super().nack(lease, now, delay)
-            messages = self.store.groups[lease.group_id].messages if done and delay == 0 else ()
-            if len(messages) >= 2:
-                messages.rotate(-1)
-                SlowNackToBack.bug_acted = True
+            if done and delay == 0 and len(self.store.groups[lease.group_id].messages) >= 2:
+                SlowNackToBack.bug_acted = True  # the message went behind another
             return done
 
     @staticmethod

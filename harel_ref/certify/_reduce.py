@@ -2,11 +2,10 @@
 
 Hypothesis shrinks a stateful failure by its draws, and can stop at a plateau where every
 smaller draw it tries changes the failure: a store that ignores trailing spaces came out as
-fifteen ``publish_each`` steps where one fails the same way, and a store of 8 lease slots as
-thirteen steps where five do.  So, after Hypothesis, each step is taken away in turn, the last
-first, and the example replayed as its printed steps read (what the report's reproduction runs);
-where it still fails for the same property, the step stays out.  Passes repeat until one takes
-nothing away, or the search's time is up.
+fifteen ``publish_each`` steps where one fails the same way.  So, after Hypothesis, each
+step is taken away in turn, the last first, and the example replayed as its printed steps read
+(what the report's reproduction runs); where it still fails for the same property, the step
+stays out.  Passes repeat until one takes nothing away, or the search's time is up.
 """
 
 from __future__ import annotations
