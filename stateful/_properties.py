@@ -379,13 +379,14 @@ def owners(kinds: frozenset[str]) -> set[str]:
 
 
 def explained(kinds: frozenset[str], search: str) -> frozenset[str]:
-    """The kinds of fact that the bugs behind ``kinds`` (what the shared search found) explain
-    in the focused search ``search``: its owners' own kinds and those they explain, less the
-    kinds of ``search``'s property when it is one of those owners (its own failure is shrunk).
-    A focused search that meets one stops there, unshrunk: the failure is a consequence."""
+    """The kinds of fact that the bugs behind ``kinds`` (what the shared search or an earlier
+    pass found) explain in the focused search ``search``: their owners' own kinds and those
+    they explain, less every kind that could count against ``search``'s property (those it owns
+    or explains: its own failure is shrunk).  A focused search sets aside an example that meets
+    one, and goes on (SPEC.md C5)."""
     roots = owners(kinds) - {search}
-    return frozenset().union(*(PROPERTIES[root].owns | PROPERTIES[root].explains for root in roots)) \
-        - (PROPERTIES[search].owns if search in owners(kinds) else frozenset())
+    own = PROPERTIES[search].owns | PROPERTIES[search].explains
+    return frozenset().union(*(PROPERTIES[root].owns | PROPERTIES[root].explains for root in roots)) - own
 
 
 def fault_owner(search: str, covers: tuple[str, ...], rule: str | None) -> str:

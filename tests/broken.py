@@ -329,12 +329,23 @@ class HighFloorFindsNothing(InMemoryTransport):
             return super().claim(token, now, visibility, min_priority, routing_keys)
 
 
+class DropsEqualEventsAndIgnoresFairness(InMemoryTransport):
+    """Two bugs: an event equal to one its group holds is dropped (no-loss), and groups are
+    tried in arrival order (fairness).  A search that sets aside the examples the first bug
+    shows in must still see the second (SPEC.md C5)."""
+
+    class Core(DropsAnEventEqualToOneItHolds.Core, FairnessIgnored.Core):
+        pass
+
+
 ONE_BUG_MANY_SEARCHES = {
     "an event equal to one held is dropped": (DropsAnEventEqualToOneItHolds, "no-loss"),
     "a floor of 3 or more finds nothing": (HighFloorFindsNothing, "priority-floor"),
+    "equal events dropped, fairness ignored": (DropsEqualEventsAndIgnoresFairness, "no-loss"),
 }
-"""Broken variants whose one bug disturbs many searches: one property fails, and the others it
-disturbs are its consequences (SPEC.md C5)."""
+"""Broken variants whose one bug disturbs many searches: one property fails, and each other
+search it disturbs decides its property with that bug taken as broken, or names it as the cause
+(SPEC.md C5).  The last has a second bug that this must not hide."""
 
 
 # --- Broken only with the values a careless store mishandles (SPEC.md C13) -------------------

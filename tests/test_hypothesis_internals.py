@@ -8,7 +8,7 @@ the pin below the new version.
 from __future__ import annotations
 
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
 from harel_ref.certify._engine import _Stop, _raising_step, _steps
@@ -151,3 +151,37 @@ def test_the_machines_characters_are_those_of_the_utf8_codec():
         "characters(codec='utf-8'); harel_ref.stateful._machine.UTF8 relies on it to keep the "
         f"examples of a seed (got {ours.intervals[:4]}... against {codec.intervals[:4]}...)"
     )
+
+
+class OverrunsThenRejectsAtTeardown(RuleBasedStateMachine):
+    """Every example draws more than Hypothesis's buffer holds, so it ends by running out of
+    data; its teardown then rejects, as a search that sets an example aside does (_reject)."""
+
+    seen: list[bool] = []
+
+    @rule(text=st.binary(min_size=4096, max_size=4096))
+    def publish(self, text):
+        pass
+
+    def teardown(self):
+        from harel_ref.certify._engine import _Discarded, _reject
+
+        from hypothesis.control import current_build_context
+        self.seen.append(current_build_context().data.frozen)
+        try:
+            _reject()
+        except _Discarded:
+            pass
+
+
+def test_an_example_that_ran_out_of_data_is_frozen_at_its_teardown():
+    """_reject reads ``current_build_context().data.frozen``: an example that ran out of data is
+    frozen by its teardown, where Hypothesis's reject would end the search with ``Frozen``."""
+    from hypothesis.errors import Unsatisfiable
+
+    OverrunsThenRejectsAtTeardown.seen = []
+    with pytest.raises(Unsatisfiable):  # no example could be run whole: nothing else escaped
+        run_state_machine_as_test(OverrunsThenRejectsAtTeardown, settings=settings(
+            max_examples=5, derandomize=True, database=None, deadline=None, stateful_step_count=50,
+            suppress_health_check=list(HealthCheck)))
+    assert True in OverrunsThenRejectsAtTeardown.seen, OverrunsThenRejectsAtTeardown.seen

@@ -10,11 +10,11 @@ from pathlib import Path
 
 from harel_ref.certify import CONTRACT
 from harel_ref.certify._report import Failure
-from harel_ref.certify._verdicts import Searched, blame, consequences, verdicts
+from harel_ref.certify._verdicts import Searched, anothers, blame, consequences, verdicts
 from harel_ref.stateful import FOCUS_RULES, RULES, Capabilities
 import harel_ref.stateful._facts as facts
 from harel_ref.stateful._facts import Fact
-from harel_ref.stateful._properties import MACHINE_RULES, PROPERTIES, SHARED, owner, problems
+from harel_ref.stateful._properties import MACHINE_RULES, PROPERTIES, SHARED, explained, owner, problems
 
 SPEC = (Path(__file__).resolve().parent.parent / "SPEC.md").read_text()
 LOCKSTEP = tuple(p for p, row in PROPERTIES.items() if row.search == "lockstep")
@@ -95,6 +95,21 @@ def test_a_failure_another_failure_explains_is_its_consequence():
     # explained both ways (every fact of each is one the other's bug shows as): neither follows
     both = {"fairness": [Fact(facts.TIE_ORDER, "c", after=(facts.REOPENED,))], "tie-break": [Fact(facts.TIE_ORDER, "c")]}
     assert consequences({"fairness": both["fairness"], "tie-break": both["tie-break"]}) == {}
+
+
+def test_a_search_sets_aside_only_what_cannot_count_against_its_own_property():
+    """After no-loss's bug is found, a focused search sets aside the examples that meet a fact
+    of that bug (SPEC.md C5), but never one its own property owns or explains: fairness's
+    search still judges groups passed over, which no-loss's bug also shows as."""
+    lost = frozenset([facts.MISSED_CLAIMABLE])
+    assert facts.MISSED_CLAIMABLE in explained(lost, "fifo") and facts.PASSED_OVER in explained(lost, "fifo")
+    assert facts.PASSED_OVER not in explained(lost, "fairness")
+    assert facts.PASSED_OVER not in explained(lost, "lease-expiry")  # lease-expiry explains it
+    assert not explained(lost, "no-loss")  # its own bug is shrunk, never set aside
+    assert anothers(Fact(facts.MISSED_CLAIMABLE, "c"), "fifo")
+    assert not anothers(Fact(facts.PASSED_OVER, "c"), "lease-expiry")
+    assert not anothers(Fact(facts.RAISED, "c"), "fifo")  # a fault is the search's own
+    assert not anothers(Fact(facts.NOT_HEAD, "c", after=(facts.REOPENED,)), "durability")
 
 
 def test_the_verdicts_name_one_root_and_list_its_consequences():

@@ -71,7 +71,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, reject, seed, settings
-from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition, HypothesisException
+from hypothesis.control import current_build_context
+from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition, HypothesisException, InvalidArgument
 from hypothesis.stateful import run_state_machine_as_test
 
 from harel_ref.stateful import Backend, Capabilities, Divergence, make_machine
@@ -96,7 +97,7 @@ from harel_ref.stateful.soak import soak as run_soak
 
 from ._jobs import SearchProcesses
 from ._report import ECHO, LEVELS, Failure, PropertyVerdict, Report
-from ._verdicts import Searched, verdicts
+from ._verdicts import Searched, anothers, verdicts
 from ._memory import DEFAULT_MEMORY_LIMIT, MemoryLimitReached, memory_limit as limit_memory
 from ._reduce import replayed, without_steps
 from ._signals import STUCK_AFTER, describe, last_resort, raise_if_stopped, signals_deferred, stop_on_signals, stopping
@@ -261,9 +262,11 @@ class _Search:
     on_found: Callable[[], None] | None = None  # told once, as the example that found ``first`` ends
     shrink_limit: float = math.inf  # seconds to shrink a failure, from the first example after it
     examples: int = 0
+    wanted: int = 0  # the examples it was asked for
     cut_short: bool = False
     shrink_cut: bool = False  # the shrink limit was reached
-    explained: bool = False  # stopped at a fact the shared search's bug explains
+    set_aside: int = 0  # examples rejected at a fact the shared search's bug explains (SPEC.md C5)
+    echo: BaseException | None = None  # the first of those facts
     found_at: float | None = None  # time.monotonic() when shrinking began
     first: BaseException | None = None  # the first divergence or crash seen, before shrinking
     error: BaseException | None = None
@@ -287,6 +290,8 @@ class _Search:
         if self.limits.broken is not None:
             self.first = self.first or self.limits.broken
             raise _Stop
+        if self.first is None and self.set_aside >= max(1, self.wanted):
+            raise _Stop  # as many examples set aside as it was asked for: enough (_beside_echo)
         now = time.monotonic()
         if now > self.deadline and (self.first is None or now > self.deadline + self.grace):
             self.cut_short = True
@@ -307,19 +312,37 @@ class _Search:
         return self.error or self.first or self.limits.broken
 
 
+class _Discarded(Exception):
+    """An example set aside (or rejected) at its teardown after it ran out of data: Hypothesis
+    has frozen it and discards it anyway (a ``reject`` there would end the search with
+    ``Frozen``)."""
+
+
+def _reject() -> None:
+    """Hypothesis's ``reject``, or :class:`_Discarded` where the example has already ended."""
+    try:
+        frozen = current_build_context().data.frozen
+    except InvalidArgument:  # no Hypothesis test runs (a test of this module calls it alone)
+        frozen = False
+    if frozen:
+        raise _Discarded
+    reject()
+
+
 class _Stop(KeyboardInterrupt):
     """Stops a search before its next example.  Hypothesis lets an interrupt through at once
     (anything else it would count as a failure, or as inconsistent data generation)."""
 
 
-def _watched(machine: type, search: _Search, explained: frozenset[str] = frozenset(), *, rejects: bool = True) -> type:
+def _watched(machine: type, search: _Search, aside: frozenset[str] = frozenset(), *, rejects: bool = True) -> type:
     """``machine`` counting its examples, remembering the first divergence, and stopping the
     search once its time budget is spent; after each example, the factory's ``discard``
-    (if it has one) is told its namespace.  A divergence of a kind in ``explained`` (by the
-    bug the shared search found) stops the search at once, unshrunk: shrinking it would only
-    find that bug again (:func:`~harel_ref.stateful._properties.explained`).  ``rejects``: a
-    divergence another property owns than the first one's is rejected (Hypothesis's
-    ``reject``); a replay outside Hypothesis (:func:`_without_steps`) leaves it to its caller."""
+    (if it has one) is told its namespace.  A divergence of a kind in ``aside`` (a bug already
+    found, by the shared search or an earlier pass: :func:`_focused_passes`) sets its example
+    aside (Hypothesis's ``reject``) and the search goes on: that bug is taken as known, and
+    shrinking it would only find it again (SPEC.md C5).  ``rejects``: a divergence another
+    property owns than the first one's is rejected too; a replay outside Hypothesis
+    (:func:`_without_steps`) leaves it to its caller."""
 
     discard = getattr(machine.backend.factory, "discard", None)
 
@@ -332,6 +355,8 @@ def _watched(machine: type, search: _Search, explained: frozenset[str] = frozens
         def teardown(self):
             try:
                 super().teardown()
+            except _Discarded:
+                pass  # the StopTest it ran out of data with goes on up
             finally:
                 tally(search.reached, self.reached)
                 search.clean += search.first is None
@@ -343,18 +368,19 @@ def _watched(machine: type, search: _Search, explained: frozenset[str] = frozens
             try:
                 super()._fail(*args, **kwargs)
             except Divergence as divergence:
+                if divergence.kind in aside:
+                    search.set_aside += 1
+                    search.echo = search.echo or divergence
+                    _reject()
                 # a divergence the error was filed as (a stale release's error is stale-raised,
                 # R10) stands for it
                 if search.first is None or search.first is self._crash:
                     search.first = divergence
-                if divergence.kind in explained:
-                    search.first, search.explained = divergence, True
-                    raise _Stop from None
                 first = search.first
                 if rejects and isinstance(first, Divergence) and owner(first.kind) != owner(divergence.kind):
                     # Shrinking stays on the first bug's property: a smaller example that fails
                     # another property is not this failure (SPEC.md C5).
-                    reject()
+                    _reject()
                 raise
 
         def _call(self, method, *args):
@@ -395,7 +421,7 @@ Hypothesis found its own draws inconsistent (:func:`_run_search`)."""
 
 
 def _run_search(machine: type, profile: Profile, run_seed: int, search: _Search, examples: int | None = None,
-                explained: frozenset[str] = frozenset()) -> None:
+                aside: frozenset[str] = frozenset()) -> None:
     """Run the lockstep ``machine``: ``examples`` examples (the profile's by default).
 
     On the wall clock (R18) which rules a step may take can depend on timing: whether a claim
@@ -407,12 +433,12 @@ def _run_search(machine: type, profile: Profile, run_seed: int, search: _Search,
     be followed by another (each one brings the search nearer its end); :data:`FRESH_STARTS`
     starts in a row that ran none end it."""
     examples = profile.max_examples if examples is None else examples
-    idle = 0
+    search.wanted, idle = examples, 0
     for start in itertools.count():
         before = search.examples
         chosen = seed(run_seed if start == 0 else f"{run_seed}/{start}")
         try:
-            run_state_machine_as_test(chosen(_watched(machine, search, explained)),
+            run_state_machine_as_test(chosen(_watched(machine, search, aside)),
                                       settings=_settings(profile, examples - before))
         except _Stop:
             pass  # search.cut_short or search.limits say why; search.first holds a failure found before
@@ -928,10 +954,43 @@ def _run_task(target: Target, context: dict[str, Any], task: _Task, started, eve
         share = (context["end"] - began) * min(context["jobs"], left) / max(1, left)  # a fair share of what is left
         if task.kind != "concurrent":
             event("started", task.prop)
+            if task.kind in PROPERTIES:
+                return _focused_passes(target, context, task, share, limits, event, pool, began)
             return _search_once(target, context, task, share, limits, event, pool)
         if PROPERTIES[task.prop].search != "lockstep":  # no search of its own has started it (contention)
             event("started", task.prop)
         return _concurrent_passes(target, context, task, share, limits, event, pool, began)
+
+
+FOCUSED_PASSES = 3
+"""How many passes a property's own lockstep search makes at most (:func:`_focused_passes`)."""
+
+
+def _focused_passes(target: Target, context: dict[str, Any], task: _Task, share: float, limits: CallLimits,
+                    event: Callable, pool: BranchProcesses | None, began: float) -> _Found:
+    """A property's own lockstep search, again while it stops only at other properties' bugs
+    (:func:`~._verdicts.anothers`), with those taken as known: each such failure is shrunk and
+    reported, and the next pass sets aside the examples that meet a fact of its bug, until a
+    pass passes, finds a fact of the property's own, or :data:`FOCUSED_PASSES` passes were made.
+    So the verdict is the property's own, not unknown for another's failure (SPEC.md C5)."""
+    known: frozenset[str] = frozenset()
+    earlier: list[Failure] = []
+    reached: collections.Counter = collections.Counter()
+    for number in range(1, FOCUSED_PASSES + 1):
+        found = _search_once(target, context, task, share, limits, event, pool, known, earlier)
+        tally(reached, found.reached)
+        if earlier and found.ended == "passed":
+            found.reason += f" (searched again with {', '.join(sorted(owners(known)))} taken as broken)"
+        foreign = found.ended == "failed" and all(
+            anothers(failure.fact, task.kind) and not failure.echo for failure in found.failures)
+        if not foreign or number == FOCUSED_PASSES or limits.broken is not None:
+            found.seconds, found.earlier = time.monotonic() - began, len(earlier)
+            found.failures, found.reached = earlier + found.failures, dict(reached)
+            return found
+        earlier += found.failures
+        known |= frozenset(failure.kind for failure in found.failures)
+        event("found", _Found("unknown", "", time.monotonic() - began, 0, list(earlier), earlier=len(earlier)))
+    raise AssertionError("unreachable")
 
 
 CONCURRENT_PASSES = 4
@@ -1008,9 +1067,10 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
                  event: Callable, pool: BranchProcesses | None, ignore: frozenset[str] = frozenset(),
                  earlier: Sequence[Failure] = ()) -> _Found:
     """One run of a lockstep or parallel search, with ``share`` seconds to search (and as
-    many again to shrink a failure found in time).  ``earlier``: the failures passes of the
-    concurrent search before this one found (told with this one's, as found, see
-    :meth:`_Certification.report`)."""
+    many again to shrink a failure found in time).  ``ignore``: the kinds of fact earlier passes
+    found, which the concurrent search no longer judges and a focused search sets aside with the
+    shared search's (:func:`_focused_passes`); ``earlier``: the failures those passes found
+    (told with this one's, as found, see :meth:`_Certification.report`)."""
     began, kind, profile, caps = time.monotonic(), task.kind, context["profile"], target.capabilities
     lockstep = kind == SHARED or (kind in PROPERTIES and PROPERTIES[kind].search == "lockstep")
     shown = "lockstep" if kind in PROPERTIES and lockstep else kind
@@ -1027,8 +1087,9 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
 
     search.on_found = found
     if lockstep:
-        _run_search(focus_machine(target.factory, kind, caps, is_async=target.is_async), profile, context["seed"],
-                    search, total, explained(context.get("shared_kinds", frozenset()), kind) if kind in PROPERTIES else frozenset())
+        machine = focus_machine(target.factory, kind, caps, is_async=target.is_async)
+        aside = explained(context.get("shared_kinds", frozenset()) | ignore, kind) if kind in PROPERTIES else frozenset()
+        _run_search(machine, profile, context["seed"], search, total, aside)
     else:
         _run_parallel(target, caps, profile, context["seed"], search, judges=task.judges,
                       processes=pool, alternate=context["branches"] == "both", ignore=ignore)
@@ -1318,6 +1379,9 @@ def _ended(search_name: str, search: _Search, target: Target, profile: Profile, 
     """How the search ``search_name`` (a property's own, ``"shared"`` or ``"concurrent"``)
     ended, why, and the failure it found (one: SPEC.md C7; a flaky one comes in a group)."""
     exc = search.outcome()  # unshrunk when time ran out, or the transport broke, while shrinking
+    if search.echo is not None and search.first is None and search.limits.broken is None \
+            and (exc is None or isinstance(exc, HypothesisException)):
+        return _beside_echo(search_name, search, target, profile, run_seed, branches)
     if exc is None:
         if search.cut_short:
             return "unknown", f"cut short by the time budget after {search.examples} examples", []
@@ -1333,10 +1397,22 @@ def _ended(search_name: str, search: _Search, target: Target, profile: Profile, 
     if search.shrink_cut:
         failures = [dataclasses.replace(failure, unshrunk=f"the shrink limit ({search.shrink_limit:g} s)")
                     for failure in failures]
-    elif search.explained:
-        failures = [dataclasses.replace(failure, unshrunk=ECHO)
-                    for failure in failures]
     return "failed", "", failures
+
+
+def _beside_echo(search_name: str, search: _Search, target: Target, profile: Profile, run_seed: int,
+                 branches: str) -> tuple[str, str, list[Failure]]:
+    """How a focused search ended that found nothing of its own but set examples aside at a bug
+    found before (SPEC.md C5): passed, if it ran to its end (its examples judged, or as many set
+    aside) and judged at least a quarter of the examples it was asked for; else stopped at that
+    bug, unshrunk: its echo."""
+    judged = search.examples - search.set_aside
+    if search.cut_short or search.error is not None or judged < search.wanted / 4:
+        echo = _failure(search_name, search.echo, False, target, profile, run_seed, branches)
+        return "failed", f"met it in {search.set_aside} of its {search.examples} examples", \
+            [dataclasses.replace(echo, unshrunk=ECHO)]
+    return "passed", (f"{judged} examples, none diverged; {search.set_aside} more set aside: they met "
+                      f"{search.echo.kind}, a fact of {owner(search.echo.kind)}'s, found before"), []
 
 
 def _failure(search_name: str, error: BaseException, flaky: bool, target: Target, profile: Profile, run_seed: int,

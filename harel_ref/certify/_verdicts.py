@@ -40,7 +40,7 @@ from harel_ref.stateful._properties import PROPERTIES, SHARED, SIZES, drawn, evi
 
 from ._report import Failure, PropertyVerdict
 
-__all__ = ["Searched", "blame", "consequences", "verdicts"]
+__all__ = ["Searched", "anothers", "blame", "consequences", "verdicts"]
 
 
 @dataclass(frozen=True)
@@ -99,6 +99,14 @@ def blame(fact: Fact, search: Searched, cleared: frozenset[str] = frozenset(),
         if found := [p for p in explaining if p in convicted]:
             return found[0]
     return owner(fact.kind)
+
+
+def anothers(fact: Fact, prop: str) -> bool:
+    """Whether ``fact``, met by ``prop``'s own search, counts against another property whatever
+    else the certification finds: ``prop`` neither owns its kind nor explains it, it is no fault,
+    and nothing before it is ``prop``'s to blame (a reopen in durability's search).  Such a
+    search has not decided ``prop`` when it stops there (SPEC.md C5)."""
+    return blame(fact, Searched(prop, (prop,), "failed")) != prop and fact.kind not in PROPERTIES[prop].explains
 
 
 def consequences(failed: Mapping[str, Sequence[Fact]]) -> dict[str, str]:
@@ -184,7 +192,7 @@ def _verdict(prop: str, caps: Capabilities, searched: Sequence[Searched], found:
     if (reason := PROPERTIES[prop].needs(caps)) is not None:
         return PropertyVerdict(prop, "not applicable", reason, 0.0, 0)
     if prop in follows:  # its counterexample stays in the report, under its reason
-        return PropertyVerdict(prop, "unknown", _consequence_reason(prop, follows[prop], found), seconds, examples,
+        return PropertyVerdict(prop, "unknown", _consequence_reason(follows[prop], found, parts), seconds, examples,
                                found[0][0] if found else None, counted, **scale)
     if found:  # the counterexample shown: its own search's, of a kind it owns, shrunk, where there is one
         failure = min(found, key=lambda item: (
@@ -211,9 +219,10 @@ def _share(search: Searched, prop: str) -> float:
     return search.seconds / len(search.covers)
 
 
-def _consequence_reason(prop: str, root: str, found: list[tuple[Failure, Searched]]) -> str:
+def _consequence_reason(root: str, found: list[tuple[Failure, Searched]], parts: list[Searched]) -> str:
     if not found:
-        return f"a consequence of {root}'s failure: its search stopped at it (see {root})"
+        how = next((s.reason for s in parts if s.ended == "failed" and s.reason), "stopped at it")
+        return f"a consequence of {root}'s failure: its search {how} (see {root})"
     failure = found[0][0]
     return (f"a consequence of {root}'s failure: its search saw {failure.kind}, which {root}'s bug explains "
             f"(see {root}): {failure.summary()}")
