@@ -154,7 +154,9 @@ def test_harel_sqlite_shows_what_acking_by_seq_breaks(tmp_path):
     holds (single-in-flight), and a stale ack deletes a message another worker is working on
     (no-loss)."""
     backend = load("harel-sqlite")(tmp_path)
-    for seed in range(4):  # one must do: quick meets a stale ack at some seeds only
+    # one must do: quick meets a stale ack at some seeds only (1, 2, 4 and 5 of 0-5, measured
+    # once the searches went on past another property's bug; 0 and 3 pass in about 17 s each)
+    for seed in (1, 2, 4, 5):
         report = certify(backend.factory, backend.capabilities, profile="quick",
                          properties=["single-in-flight", "no-loss", "fifo"], seed=seed)
         if report.verdict("single-in-flight").verdict == report.verdict("no-loss").verdict == "failed":
