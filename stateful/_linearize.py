@@ -131,6 +131,7 @@ def check_linearizable(
     acks: str = "fenced",
     acks_answer: bool = True,
     max_steps: int = DEFAULT_MAX_STEPS,
+    uncertain_steps: int | None = None,
 ) -> Linearizability:
     """Judge ``records`` against :class:`harel_ref.model.QueueModel` (see the module docstring).
 
@@ -138,7 +139,10 @@ def check_linearizable(
     known (say a claim that took a leased head, R2) then does not hide what else a history shows.
     ``acks`` is the model's (``"fenced"``, or ``"by-seq"`` for a transport that acks by seq);
     ``acks_answer=False`` is for harel's Protocol, whose ack and nack answer None: only what
-    they did is judged (R20)."""
+    they did is judged (R20).  ``uncertain_steps``: the steps a part (a group, with
+    ``partition``) holding a call that raised or never returned may take, whose orders multiply
+    with every such call (R17); a part it cannot decide in them is left undecided while the
+    others are judged, and the answer is undecided only if none of them fails."""
     if partition and fairness != "unspecified":
         raise ValueError("partition=True judges groups apart, which needs fairness='unspecified' (R5)")
     relax = frozenset(relax)
@@ -146,18 +150,25 @@ def check_linearizable(
         calls = [_Call.of(index, record, acks_answer) for index, record in enumerate(records)]
         calls = [call for call in calls if not call.did_nothing]
         parts = _partitions(calls) if partition else [calls]
-        total = 0
+        total, undecided = 0, None
         for part in parts:
-            result = _judge(part, fairness, relax, acks, max_steps)
+            uncertain = uncertain_steps is not None and not all(call.known for call in part)
+            steps = min(max_steps, uncertain_steps) if uncertain else max_steps
+            result = _judge(part, fairness, relax, acks, steps)
             total += result.steps
+            if result.ok is None and uncertain:
+                undecided = undecided or result
+                continue
             if result.ok is False and result.kind == facts.NONE_UNDER_CONTENTION:
                 # a claim that passed over a group while another call ran on it: a refusal under
                 # contention only if nothing else is wrong without it (nothing lost), else what it was
                 rest = [call for call in part if call.record is not result.culprits[0]]
-                if not _judge(rest, fairness, relax, acks, max_steps).ok:
+                if not _judge(rest, fairness, relax, acks, steps).ok:
                     result = _with(result, kind=facts.MISSED_CLAIMABLE)
             if not result.ok:
                 return _with(result, calls=len(calls), steps=total)
+        if undecided is not None:
+            return _with(undecided, calls=len(calls), steps=total)
         return Linearizability(True, len(calls), total, order=() if partition else result.order)
 
 

@@ -320,17 +320,18 @@ class _Lease:
 
 
 def check(records: Iterable[Record], drained: Iterable[Message] = (), *, acks: str = "fenced",
-          acks_answer: bool = True) -> HistoryReport:
+          acks_answer: bool = True, uncertain_steps: int | None = None) -> HistoryReport:
     """Judge a history (see the module docstring) given what a final :func:`drain` returned.
 
-    ``acks`` and ``acks_answer`` describe the transport as for
+    ``acks``, ``acks_answer`` and ``uncertain_steps`` are as for
     :func:`~harel_ref.stateful.check_linearizable`; an ack that answered None under harel's Protocol
     (``acks_answer=False``) may have removed its message."""
     everything = list(records)
     records = [record for record in everything if record.worker != DRAIN_WORKER]
     drained = [tuple(message) for message in drained]
     report = HistoryReport(calls=len(everything))
-    report.linearizability = check_linearizable(everything, partition=True, acks=acks, acks_answer=acks_answer)
+    report.linearizability = check_linearizable(everything, partition=True, acks=acks, acks_answer=acks_answer,
+                                                uncertain_steps=uncertain_steps)
     if report.linearizability.ok is False:
         culprits = report.linearizability.culprits
         group = _group_of(culprits[0]) if culprits else ""

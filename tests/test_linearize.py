@@ -402,3 +402,20 @@ def test_leaving_rules_out_only_ever_allows_more(records):
     if check_linearizable(records).ok:
         for relax in (["R2"], ["R10"], ["R2", "R10"]):
             assert check_linearizable(records, relax=relax).ok, relax
+
+
+def test_a_group_with_raised_calls_left_undecided_does_not_hide_a_failure_in_another():
+    """``uncertain_steps`` (what the soak gives, SPEC.md R19): a group whose calls raised may take
+    only that many steps (their possible orders multiply); undecided there, the checker still
+    judges the other groups, and a failure in one of them is the answer."""
+    held = lease("u", "a", "t1")
+    uncertain = [publish(0, 1, "u", "a"), claim(2, 3, held), ack(4, 5, held, answer=None, error="TimeoutError"),
+                 publish(6, 7, "u", "b"), claim(8, 9, lease("u", "b", "t2"), worker="w2")]
+    broken = [publish(0, 1, "v", "c"), claim(2, 5, lease("v", "c", "t3"), worker="w3"),
+              claim(3, 6, lease("v", "c", "t4"), worker="w4")]
+    alone = check_linearizable(uncertain, partition=True, uncertain_steps=1)
+    assert alone.ok is None  # too few steps for the group whose ack raised: undecided, not passed
+    assert check_linearizable(uncertain, partition=True).ok is True  # decided with the default steps
+    result = check_linearizable(uncertain + broken, partition=True, uncertain_steps=1)
+    assert result.ok is False and owner(result.kind) == "single-in-flight", result
+    assert check_linearizable(broken + uncertain, partition=True, uncertain_steps=1).ok is False
