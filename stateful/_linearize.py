@@ -163,7 +163,11 @@ def check_linearizable(
                 # a claim that passed over a group while another call ran on it: a refusal under
                 # contention only if nothing else is wrong without it (nothing lost), else what it was
                 rest = [call for call in part if call.record is not result.culprits[0]]
-                if not _judge(rest, fairness, relax, acks, steps).ok:
+                without = _judge(rest, fairness, relax, acks, steps)
+                if without.ok is None and uncertain:  # undecided without it: so is this part
+                    undecided = undecided or without
+                    continue
+                if not without.ok:
                     result = _with(result, kind=facts.MISSED_CLAIMABLE)
             if not result.ok:
                 return _with(result, calls=len(calls), steps=total)

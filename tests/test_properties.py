@@ -10,7 +10,7 @@ from pathlib import Path
 
 from harel_ref.certify import CONTRACT
 from harel_ref.certify._report import Failure
-from harel_ref.certify._verdicts import Searched, anothers, blame, consequences, verdicts
+from harel_ref.certify._verdicts import Searched, anothers, blame, consequences, sets_aside, verdicts
 from harel_ref.stateful import FOCUS_RULES, RULES, Capabilities
 import harel_ref.stateful._facts as facts
 from harel_ref.stateful._facts import Fact
@@ -110,6 +110,10 @@ def test_a_search_sets_aside_only_what_cannot_count_against_its_own_property():
     assert not anothers(Fact(facts.PASSED_OVER, "c"), "lease-expiry")
     assert not anothers(Fact(facts.RAISED, "c"), "fifo")  # a fault is the search's own
     assert not anothers(Fact(facts.NOT_HEAD, "c", after=(facts.REOPENED,)), "durability")
+    # durability owns no kind: after a reopen, a fact of no-loss's kinds is its own, never set aside
+    known = explained(lost, "durability")
+    assert facts.MISSED_CLAIMABLE in known and sets_aside(Fact(facts.MISSED_CLAIMABLE, "c"), known, "durability")
+    assert not sets_aside(Fact(facts.MISSED_CLAIMABLE, "c", after=(facts.REOPENED,)), known, "durability")
 
 
 def test_the_verdicts_name_one_root_and_list_its_consequences():

@@ -293,6 +293,12 @@ def test_a_server_that_stops_answering_leaves_the_outcome_unknown():
     from harel_ref.transport import OutcomeUnknownError
 
     with SqsServer() as server:
+        # The queue made, and the server's first requests served, with time to spare: a server
+        # just started on a busy machine took more than the 1 s below to answer the open.
+        warm = SqsTransport(server.url, prefix="frozen", client_options=credentials(), timeout=30)
+        warm.publish("g", "warm-up")
+        warm.ack(warm.claim("w", 30))
+        warm.close()
         queue = SqsTransport(server.url, prefix="frozen", client_options=credentials(), timeout=1)
 
         async def opened():

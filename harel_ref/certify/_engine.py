@@ -97,7 +97,7 @@ from harel_ref.stateful.soak import soak as run_soak
 
 from ._jobs import SearchProcesses
 from ._report import ECHO, LEVELS, Failure, PropertyVerdict, Report
-from ._verdicts import Searched, anothers, verdicts
+from ._verdicts import Searched, anothers, blame, sets_aside, verdicts
 from ._memory import DEFAULT_MEMORY_LIMIT, MemoryLimitReached, memory_limit as limit_memory
 from ._reduce import replayed, without_steps
 from ._signals import STUCK_AFTER, describe, last_resort, raise_if_stopped, signals_deferred, stop_on_signals, stopping
@@ -334,11 +334,12 @@ class _Stop(KeyboardInterrupt):
     (anything else it would count as a failure, or as inconsistent data generation)."""
 
 
-def _watched(machine: type, search: _Search, aside: frozenset[str] = frozenset(), *, rejects: bool = True) -> type:
+def _watched(machine: type, search: _Search, aside: Callable[[Fact], bool] = lambda fact: False, *,
+             rejects: bool = True) -> type:
     """``machine`` counting its examples, remembering the first divergence, and stopping the
     search once its time budget is spent; after each example, the factory's ``discard``
-    (if it has one) is told its namespace.  A divergence of a kind in ``aside`` (a bug already
-    found, by the shared search or an earlier pass: :func:`_focused_passes`) sets its example
+    (if it has one) is told its namespace.  A divergence whose fact is ``aside`` (a fact of a bug
+    already found, by the shared search or an earlier pass: :func:`_focused_passes`) sets its example
     aside (Hypothesis's ``reject``) and the search goes on: that bug is taken as known, and
     shrinking it would only find it again (SPEC.md C5).  ``rejects``: a divergence another
     property owns than the first one's is rejected too; a replay outside Hypothesis
@@ -368,9 +369,11 @@ def _watched(machine: type, search: _Search, aside: frozenset[str] = frozenset()
             try:
                 super()._fail(*args, **kwargs)
             except Divergence as divergence:
-                if divergence.kind in aside:
+                if aside(divergence.fact):
                     search.set_aside += 1
                     search.echo = search.echo or divergence
+                    if search.first is self._crash:  # the call's error was filed as this fact
+                        search.first = self._crash = None
                     _reject()
                 # a divergence the error was filed as (a stale release's error is stale-raised,
                 # R10) stands for it
@@ -421,7 +424,7 @@ Hypothesis found its own draws inconsistent (:func:`_run_search`)."""
 
 
 def _run_search(machine: type, profile: Profile, run_seed: int, search: _Search, examples: int | None = None,
-                aside: frozenset[str] = frozenset()) -> None:
+                aside: Callable[[Fact], bool] = lambda fact: False) -> None:
     """Run the lockstep ``machine``: ``examples`` examples (the profile's by default).
 
     On the wall clock (R18) which rules a step may take can depend on timing: whether a claim
@@ -977,7 +980,8 @@ def _focused_passes(target: Target, context: dict[str, Any], task: _Task, share:
     earlier: list[Failure] = []
     reached: collections.Counter = collections.Counter()
     for number in range(1, FOCUSED_PASSES + 1):
-        found = _search_once(target, context, task, share, limits, event, pool, known, earlier)
+        left = share - (time.monotonic() - began)  # the passes share the search's time
+        found = _search_once(target, context, task, left, limits, event, pool, known, earlier)
         tally(reached, found.reached)
         if earlier and found.ended == "passed":
             found.reason += f" (searched again with {', '.join(sorted(owners(known)))} taken as broken)"
@@ -1088,8 +1092,8 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
     search.on_found = found
     if lockstep:
         machine = focus_machine(target.factory, kind, caps, is_async=target.is_async)
-        aside = explained(context.get("shared_kinds", frozenset()) | ignore, kind) if kind in PROPERTIES else frozenset()
-        _run_search(machine, profile, context["seed"], search, total, aside)
+        known = explained(context.get("shared_kinds", frozenset()) | ignore, kind) if kind in PROPERTIES else frozenset()
+        _run_search(machine, profile, context["seed"], search, total, lambda fact: sets_aside(fact, known, kind))
     else:
         _run_parallel(target, caps, profile, context["seed"], search, judges=task.judges,
                       processes=pool, alternate=context["branches"] == "both", ignore=ignore)
@@ -1225,8 +1229,11 @@ class _Certification:
                 self.found[number] = _Found("covered", "the shared search passed", 0.0, 0)
             return []
         self.context["budgeted"] += len(self.standby)  # their share of a time budget
-        if self.shared in self.found:  # what it found, for the standby searches to stop at (_watched)
-            self.context["shared_kinds"] = frozenset(f.kind for f in self.found[self.shared].failures)
+        if self.shared in self.found:  # the bugs it found, for the standby searches to set aside (_watched)
+            covers = self.tasks[self.shared].covers  # a fact it blamed on another (after a reopen) is no bug of its kind's
+            self.context["shared_kinds"] = frozenset(
+                f.kind for f in self.found[self.shared].failures
+                if blame(f.fact, Searched(SHARED, covers, "failed")) in owners(frozenset([f.kind])))
             if self.found[self.shared].ended == "failed":  # its clean examples count for theirs
                 self.context["shared_clean"] = self.found[self.shared].clean
         return list(self.standby)
@@ -1407,6 +1414,9 @@ def _beside_echo(search_name: str, search: _Search, target: Target, profile: Pro
     aside) and judged at least a quarter of the examples it was asked for; else stopped at that
     bug, unshrunk: its echo."""
     judged = search.examples - search.set_aside
+    if search.cut_short and judged >= search.wanted / 4:
+        return "unknown", (f"cut short by the time budget after {search.examples} examples, {search.set_aside} "
+                           f"of them set aside at {search.echo.kind}"), []
     if search.cut_short or search.error is not None or judged < search.wanted / 4:
         echo = _failure(search_name, search.echo, False, target, profile, run_seed, branches)
         return "failed", f"met it in {search.set_aside} of its {search.examples} examples", \

@@ -40,7 +40,7 @@ from harel_ref.stateful._properties import PROPERTIES, SHARED, SIZES, drawn, evi
 
 from ._report import Failure, PropertyVerdict
 
-__all__ = ["Searched", "anothers", "blame", "consequences", "verdicts"]
+__all__ = ["Searched", "anothers", "blame", "consequences", "sets_aside", "verdicts"]
 
 
 @dataclass(frozen=True)
@@ -107,6 +107,13 @@ def anothers(fact: Fact, prop: str) -> bool:
     and nothing before it is ``prop``'s to blame (a reopen in durability's search).  Such a
     search has not decided ``prop`` when it stops there (SPEC.md C5)."""
     return blame(fact, Searched(prop, (prop,), "failed")) != prop and fact.kind not in PROPERTIES[prop].explains
+
+
+def sets_aside(fact: Fact, known: frozenset[str], prop: str) -> bool:
+    """Whether ``prop``'s own search sets aside an example at ``fact`` when the kinds ``known``
+    (:func:`~harel_ref.stateful._properties.explained`) are another bug's: of such a kind, and
+    counting against another property all the same (not after a step ``prop`` blames)."""
+    return fact.kind in known and anothers(fact, prop)
 
 
 def consequences(failed: Mapping[str, Sequence[Fact]]) -> dict[str, str]:
