@@ -97,7 +97,7 @@ def cluster():
             yield handle
         finally:
             handle.heal()
-            handle.wait_ready()
+            handle.wait_settled()  # before the rqlite tests waiting for the lock go on
 
 
 # --- The load -------------------------------------------------------------------------------
@@ -227,7 +227,7 @@ def run_under_fault(cluster, fault: str, directory: Path) -> dict[str, Any]:
         finally:
             load.stop()
         lap("stop")
-        cluster.wait_ready()
+        cluster.wait_settled()  # a node that rejoined may call one more election
         clock.offset += LAPSE  # every lease taken so far has lapsed
         leader = cluster.leader() or cluster.nodes[0]
         drainer = RecordingTransport(

@@ -456,6 +456,21 @@ class Cluster:
         """Wait until every managed node is reachable and all agree on a leader; return it."""
         return self.wait_for_leader(timeout, nodes=self.nodes)
 
+    def wait_settled(self, hold: float = 3.0, timeout: float = 120.0) -> str:
+        """Wait until every managed node agrees on one leader and keeps agreeing for ``hold``
+        seconds; return it.  Just after a heal a node that rejoins can call an election, so a
+        leader agreed on once may be gone a moment later (a test that started then met "leader
+        not found")."""
+        deadline = time.monotonic() + timeout
+        lead = self.wait_ready(timeout)
+        since = time.monotonic()
+        while time.monotonic() - since < hold:
+            time.sleep(0.25)
+            now = self.wait_ready(max(0.0, deadline - time.monotonic()))
+            if now != lead:
+                lead, since = now, time.monotonic()
+        return lead
+
     def __repr__(self) -> str:
         return f"Cluster(project={self.project!r}, ports={self.ports!r})"
 
