@@ -265,7 +265,7 @@ class _Search:
     wanted: int = 0  # the examples it was asked for
     cut_short: bool = False
     shrink_cut: bool = False  # the shrink limit was reached
-    set_aside: int = 0  # examples rejected at a fact the shared search's bug explains (SPEC.md C5)
+    set_aside: int = 0  # examples rejected at a fact of a bug already found (SPEC.md C5)
     echo: BaseException | None = None  # the first of those facts
     found_at: float | None = None  # time.monotonic() when shrinking began
     first: BaseException | None = None  # the first divergence or crash seen, before shrinking
