@@ -338,14 +338,24 @@ class DropsEqualEventsAndIgnoresFairness(InMemoryTransport):
         pass
 
 
+class UnfencedAckAndFairnessIgnored(InMemoryTransport):
+    """Two bugs whose facts neither explains: any lease of the head acks it (fencing), and
+    groups are tried in arrival order (fairness).  The shared search's second pass, with the
+    first bug taken as broken, meets the second: the focused searches must decide both."""
+
+    class Core(UnfencedAck.Core, FairnessIgnored.Core):
+        pass
+
+
 ONE_BUG_MANY_SEARCHES = {
     "an event equal to one held is dropped": (DropsAnEventEqualToOneItHolds, "no-loss"),
     "a floor of 3 or more finds nothing": (HighFloorFindsNothing, "priority-floor"),
     "equal events dropped, fairness ignored": (DropsEqualEventsAndIgnoresFairness, "no-loss"),
+    "unfenced ack, fairness ignored": (UnfencedAckAndFairnessIgnored, "fencing"),
 }
 """Broken variants whose one bug disturbs many searches: one property fails, and each other
 search it disturbs decides its property with that bug taken as broken, or names it as the cause
-(SPEC.md C5).  The last has a second bug that this must not hide."""
+(SPEC.md C5).  The last two have a second bug that this must not hide."""
 
 
 # --- Broken only with the values a careless store mishandles (SPEC.md C13) -------------------

@@ -25,9 +25,11 @@ sys.path.insert(0, {tests!r})
 from broken import broken_backend
 from harel_ref.stateful import Capabilities
 
-_unfenced = broken_backend("unfenced ack")
-unfenced = _unfenced.factory
-unfenced.capabilities = _unfenced.capabilities
+# Two bugs: the shared search's second pass meets the one its first pass did not stop at, so
+# every focused search runs after it (SPEC.md C5).  Without priorities, routing keys, parking and
+# durability: fewer searches, the same paths.
+two_bugs = broken_backend("unfenced ack, fairness ignored").factory
+two_bugs.capabilities = Capabilities(priority=False, routing=False, parking=False, durable=False)
 
 _stores = {{}}
 
@@ -84,22 +86,23 @@ def _without_times(report) -> str:
     (threads are scheduled as they are)."""
     shown = repr([dataclasses.replace(v, seconds=0.0, evidence={k: n for k, n in v.evidence.items() if k != OVERLAP})
                   for v in report.verdicts])
-    return re.sub(r"[a-z0-9]+:[0-9a-f]{32}", "TOKEN", shown)
+    return re.sub(r"[a-z0-9]+:[0-9a-f]{6,32}", "TOKEN", shown)  # a token may be cut short where a text is
 
 
-@pytest.mark.parametrize("factory", ["unfenced", "fine"])
+@pytest.mark.parametrize("factory", ["two_bugs", "fine"])
 def test_a_run_with_jobs_gives_the_report_of_a_run_one_at_a_time(project, factory):
-    # unfenced: the shared search fails, and the focused searches run after it (SPEC.md C5)
+    # two_bugs: the shared search stops at one bug, its second pass meets the other, and every
+    # focused search runs after it, in the search processes; both properties fail, neither
+    # hidden by the other (SPEC.md C5).  fine: the shared search passes and stands for them.
     target = Target.from_spec(f"jobs_target:{factory}")
     serial = certify(target.factory, profile="quick/2", _target=target, jobs=1)
     plans = Plans()
     spread = certify(target.factory, profile="quick/2", _target=target, jobs=2, progress=plans)
     assert plans.plans[0].jobs == 2 and not plans.plans[0].jobs_note
-    expected = "failed" if factory == "unfenced" else "passed"
-    assert spread.verdict("fencing").verdict == expected  # failures, shrunk steps and all, compared too
-    assert spread.verdict("fifo").verdict == "passed"
-    shared = spread.verdict("fifo").reason.startswith("shared search: ")
-    assert shared == (factory == "fine"), spread.verdict("fifo").reason
+    failed = {v.property for v in spread.verdicts if v.verdict == "failed"}
+    assert failed == ({"fencing", "fairness"} if factory == "two_bugs" else set()), spread.to_markdown()
+    fifo = spread.verdict("fifo")  # failures, shrunk steps and all, compared below
+    assert fifo.verdict == "passed" and fifo.reason.startswith("shared search: ") == (factory == "fine"), fifo.reason
     assert _without_times(spread) == _without_times(serial)
     assert plans.told == [v.property for v in spread.verdicts]  # each verdict told once, in order
 

@@ -10,7 +10,9 @@ from pathlib import Path
 
 from harel_ref.certify import CONTRACT
 from harel_ref.certify._report import Failure
-from harel_ref.certify._verdicts import Searched, anothers, blame, consequences, sets_aside, verdicts
+from harel_ref.certify._verdicts import (
+    Searched, anothers, blame, consequences, left_undecided, sets_aside, shared_sets_aside, verdicts,
+)
 from harel_ref.stateful import FOCUS_RULES, RULES, Capabilities
 import harel_ref.stateful._facts as facts
 from harel_ref.stateful._facts import Fact
@@ -114,6 +116,28 @@ def test_a_search_sets_aside_only_what_cannot_count_against_its_own_property():
     known = explained(lost, "durability")
     assert facts.MISSED_CLAIMABLE in known and sets_aside(Fact(facts.MISSED_CLAIMABLE, "c"), known, "durability")
     assert not sets_aside(Fact(facts.MISSED_CLAIMABLE, "c", after=(facts.REOPENED,)), known, "durability")
+
+
+def test_the_shared_searchs_second_pass_stands_only_for_what_it_set_aside_cannot_count_against():
+    """With fencing taken as broken the shared search sets aside its facts, whatever came
+    before them, and a fact of a kind its bug explains (none: fencing explains nothing) or of
+    another's, never; it stands for no property one of them could count against (SPEC.md C5)."""
+    covers = LOCKSTEP
+    fencing = frozenset(["fencing"])
+    stale = Fact(facts.STALE_ACTED, "ack(lease)")
+    stepped = Fact(facts.STALE_ACTED, "ack(lease)", after=(facts.STEPPED_BACK,))
+    assert shared_sets_aside(stale, fencing, covers) and shared_sets_aside(stepped, fencing, covers)
+    assert not shared_sets_aside(Fact(facts.PASSED_OVER, "claim"), fencing, covers)
+    assert not shared_sets_aside(Fact(facts.RAISED, "ack(lease)"), fencing, covers)  # a fault never
+    assert not shared_sets_aside(stale, frozenset(), covers)  # the first pass sets nothing aside
+    assert left_undecided([stale], fencing, covers) == ()
+    assert left_undecided([stale, stepped], fencing, covers) == ("lease-expiry",)  # it blames what follows a step back
+    # no-loss's bug explains a group passed over: fairness, lease-expiry and parking (which
+    # explain or own it) are left to their own searches
+    lost = frozenset(["no-loss"])
+    passed_over = Fact(facts.PASSED_OVER, "claim")
+    assert shared_sets_aside(passed_over, lost, covers)
+    assert left_undecided([passed_over], lost, covers) == ("lease-expiry", "parking", "fairness")
 
 
 def test_the_verdicts_name_one_root_and_list_its_consequences():

@@ -97,7 +97,7 @@ from harel_ref.stateful.soak import soak as run_soak
 
 from ._jobs import SearchProcesses
 from ._report import ECHO, LEVELS, Failure, PropertyVerdict, Report
-from ._verdicts import Searched, anothers, blame, sets_aside, verdicts
+from ._verdicts import Searched, anothers, blame, left_undecided, sets_aside, shared_sets_aside, verdicts
 from ._memory import DEFAULT_MEMORY_LIMIT, MemoryLimitReached, memory_limit as limit_memory
 from ._reduce import replayed, without_steps
 from ._signals import STUCK_AFTER, describe, last_resort, raise_if_stopped, signals_deferred, stop_on_signals, stopping
@@ -266,7 +266,9 @@ class _Search:
     cut_short: bool = False
     shrink_cut: bool = False  # the shrink limit was reached
     set_aside: int = 0  # examples rejected at a fact of a bug already found (SPEC.md C5)
+    ended_at_echo: int = 0  # examples that met one only in their last checks (the drain, calls after close)
     echo: BaseException | None = None  # the first of those facts
+    aside_facts: dict[tuple, Fact] = dataclasses.field(default_factory=dict)  # one of each kind and cause
     found_at: float | None = None  # time.monotonic() when shrinking began
     first: BaseException | None = None  # the first divergence or crash seen, before shrinking
     error: BaseException | None = None
@@ -329,6 +331,11 @@ def _reject() -> None:
     reject()
 
 
+class _EndedAtEcho(Exception):
+    """An example met a fact of a bug already found only in its last checks, after every step
+    was judged: it counts as judged, and its teardown ends there (:func:`_watched`)."""
+
+
 class _Stop(KeyboardInterrupt):
     """Stops a search before its next example.  Hypothesis lets an interrupt through at once
     (anything else it would count as a failure, or as inconsistent data generation)."""
@@ -341,7 +348,9 @@ def _watched(machine: type, search: _Search, aside: Callable[[Fact], bool] = lam
     (if it has one) is told its namespace.  A divergence whose fact is ``aside`` (a fact of a bug
     already found, by the shared search or an earlier pass: :func:`_focused_passes`) sets its example
     aside (Hypothesis's ``reject``) and the search goes on: that bug is taken as known, and
-    shrinking it would only find it again (SPEC.md C5).  ``rejects``: a divergence another
+    shrinking it would only find it again (SPEC.md C5); met in the teardown's last checks (the
+    drain, the calls after close), after every step was judged, it ends the example as judged
+    instead (a bug of close meets every example there).  ``rejects``: a divergence another
     property owns than the first one's is rejected too; a replay outside Hypothesis
     (:func:`_without_steps`) leaves it to its caller."""
 
@@ -351,13 +360,17 @@ def _watched(machine: type, search: _Search, aside: Callable[[Fact], bool] = lam
         def __init__(self) -> None:
             search.next_example()
             self._crash: BaseException | None = None  # the call's error this example kept as the first
+            self._ending = False  # in the teardown's last checks
             super().__init__()
 
         def teardown(self):
+            self._ending = not self.in_step  # else a step failed: the teardown only cleans up
             try:
                 super().teardown()
             except _Discarded:
                 pass  # the StopTest it ran out of data with goes on up
+            except _EndedAtEcho:
+                search.ended_at_echo += 1
             finally:
                 tally(search.reached, self.reached)
                 search.clean += search.first is None
@@ -370,10 +383,13 @@ def _watched(machine: type, search: _Search, aside: Callable[[Fact], bool] = lam
                 super()._fail(*args, **kwargs)
             except Divergence as divergence:
                 if aside(divergence.fact):
-                    search.set_aside += 1
                     search.echo = search.echo or divergence
+                    search.aside_facts.setdefault((divergence.kind, divergence.fact.after), divergence.fact)
                     if search.first is self._crash:  # the call's error was filed as this fact
                         search.first = self._crash = None
+                    if self._ending:
+                        raise _EndedAtEcho from divergence
+                    search.set_aside += 1
                     _reject()
                 # a divergence the error was filed as (a stale release's error is stale-raised,
                 # R10) stands for it
@@ -453,18 +469,25 @@ def _run_search(machine: type, profile: Profile, run_seed: int, search: _Search,
                 continue
             search.error = exc
         except Exception as exc:  # a divergence, the transport raising, or Hypothesis giving up
-            search.error = _without_steps(machine, search, exc) if isinstance(exc, Divergence) else exc
+            search.error = _without_steps(machine, search, exc, aside) if isinstance(exc, Divergence) else exc
         return
 
 
-def _without_steps(machine: type, search: _Search, failure: Divergence) -> Divergence:
+def _without_steps(machine: type, search: _Search, failure: Divergence,
+                   aside: Callable[[Fact], bool] = lambda fact: False) -> Divergence:
     """``failure`` as Hypothesis shrank it, less the steps it does not need (SPEC.md C7,
-    :mod:`._reduce`): each replay is an example of the search, within its time."""
+    :mod:`._reduce`): each replay is an example of the search, within its time.  A replay that
+    meets a fact the search sets ``aside`` (a bug already found) does not count as failing."""
     steps = _steps(failure)
     if len(steps) < 3:
         return failure
     watched = _watched(machine, search, rejects=False)  # no Hypothesis test to reject in
-    return without_steps(failure, steps, lambda candidate: replayed(watched, candidate), stopped=(_Stop,))
+
+    def replay(candidate: list[str]) -> BaseException | None:
+        found = replayed(watched, candidate)
+        return None if isinstance(found, Divergence) and aside(found.fact) else found
+
+    return without_steps(failure, steps, replay, stopped=(_Stop,))
 
 
 def _run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed: int, search: _Search,
@@ -934,6 +957,7 @@ class _Found:
     earlier: int = 0
     reached: dict[str, int] = dataclasses.field(default_factory=dict)  # situations met (_properties)
     clean: int | None = None  # of a lockstep search that failed: its examples that ended before the failure
+    undecided: tuple[str, ...] = ()  # of a shared search that passed: the properties left to their own searches
 
 
 def _run_task(target: Target, context: dict[str, Any], task: _Task, started, event: Callable,
@@ -959,7 +983,7 @@ def _run_task(target: Target, context: dict[str, Any], task: _Task, started, eve
             event("started", task.prop)
             if task.kind in PROPERTIES:
                 return _focused_passes(target, context, task, share, limits, event, pool, began)
-            return _search_once(target, context, task, share, limits, event, pool)
+            return _shared_passes(target, context, task, share, limits, event, pool, began)
         if PROPERTIES[task.prop].search != "lockstep":  # no search of its own has started it (contention)
             event("started", task.prop)
         return _concurrent_passes(target, context, task, share, limits, event, pool, began)
@@ -995,6 +1019,39 @@ def _focused_passes(target: Target, context: dict[str, Any], task: _Task, share:
         known |= frozenset(failure.kind for failure in found.failures)
         event("found", _Found("unknown", "", time.monotonic() - began, 0, list(earlier), earlier=len(earlier)))
     raise AssertionError("unreachable")
+
+
+def _shared_passes(target: Target, context: dict[str, Any], task: _Task, share: float, limits: CallLimits,
+                   event: Callable, pool: BranchProcesses | None, began: float) -> _Found:
+    """The shared lockstep search, and, when it stopped at one property's bug, a second pass
+    with that property taken as broken: it sets aside the examples that meet its facts
+    (:func:`~._verdicts.shared_sets_aside`).  If the second pass passes, the search passes with
+    the first one's failure: it stands for the properties it covers but those its set-aside
+    facts could count against (``undecided``), whose own searches run.  If it finds anything,
+    it stops there, unshrunk, and the search is the first pass's failure: every focused search
+    runs, as it would have (SPEC.md C5).  In one machine a bug shows in more ways than the
+    table's ``explains`` says (routing keys split at commas make a claim pass a group over),
+    so what a second pass finds is no property's failure, only a sign to look closer.  The
+    second pass costs about two thirds of the focused searches it can make needless."""
+    first = _search_once(target, context, task, share, limits, event, pool)
+    covers = task.covers
+    broken = frozenset(blame(failure.fact, Searched(SHARED, covers, "failed")) for failure in first.failures)
+    if first.ended != "failed" or len(broken) != 1 or limits.broken is not None or any(
+            failure.kind in facts.FAULTS or failure.flaky for failure in first.failures):
+        return first
+    event("found", _Found("unknown", "", time.monotonic() - began, 0, list(first.failures),
+                          earlier=len(first.failures)))  # what a stop during the second pass reports
+    left = share - (time.monotonic() - began)  # the passes share the search's time
+    second = _search_once(target, context, task, left, limits, event, pool, earlier=first.failures,
+                          broken=broken, clean=first.clean)
+    seconds = time.monotonic() - began
+    if second.ended != "passed":
+        return dataclasses.replace(first, seconds=seconds)
+    reached = collections.Counter(first.reached)
+    tally(reached, second.reached)
+    return dataclasses.replace(
+        second, seconds=seconds, failures=first.failures, earlier=len(first.failures), reached=dict(reached),
+        clean=first.clean, reason=f"{second.reason} (searched again with {', '.join(broken)} taken as broken)")
 
 
 CONCURRENT_PASSES = 4
@@ -1069,19 +1126,25 @@ def _hypothesis_apart(home: str) -> Iterator[None]:
 
 def _search_once(target: Target, context: dict[str, Any], task: _Task, share: float, limits: CallLimits,
                  event: Callable, pool: BranchProcesses | None, ignore: frozenset[str] = frozenset(),
-                 earlier: Sequence[Failure] = ()) -> _Found:
+                 earlier: Sequence[Failure] = (), broken: frozenset[str] = frozenset(),
+                 clean: int | None = None) -> _Found:
     """One run of a lockstep or parallel search, with ``share`` seconds to search (and as
     many again to shrink a failure found in time).  ``ignore``: the kinds of fact earlier passes
     found, which the concurrent search no longer judges and a focused search sets aside with the
     shared search's (:func:`_focused_passes`); ``earlier``: the failures those passes found
-    (told with this one's, as found, see :meth:`_Certification.report`)."""
+    (told with this one's, as found, see :meth:`_Certification.report`).  ``broken``: the
+    property the second pass of the shared search takes as broken, after ``clean`` examples of
+    its first pass (:func:`_shared_passes`)."""
     began, kind, profile, caps = time.monotonic(), task.kind, context["profile"], target.capabilities
     lockstep = kind == SHARED or (kind in PROPERTIES and PROPERTIES[kind].search == "lockstep")
     shown = "lockstep" if kind in PROPERTIES and lockstep else kind
     total = profile.shared_examples if kind == SHARED else profile.max_examples if lockstep else profile.programs
     after_shared = (context.get("shared_clean") or 0) if task.standby else 0
     total = standby_examples(profile, after_shared) if after_shared else total
-    search = _Search(deadline=began + share, grace=share, limits=limits, shrink_limit=context["shrink_limit"],
+    if broken:  # the first pass's clean examples count, as a passed pass's would
+        total = max(math.ceil(total / 4), total - (clean or 0))
+    shrink_limit = 0.0 if broken else context["shrink_limit"]  # a second shared pass never shrinks
+    search = _Search(deadline=began + share, grace=share, limits=limits, shrink_limit=shrink_limit,
                      on_example=lambda done: event("searching", task.prop, shown, done, total))
 
     def found() -> None:  # the failure as found, for a report made while it is shrunk (a stopped run)
@@ -1089,11 +1152,15 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
         event("found", _Found("failed", "", time.monotonic() - began, search.examples, [*earlier, *failures],
                               earlier=len(earlier)))
 
-    search.on_found = found
+    search.on_found = None if broken else found  # what a second shared pass finds is never reported
     if lockstep:
         machine = focus_machine(target.factory, kind, caps, is_async=target.is_async)
-        known = explained(context.get("shared_kinds", frozenset()) | ignore, kind) if kind in PROPERTIES else frozenset()
-        _run_search(machine, profile, context["seed"], search, total, lambda fact: sets_aside(fact, known, kind))
+        if kind == SHARED:
+            aside = functools.partial(shared_sets_aside, broken=broken, covers=task.covers)
+        else:
+            known = explained(context.get("shared_kinds", frozenset()) | ignore, kind)
+            aside = functools.partial(sets_aside, known=known, prop=kind)
+        _run_search(machine, profile, context["seed"], search, total, aside)
     else:
         _run_parallel(target, caps, profile, context["seed"], search, judges=task.judges,
                       processes=pool, alternate=context["branches"] == "both", ignore=ignore)
@@ -1109,8 +1176,9 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
         reason = reason.replace("examples", "programs", 1)
     if after_shared and total < profile.max_examples and ended == "passed":
         reason += f", beside the shared search's {after_shared} before its failure (SPEC.md C5)"
+    undecided = left_undecided(list(search.aside_facts.values()), broken, task.covers) if ended == "passed" else ()
     return _Found(ended, reason, time.monotonic() - began, search.examples, failures, reached=dict(search.reached),
-                  clean=search.clean if search.first is not None else None)
+                  clean=search.clean if search.first is not None else None, undecided=undecided)
 
 
 def standby_examples(profile: Profile, shared_before: int) -> int:
@@ -1223,20 +1291,22 @@ class _Certification:
 
     def shared_ended(self) -> list[int]:
         """Once the shared search has ended: the standby searches to run now (all of them,
-        unless it passed; those it made needless are recorded as found)."""
+        unless it passed; then those of the properties it left undecided, and those it made
+        needless are recorded as found)."""
+        wanted = list(self.standby)
         if self.shared_passed():
-            for number in self.standby:
+            undecided = self.found[self.shared].undecided
+            wanted = [number for number in self.standby if self.tasks[number].prop in undecided]
+            for number in set(self.standby) - set(wanted):
                 self.found[number] = _Found("covered", "the shared search passed", 0.0, 0)
-            return []
-        self.context["budgeted"] += len(self.standby)  # their share of a time budget
-        if self.shared in self.found:  # the bugs it found, for the standby searches to set aside (_watched)
+        self.context["budgeted"] += len(wanted)  # their share of a time budget
+        if self.shared in self.found and wanted:  # the bugs it found, for them to set aside (_watched)
             covers = self.tasks[self.shared].covers  # a fact it blamed on another (after a reopen) is no bug of its kind's
             self.context["shared_kinds"] = frozenset(
                 f.kind for f in self.found[self.shared].failures
                 if blame(f.fact, Searched(SHARED, covers, "failed")) in owners(frozenset([f.kind])))
-            if self.found[self.shared].ended == "failed":  # its clean examples count for theirs
-                self.context["shared_clean"] = self.found[self.shared].clean
-        return list(self.standby)
+            self.context["shared_clean"] = self.found[self.shared].clean  # its clean examples count for theirs
+        return wanted
 
     # --- verdicts ---------------------------------------------------------------------------
 
@@ -1261,7 +1331,7 @@ class _Certification:
                 found = _Found("unknown", f"{how}: {why}" if why else how, 0.0, 0)
             searched.append(Searched(task.kind, task.covers, found.ended, found.reason, found.seconds,
                                      found.examples, tuple(found.failures), found.reached,
-                                     stopped_at=tuple(found.failures[found.earlier:])))
+                                     stopped_at=tuple(found.failures[found.earlier:]), undecided=found.undecided))
         return searched
 
     def verdicts(self, why: str | None = None) -> dict[str, PropertyVerdict]:
@@ -1409,10 +1479,10 @@ def _ended(search_name: str, search: _Search, target: Target, profile: Profile, 
 
 def _beside_echo(search_name: str, search: _Search, target: Target, profile: Profile, run_seed: int,
                  branches: str) -> tuple[str, str, list[Failure]]:
-    """How a focused search ended that found nothing of its own but set examples aside at a bug
-    found before (SPEC.md C5): passed, if it ran to its end (its examples judged, or as many set
-    aside) and judged at least a quarter of the examples it was asked for; else stopped at that
-    bug, unshrunk: its echo."""
+    """How a search ended that found nothing new but met a bug found before (SPEC.md C5):
+    passed, if it ran to its end (its examples judged, or as many set aside) and judged at
+    least a quarter of the examples it was asked for; else stopped at that bug, unshrunk: its
+    echo.  An example that met it only in its last checks counts as judged."""
     judged = search.examples - search.set_aside
     if search.cut_short and judged >= search.wanted / 4:
         return "unknown", (f"cut short by the time budget after {search.examples} examples, {search.set_aside} "
@@ -1421,8 +1491,10 @@ def _beside_echo(search_name: str, search: _Search, target: Target, profile: Pro
         echo = _failure(search_name, search.echo, False, target, profile, run_seed, branches)
         return "failed", f"met it in {search.set_aside} of its {search.examples} examples", \
             [dataclasses.replace(echo, unshrunk=ECHO)]
-    return "passed", (f"{judged} examples, none diverged; {search.set_aside} more set aside: they met "
-                      f"{search.echo.kind}, a fact of {owner(search.echo.kind)}'s, found before"), []
+    how = [f"{search.set_aside} more set aside"] * bool(search.set_aside) + [
+        f"{search.ended_at_echo} of them ended at it in their last checks"] * bool(search.ended_at_echo)
+    return "passed", (f"{judged} examples, none diverged; {', '.join(how)}: they met {search.echo.kind}, a fact "
+                      f"of {owner(search.echo.kind)}'s, found before"), []
 
 
 def _failure(search_name: str, error: BaseException, flaky: bool, target: Target, profile: Profile, run_seed: int,

@@ -40,7 +40,7 @@ from harel_ref.stateful._properties import PROPERTIES, SHARED, SIZES, drawn, evi
 
 from ._report import Failure, PropertyVerdict
 
-__all__ = ["Searched", "anothers", "blame", "consequences", "sets_aside", "verdicts"]
+__all__ = ["Searched", "anothers", "blame", "consequences", "left_undecided", "sets_aside", "shared_sets_aside", "verdicts"]
 
 
 @dataclass(frozen=True)
@@ -65,6 +65,7 @@ class Searched:
     failures: tuple[Failure, ...] = ()
     reached: Mapping[str, int] = field(default_factory=dict)
     stopped_at: tuple[Failure, ...] | None = None  # None: all its failures, when it ended "failed"
+    undecided: tuple[str, ...] = ()  # of a shared search that passed: what it set aside left these to their own
 
     def stopped(self) -> tuple[Failure, ...]:
         """The failures it stopped at (none unless it ended "failed")."""
@@ -74,8 +75,9 @@ class Searched:
 
     def decides(self, prop: str) -> bool:
         """Whether this search stands for ``prop``'s verdict: a shared lockstep search only when
-        it passed (else the focused searches ran and decide), a search never run not at all."""
-        if prop not in self.covers or self.ended == "covered":
+        it passed (else the focused searches ran and decide), and not for a property it left
+        ``undecided``; a search never run not at all."""
+        if prop not in self.covers or self.ended == "covered" or prop in self.undecided:
             return False
         return self.search != SHARED or self.ended == "passed"
 
@@ -114,6 +116,31 @@ def sets_aside(fact: Fact, known: frozenset[str], prop: str) -> bool:
     (:func:`~harel_ref.stateful._properties.explained`) are another bug's: of such a kind, and
     counting against another property all the same (not after a step ``prop`` blames)."""
     return fact.kind in known and anothers(fact, prop)
+
+
+def shared_sets_aside(fact: Fact, broken: frozenset[str], covers: tuple[str, ...]) -> bool:
+    """Whether the shared search, searching again with the properties ``broken`` taken as broken
+    (SPEC.md C5), sets aside an example at ``fact``: one that counts against one of them, or of
+    a kind their bugs own or explain, whatever came before it; never a fault.  Whom else such a
+    fact could count against is left to their own searches (:func:`left_undecided`)."""
+    if fact.kind in FAULTS:
+        return False
+    kinds = frozenset().union(*(PROPERTIES[prop].owns | PROPERTIES[prop].explains for prop in broken))
+    return fact.kind in kinds or blame(fact, Searched(SHARED, covers, "failed")) in broken
+
+
+def left_undecided(aside: Sequence[Fact], broken: frozenset[str], covers: tuple[str, ...]) -> tuple[str, ...]:
+    """The properties a shared search that passed after setting aside examples at the facts
+    ``aside`` does not stand for: those it covers, not taken as ``broken``, that one of them
+    could count against (by its kind, a kind they explain, or what came before it).  A bug of
+    theirs could have shown only as such a fact, so their own searches decide them, as after a
+    shared search that failed (SPEC.md C5)."""
+    searched = Searched(SHARED, covers, "failed")
+    could = set()
+    for fact in aside:
+        could |= {prop for prop in covers if fact.kind in PROPERTIES[prop].owns | PROPERTIES[prop].explains}
+        could.add(blame(fact, searched))
+    return tuple(prop for prop in covers if prop in could and prop not in broken)
 
 
 def consequences(failed: Mapping[str, Sequence[Fact]]) -> dict[str, str]:
