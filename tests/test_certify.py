@@ -1,6 +1,7 @@
 """The certifier's engine and Python API: a verdict per property, the right property failing,
 counterexamples that replay, capabilities that gate, budgets that cut short."""
 
+import dataclasses
 import json
 import os
 import re
@@ -129,7 +130,7 @@ def test_one_broken_property_leaves_the_others_passed():
     # the shared search found fencing's bug, searched again with fencing taken as broken, and
     # stands for what the examples it set aside could not count against (SPEC.md C5)
     fifo = report.verdict("fifo").reason
-    assert fifo.startswith("shared search: ") and "(searched again with fencing taken as broken)" in fifo, fifo
+    assert fifo.startswith("shared search: ") and "(searched again with fencing taken as broken, after " in fifo, fifo
     # those they could (a stale ack after the clock stepped back is lease-expiry's to blame)
     # were left to their own searches, which count the shared search's clean examples
     own = [v for v in report.verdicts if v.verdict == "passed" and not v.reason.startswith("shared search: ")
@@ -138,6 +139,16 @@ def test_one_broken_property_leaves_the_others_passed():
         report.to_markdown()
     quick = Profile.named("quick")  # 50 examples: less one for every four of the shared search's, 13 at least
     assert [standby_examples(quick, before) for before in (0, 3, 8, 400)] == [50, 50, 48, 13]
+
+
+def test_a_bug_every_drain_meets_leaves_the_calls_after_close_unjudged():
+    """Every drain ends with a phantom lease (no-loss's bug) before the calls after close(),
+    which raise errors that do not say so (close's).  close's search sets aside the examples
+    whose drain met the phantom: they never reach their calls after close(), so close is not
+    passed on them (it was, when any known fact in the teardown ended its example as judged)."""
+    backend = broken_backend("a phantom on empty, closed without saying")
+    report = certify(backend.factory, backend.capabilities, profile="quick", properties=["close"])
+    assert report.verdict("close").verdict != "passed", report.to_markdown()
 
 
 def test_one_bug_fails_one_property_and_the_searches_it_disturbed_go_on_without_it():
@@ -155,8 +166,7 @@ def test_one_bug_fails_one_property_and_the_searches_it_disturbed_go_on_without_
     decided = [p for p in ("fairness", "routing", "close") if made[p].verdict == "passed"]
     for prop in ("fairness", "routing", "close"):
         if prop in decided:
-            reason = made[prop].reason  # examples set aside, or judged up to their last checks
-            assert re.search(r"(more set aside|in their last checks): they met", reason) and "taken as broken" in reason
+            assert "more set aside: they met" in made[prop].reason and "taken as broken" in made[prop].reason
         else:
             assert made[prop].verdict == "unknown" and made[prop].reason.startswith("a consequence of no-loss's failure")
             assert prop in made["no-loss"].consequences
@@ -195,16 +205,20 @@ def test_a_stale_release_that_raises_fails_fencing_alone():
     search made the call: before, the shared search gave it to the first property whose rules
     nack (fifo), as it found harel's SQS stale receipt handle."""
     backend = broken_backend("a stale ack or nack raises")
-    report = certify(backend.factory, backend.capabilities, profile="quick")
+    # without priorities, routing keys and parking, whose searches nack no stale lease: the
+    # shared search still covers every property that applies (SPEC.md C5), at two thirds the cost
+    caps = dataclasses.replace(backend.capabilities, priority=False, routing=False, parking=False)
+    report = certify(backend.factory, caps, profile="quick")
     assert [v.property for v in report.verdicts if v.verdict == "failed"] == ["fencing"], report.to_markdown()
     assert report.verdict("fencing").failure.kind == facts.STALE_RAISED
     # a search that met the bug too (durability's, which nacks stale leases after a reopen) is
     # unknown as its consequence, never failed; the others passed
-    for v in report.verdicts:
+    applicable = [v for v in report.verdicts if v.verdict != "not applicable"]
+    for v in applicable:
         if v.property != "fencing":
             assert v.verdict == "passed" or (v.verdict == "unknown" and v.reason.startswith(
                 "a consequence of fencing's failure")), report.to_markdown()
-    assert sum(v.verdict == "passed" for v in report.verdicts) >= len(PROPERTIES) - 3, report.to_markdown()
+    assert sum(v.verdict == "passed" for v in applicable) >= len(applicable) - 3, report.to_markdown()
 
 
 # --- the shared lockstep search (SPEC.md C5) ---------------------------------------------------

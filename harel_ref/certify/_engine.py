@@ -97,7 +97,9 @@ from harel_ref.stateful.soak import soak as run_soak
 
 from ._jobs import SearchProcesses
 from ._report import ECHO, LEVELS, Failure, PropertyVerdict, Report
-from ._verdicts import Searched, anothers, blame, left_undecided, sets_aside, shared_sets_aside, verdicts
+from ._verdicts import (
+    Searched, anothers, blame, left_undecided, sets_aside, shared_sets_aside, unexplained, verdicts,
+)
 from ._memory import DEFAULT_MEMORY_LIMIT, MemoryLimitReached, memory_limit as limit_memory
 from ._reduce import replayed, without_steps
 from ._signals import STUCK_AFTER, describe, last_resort, raise_if_stopped, signals_deferred, stop_on_signals, stopping
@@ -266,8 +268,9 @@ class _Search:
     cut_short: bool = False
     shrink_cut: bool = False  # the shrink limit was reached
     set_aside: int = 0  # examples rejected at a fact of a bug already found (SPEC.md C5)
-    ended_at_echo: int = 0  # examples that met one only in their last checks (the drain, calls after close)
+    ended_at_echo: int = 0  # judged examples that met one only in their calls after close()
     echo: BaseException | None = None  # the first of those facts
+    ended_echo: BaseException | None = None  # the first met only in the calls after close()
     aside_facts: dict[tuple, Fact] = dataclasses.field(default_factory=dict)  # one of each kind and cause
     found_at: float | None = None  # time.monotonic() when shrinking began
     first: BaseException | None = None  # the first divergence or crash seen, before shrinking
@@ -348,9 +351,9 @@ def _watched(machine: type, search: _Search, aside: Callable[[Fact], bool] = lam
     (if it has one) is told its namespace.  A divergence whose fact is ``aside`` (a fact of a bug
     already found, by the shared search or an earlier pass: :func:`_focused_passes`) sets its example
     aside (Hypothesis's ``reject``) and the search goes on: that bug is taken as known, and
-    shrinking it would only find it again (SPEC.md C5); met in the teardown's last checks (the
-    drain, the calls after close), after every step was judged, it ends the example as judged
-    instead (a bug of close meets every example there).  ``rejects``: a divergence another
+    shrinking it would only find it again (SPEC.md C5); met in the teardown's last checks, the
+    calls after close(), after every step and the drain were judged, it ends the example as
+    judged instead (a bug of close meets every example there).  ``rejects``: a divergence another
     property owns than the first one's is rejected too; a replay outside Hypothesis
     (:func:`_without_steps`) leaves it to its caller."""
 
@@ -360,11 +363,14 @@ def _watched(machine: type, search: _Search, aside: Callable[[Fact], bool] = lam
         def __init__(self) -> None:
             search.next_example()
             self._crash: BaseException | None = None  # the call's error this example kept as the first
-            self._ending = False  # in the teardown's last checks
+            self._ending = False  # in the teardown's last checks, the calls after close()
             super().__init__()
 
+        def _check_close(self):
+            self._ending = True  # every step and the drain were judged
+            super()._check_close()
+
         def teardown(self):
-            self._ending = not self.in_step  # else a step failed: the teardown only cleans up
             try:
                 super().teardown()
             except _Discarded:
@@ -383,12 +389,13 @@ def _watched(machine: type, search: _Search, aside: Callable[[Fact], bool] = lam
                 super()._fail(*args, **kwargs)
             except Divergence as divergence:
                 if aside(divergence.fact):
-                    search.echo = search.echo or divergence
                     search.aside_facts.setdefault((divergence.kind, divergence.fact.after), divergence.fact)
                     if search.first is self._crash:  # the call's error was filed as this fact
                         search.first = self._crash = None
                     if self._ending:
+                        search.ended_echo = search.ended_echo or divergence
                         raise _EndedAtEcho from divergence
+                    search.echo = search.echo or divergence
                     search.set_aside += 1
                     _reject()
                 # a divergence the error was filed as (a stale release's error is stale-raised,
@@ -1023,8 +1030,9 @@ def _focused_passes(target: Target, context: dict[str, Any], task: _Task, share:
 
 def _shared_passes(target: Target, context: dict[str, Any], task: _Task, share: float, limits: CallLimits,
                    event: Callable, pool: BranchProcesses | None, began: float) -> _Found:
-    """The shared lockstep search, and, when it stopped at one property's bug, a second pass
-    with that property taken as broken: it sets aside the examples that meet its facts
+    """The shared lockstep search, and, when it stopped at one property's bug (a fact that counts
+    against it whatever else is found: :func:`~._verdicts.unexplained`), a second pass with that
+    property taken as broken: it sets aside the examples that meet its facts
     (:func:`~._verdicts.shared_sets_aside`).  If the second pass passes, the search passes with
     the first one's failure: it stands for the properties it covers but those its set-aside
     facts could count against (``undecided``), whose own searches run.  If it finds anything,
@@ -1035,9 +1043,9 @@ def _shared_passes(target: Target, context: dict[str, Any], task: _Task, share: 
     second pass costs about two thirds of the focused searches it can make needless."""
     first = _search_once(target, context, task, share, limits, event, pool)
     covers = task.covers
-    broken = frozenset(blame(failure.fact, Searched(SHARED, covers, "failed")) for failure in first.failures)
-    if first.ended != "failed" or len(broken) != 1 or limits.broken is not None or any(
-            failure.kind in facts.FAULTS or failure.flaky for failure in first.failures):
+    broken = frozenset(owner(failure.kind) for failure in first.failures)
+    if first.ended != "failed" or len(broken) != 1 or limits.broken is not None or not all(
+            unexplained(failure.fact, covers) and not failure.flaky for failure in first.failures):
         return first
     event("found", _Found("unknown", "", time.monotonic() - began, 0, list(first.failures),
                           earlier=len(first.failures)))  # what a stop during the second pass reports
@@ -1051,7 +1059,8 @@ def _shared_passes(target: Target, context: dict[str, Any], task: _Task, share: 
     tally(reached, second.reached)
     return dataclasses.replace(
         second, seconds=seconds, failures=first.failures, earlier=len(first.failures), reached=dict(reached),
-        clean=first.clean, reason=f"{second.reason} (searched again with {', '.join(broken)} taken as broken)")
+        clean=first.clean, reason=f"{second.reason} (searched again with {', '.join(broken)} taken as broken, after "
+                                  f"{first.clean} examples before its failure)")
 
 
 CONCURRENT_PASSES = 4
@@ -1456,7 +1465,7 @@ def _ended(search_name: str, search: _Search, target: Target, profile: Profile, 
     """How the search ``search_name`` (a property's own, ``"shared"`` or ``"concurrent"``)
     ended, why, and the failure it found (one: SPEC.md C7; a flaky one comes in a group)."""
     exc = search.outcome()  # unshrunk when time ran out, or the transport broke, while shrinking
-    if search.echo is not None and search.first is None and search.limits.broken is None \
+    if (search.echo or search.ended_echo) is not None and search.first is None and search.limits.broken is None \
             and (exc is None or isinstance(exc, HypothesisException)):
         return _beside_echo(search_name, search, target, profile, run_seed, branches)
     if exc is None:
@@ -1482,19 +1491,22 @@ def _beside_echo(search_name: str, search: _Search, target: Target, profile: Pro
     """How a search ended that found nothing new but met a bug found before (SPEC.md C5):
     passed, if it ran to its end (its examples judged, or as many set aside) and judged at
     least a quarter of the examples it was asked for; else stopped at that bug, unshrunk: its
-    echo.  An example that met it only in its last checks counts as judged."""
+    echo.  An example that met it only in its calls after close() counts as judged."""
     judged = search.examples - search.set_aside
     if search.cut_short and judged >= search.wanted / 4:
-        return "unknown", (f"cut short by the time budget after {search.examples} examples, {search.set_aside} "
-                           f"of them set aside at {search.echo.kind}"), []
+        aside = f", {search.set_aside} of them set aside at {search.echo.kind}" if search.echo else ""
+        return "unknown", f"cut short by the time budget after {search.examples} examples{aside}", []
     if search.cut_short or search.error is not None or judged < search.wanted / 4:
-        echo = _failure(search_name, search.echo, False, target, profile, run_seed, branches)
+        echo = _failure(search_name, search.echo or search.ended_echo, False, target, profile, run_seed, branches)
         return "failed", f"met it in {search.set_aside} of its {search.examples} examples", \
             [dataclasses.replace(echo, unshrunk=ECHO)]
-    how = [f"{search.set_aside} more set aside"] * bool(search.set_aside) + [
-        f"{search.ended_at_echo} of them ended at it in their last checks"] * bool(search.ended_at_echo)
-    return "passed", (f"{judged} examples, none diverged; {', '.join(how)}: they met {search.echo.kind}, a fact "
-                      f"of {owner(search.echo.kind)}'s, found before"), []
+    reason = f"{judged} examples, none diverged"
+    if search.set_aside:
+        reason += (f"; {search.set_aside} more set aside: they met {search.echo.kind}, a fact of "
+                   f"{owner(search.echo.kind)}'s, found before")
+    if search.ended_at_echo:
+        reason += f"; in {search.ended_at_echo} of them the calls after close() met a bug found before"
+    return "passed", reason, []
 
 
 def _failure(search_name: str, error: BaseException, flaky: bool, target: Target, profile: Profile, run_seed: int,

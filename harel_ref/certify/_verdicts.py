@@ -40,7 +40,8 @@ from harel_ref.stateful._properties import PROPERTIES, SHARED, SIZES, drawn, evi
 
 from ._report import Failure, PropertyVerdict
 
-__all__ = ["Searched", "anothers", "blame", "consequences", "left_undecided", "sets_aside", "shared_sets_aside", "verdicts"]
+__all__ = ["Searched", "anothers", "blame", "consequences", "left_undecided", "sets_aside", "shared_sets_aside", "unexplained",
+           "verdicts"]
 
 
 @dataclass(frozen=True)
@@ -116,6 +117,18 @@ def sets_aside(fact: Fact, known: frozenset[str], prop: str) -> bool:
     (:func:`~harel_ref.stateful._properties.explained`) are another bug's: of such a kind, and
     counting against another property all the same (not after a step ``prop`` blames)."""
     return fact.kind in known and anothers(fact, prop)
+
+
+def unexplained(fact: Fact, covers: tuple[str, ...]) -> bool:
+    """Whether ``fact``, found by the shared search, counts against the property that owns its
+    kind whatever else is found: no fault, nothing before it that another property blames, and
+    no other property it covers explains its kind.  Only then may the shared search search again
+    with that property taken as broken (SPEC.md C5): a fact another's bug explains (a group
+    passed over, which a lost message also makes) may be that bug's echo, and the searches of
+    the properties that could be its cause must run."""
+    if fact.kind in FAULTS or blame(fact, Searched(SHARED, covers, "failed")) != owner(fact.kind):
+        return False
+    return not any(fact.kind in PROPERTIES[prop].explains for prop in covers)
 
 
 def shared_sets_aside(fact: Fact, broken: frozenset[str], covers: tuple[str, ...]) -> bool:
