@@ -1180,6 +1180,16 @@ class PanicsOnNack(InMemoryTransport):
         raise PanicException("called `Option::unwrap()` on a `None` value")
 
 
+class PanicsOnNackWhileOpen(InMemoryTransport):
+    """nack panics while the transport is open; after close() it says so, as it should.  A
+    default run's shared search stops at the panic, owned by no property."""
+
+    def nack(self, lease, delay=0):
+        if not self._closed:
+            raise PanicException("called `Option::unwrap()` on a `None` value")
+        return super().nack(lease, delay)
+
+
 RELEASE_HUNG = threading.Event()
 """Set by a test when it is done, so the threads abandoned in hung calls end."""
 

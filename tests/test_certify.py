@@ -539,6 +539,19 @@ def test_a_transport_that_panics_hangs_or_kills_its_thread_fails_the_property_se
         assert HUNG_NACKS == {cls.__name__: 1}, HUNG_NACKS
 
 
+def test_a_fault_the_shared_search_stops_at_leaves_every_property_to_its_own_search():
+    """A panic is no property's fact: the shared search that stops at it makes no second pass
+    (it raised KeyError looking for the panic's owner, and the run ended with every verdict
+    unknown), and the focused searches decide (SPEC.md C5)."""
+    from broken import PanicsOnNackWhileOpen, _memory_factory
+
+    caps = Capabilities(priority=False, routing=False, parking=False)
+    report = certify(_memory_factory(PanicsOnNackWhileOpen), caps, profile=SMALL)
+    assert report.verdict("fifo").verdict == "failed", report.to_markdown()
+    assert report.verdict("fifo").failure.kind == facts.PANICKED
+    assert "unknown" not in _verdicts(report).values(), report.to_markdown()
+
+
 @pytest.mark.skipif(sys.platform != "linux", reason="the worker processes are spawned and signalled the Linux way")
 def test_a_branch_process_that_segfaults_fails_the_search_and_the_run_goes_on(tmp_path, monkeypatch):
     from broken import segfaults_in_a_branch_process

@@ -1043,9 +1043,11 @@ def _shared_passes(target: Target, context: dict[str, Any], task: _Task, share: 
     second pass costs about two thirds of the focused searches it can make needless."""
     first = _search_once(target, context, task, share, limits, event, pool)
     covers = task.covers
-    broken = frozenset(owner(failure.kind) for failure in first.failures)
-    if first.ended != "failed" or len(broken) != 1 or limits.broken is not None or not all(
+    if first.ended != "failed" or limits.broken is not None or not all(
             unexplained(failure.fact, covers) and not failure.flaky for failure in first.failures):
+        return first  # a fault (owned by no property) among them, or a fact another's bug explains
+    broken = frozenset(owner(failure.kind) for failure in first.failures)
+    if len(broken) != 1:
         return first
     event("found", _Found("unknown", "", time.monotonic() - began, 0, list(first.failures),
                           earlier=len(first.failures)))  # what a stop during the second pass reports
