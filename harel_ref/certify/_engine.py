@@ -1040,7 +1040,8 @@ def _shared_passes(target: Target, context: dict[str, Any], task: _Task, share: 
     runs, as it would have (SPEC.md C5).  In one machine a bug shows in more ways than the
     table's ``explains`` says (routing keys split at commas make a claim pass a group over),
     so what a second pass finds is no property's failure, only a sign to look closer.  The
-    second pass costs about two thirds of the focused searches it can make needless."""
+    second pass costs about two thirds of the focused searches it can make needless ("unfenced
+    ack" at standard: 35 s to the report instead of 47 s)."""
     first = _search_once(target, context, task, share, limits, event, pool)
     covers = task.covers
     if first.ended != "failed" or limits.broken is not None or not all(
