@@ -335,8 +335,9 @@ def _reject() -> None:
 
 
 class _EndedAtEcho(Exception):
-    """An example met a fact of a bug already found only in its last checks, after every step
-    was judged: it counts as judged, and its teardown ends there (:func:`_watched`)."""
+    """An example met a fact of a bug already found only in its calls after close(), once every
+    step and the drain were judged: it counts as judged, and its teardown ends there
+    (:func:`_watched`)."""
 
 
 class _Stop(KeyboardInterrupt):
@@ -1188,7 +1189,9 @@ def _search_once(target: Target, context: dict[str, Any], task: _Task, share: fl
         reason = reason.replace("examples", "programs", 1)
     if after_shared and total < profile.max_examples and ended == "passed":
         reason += f", beside the shared search's {after_shared} before its failure (SPEC.md C5)"
-    undecided = left_undecided(list(search.aside_facts.values()), broken, task.covers) if ended == "passed" else ()
+    # only a shared search stands for properties other than its own search's
+    shared_passed = kind == SHARED and ended == "passed"
+    undecided = left_undecided(list(search.aside_facts.values()), broken, task.covers) if shared_passed else ()
     return _Found(ended, reason, time.monotonic() - began, search.examples, failures, reached=dict(search.reached),
                   clean=search.clean if search.first is not None else None, undecided=undecided)
 
