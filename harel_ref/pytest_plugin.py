@@ -88,7 +88,7 @@ def pytest_configure(config: pytest.Config) -> None:
     if not _active(config):
         return
     from harel_ref.certify import CertificationError
-    from harel_ref.certify._engine import preflight
+    from harel_ref.certify._certify import preflight
     from harel_ref.certify._target import Target, parse_capabilities, scratch_directory
 
     try:

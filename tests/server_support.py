@@ -8,7 +8,7 @@ import os
 import pytest
 
 from harel_ref.certify import certify
-from harel_ref.certify._engine import Profile
+from harel_ref.certify._profiles import Profile
 from harel_ref.certify._target import Target
 
 CONCURRENT = ["single-in-flight", "fencing", "no-loss", "contention"]

@@ -27,7 +27,7 @@ import time
 from collections.abc import Callable
 
 from harel_ref import _cli
-from harel_ref.certify import _engine, _report
+from harel_ref.certify import _certify, _driver, _engine, _report
 from harel_ref.stateful import soak
 
 POINTS = ("first-property", "between-verdicts", "last-property", "soak", "shrinking", "found", "closing", "report",
@@ -101,11 +101,11 @@ def _arm(point: str, signum: int, how: str) -> None:
     elif point == "soak":  # as the soak opens its first transport
         _before(soak, "open_transport", lambda *args: True, send)
     elif point == "shrinking":  # as a search that found a failure starts its first shrink step
-        _before(_engine._Search, "next_example", lambda search: search.first is not None, send)
+        _before(_driver.Search, "next_example", lambda search: search.first is not None, send)
     elif point == "found":  # as the certifying process hears that a search found a failure (wherever it runs)
-        _after(_engine._Certification, "event", lambda self, number, name, *args: name == "found", send)
+        _after(_engine.Certification, "event", lambda self, number, name, *args: name == "found", send)
     elif point == "closing":  # as the certifier ends its processes, after the searches
-        _before(_engine, "_close_all", lambda *args: True, send)
+        _before(_certify, "_close_all", lambda *args: True, send)
     elif point == "report":
         _before(_report.Report, "write", lambda *args: True, send)
     elif point == "clean-up":
@@ -113,7 +113,7 @@ def _arm(point: str, signum: int, how: str) -> None:
     else:
         raise SystemExit(f"unknown point {point!r}; choose from {POINTS}")
     if how == "twice" and point != "closing":
-        _before(_engine, "_close_all", lambda *args: True, lambda: os.kill(os.getpid(), signum))
+        _before(_certify, "_close_all", lambda *args: True, lambda: os.kill(os.getpid(), signum))
 
 
 if __name__ == "__main__":

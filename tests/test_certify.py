@@ -122,7 +122,7 @@ def test_a_failure_whose_shrinking_reaches_the_shrink_limit_is_shown_as_found_an
 
 
 def test_one_broken_property_leaves_the_others_passed():
-    from harel_ref.certify._engine import standby_examples
+    from harel_ref.certify._profiles import standby_examples
 
     backend = broken_backend("unfenced ack")
     report = certify(backend.factory, backend.capabilities, profile="quick")
@@ -232,8 +232,9 @@ def _replays(failure, factory) -> Divergence:
 
 
 def test_a_passing_shared_search_stands_for_the_focused_ones_and_reaches_what_they_reach(tmp_path):
-    from harel_ref.certify._engine import PROFILES as ENGINE_PROFILES
-    from harel_ref.certify._engine import _hypothesis_apart, _run_search, _Search, focus_machine
+    from harel_ref.certify._profiles import PROFILES as ENGINE_PROFILES
+    from harel_ref.certify._driver import hypothesis_apart, run_search, Search
+    from harel_ref.certify._focus import focus_machine
 
     backend = load("memory")(None)
     report = certify(backend.factory, backend.capabilities, profile="quick")
@@ -249,9 +250,9 @@ def test_a_passing_shared_search_stands_for_the_focused_ones_and_reaches_what_th
     for prop in lockstep:
         verdict = report.verdict(prop)
         assert verdict.reason.startswith("shared search: "), verdict.reason
-        own = _Search(deadline=time.monotonic() + 600, grace=0.0)  # what its focused search reaches
-        with _hypothesis_apart(str(tmp_path)):
-            _run_search(focus_machine(backend.factory, prop, backend.capabilities), quick, 0, own)
+        own = Search(deadline=time.monotonic() + 600, grace=0.0)  # what its focused search reaches
+        with hypothesis_apart(str(tmp_path)):
+            run_search(focus_machine(backend.factory, prop, backend.capabilities), quick, 0, own)
         assert own.outcome() is None
         for situation in PROPERTIES[prop].evidence:
             # Reached, not as often: since the values of SPEC.md C13 the shared search reaches a
@@ -297,8 +298,9 @@ def test_a_bug_only_the_shared_search_sees_fails_its_property():
 
 
 def test_a_fault_in_the_shared_search_counts_against_the_first_property_that_makes_its_step():
-    from harel_ref.certify._engine import PROFILES as ENGINE_PROFILES
-    from harel_ref.certify._engine import _ended, _Search
+    from harel_ref.certify._profiles import PROFILES as ENGINE_PROFILES
+    from harel_ref.certify._entries import how_ended
+    from harel_ref.certify._driver import Search
     from harel_ref.certify._target import Target
     from harel_ref.stateful._properties import SHARED
 
@@ -313,7 +315,7 @@ def test_a_fault_in_the_shared_search_counts_against_the_first_property_that_mak
         Machine().reopen()
     except RuntimeError as exc:
         error = exc
-    ended, _, (failure,) = _ended(SHARED, _Search(deadline=0.0, grace=0.0, error=error), target,
+    ended, _, (failure,) = how_ended(SHARED, Search(deadline=0.0, grace=0.0, error=error), target,
                                   ENGINE_PROFILES["quick"], 0)
     assert ended == "failed"
     assert (failure.found_by, failure.kind, failure.fact.rule) == ("shared", facts.RAISED, "reopen")
@@ -323,7 +325,7 @@ def test_a_fault_in_the_shared_search_counts_against_the_first_property_that_mak
 
 def test_a_transport_that_acks_by_seq_has_no_shared_search():
     from harel_ref.certify import focus_machine
-    from harel_ref.certify._engine import shared_properties
+    from harel_ref.certify._focus import shared_properties
 
     by_seq = Capabilities(acks="by-seq")
     assert shared_properties(by_seq) == ()
@@ -582,16 +584,16 @@ def test_a_stopped_certification_raises_with_the_verdicts_so_far():
 
 
 def test_a_failure_of_the_certifier_itself_raises_with_the_verdicts_so_far(monkeypatch):
-    from harel_ref.certify import _engine
+    from harel_ref.certify import _passes
 
-    ended = _engine._ended
+    ended = _passes.how_ended
 
     def ended_fails_for_close(search, *args, **kwargs):
         if search == "close":
             raise RuntimeError("a bug in the certifier")
         return ended(search, *args, **kwargs)
 
-    monkeypatch.setattr(_engine, "_ended", ended_fails_for_close)
+    monkeypatch.setattr(_passes, "how_ended", ended_fails_for_close)
     backend = load("memory")()
     with pytest.raises(RuntimeError, match="a bug in the certifier") as failed:
         certify(backend.factory, backend.capabilities, profile=SMALL, properties=["fifo", "close"])
@@ -627,10 +629,10 @@ def test_quick_is_fitted_to_a_transport_too_slow_for_its_target():
 
 
 def test_a_slow_transport_runs_quick_fitted_and_the_report_and_replay_say_so(monkeypatch, tmp_path):
-    from harel_ref.certify import Progress, _engine
+    from harel_ref.certify import Progress, _certify, _progress
     from harel_ref.certify._target import Target
 
-    monkeypatch.setattr(_engine, "preflight", lambda target: _engine.Speed(open=1.0, call=0.1))  # as if remote
+    monkeypatch.setattr(_certify, "preflight", lambda target: _progress.Speed(open=1.0, call=0.1))  # as if remote
     plans = []
 
     class Plans(Progress):
@@ -655,12 +657,14 @@ def test_shrinking_rejects_an_example_that_fails_another_property_than_the_first
     fact the same property owns is the failure, and may be the smaller one."""
     from hypothesis.errors import UnsatisfiedAssumption
 
-    from harel_ref.certify._engine import _Search, _watched, focus_machine
+    from harel_ref.certify._driver import Search, watched_machine
+
+    from harel_ref.certify._focus import focus_machine
     from harel_ref.stateful._properties import owner
 
     backend = load("memory")(None)
-    search = _Search(deadline=time.monotonic() + 600, grace=0.0)
-    state = _watched(focus_machine(backend.factory, "shared", backend.capabilities), search)()
+    search = Search(deadline=time.monotonic() + 600, grace=0.0)
+    state = watched_machine(focus_machine(backend.factory, "shared", backend.capabilities), search)()
     try:
         with pytest.raises(Divergence):
             state._fail(facts.CLAIMED_LEASED, "claim(...)", "None", "a lease")
@@ -685,10 +689,10 @@ def test_a_property_is_shrunk_once_per_search(monkeypatch):
     from hypothesis import settings
     from hypothesis.internal.conjecture import engine
 
-    from harel_ref.certify import _engine
+    from harel_ref.certify import _driver
 
-    every_bug = _engine._settings
-    monkeypatch.setattr(_engine, "_settings", lambda *args: settings(every_bug(*args), report_multiple_bugs=True))
+    every_bug = _driver.search_settings
+    monkeypatch.setattr(_driver, "search_settings", lambda *args: settings(every_bug(*args), report_multiple_bugs=True))
 
     shrunk = []
     original = engine.ConjectureRunner.shrink
@@ -742,8 +746,10 @@ def test_a_lockstep_search_whose_rules_change_between_runs_starts_afresh_and_is_
 
     from hypothesis.stateful import precondition, rule
 
-    from harel_ref.certify import _engine
-    from harel_ref.certify._engine import _ended, _hypothesis_apart, _run_search, _Search, focus_machine
+    from harel_ref.certify import _driver
+    from harel_ref.certify._entries import how_ended
+    from harel_ref.certify._driver import hypothesis_apart, run_search, Search
+    from harel_ref.certify._focus import focus_machine
     from harel_ref.certify._target import Target
 
     backend = load("memory")(None)
@@ -758,13 +764,13 @@ def test_a_lockstep_search_whose_rules_change_between_runs_starts_afresh_and_is_
     target = Target.from_factory(backend.factory, backend.capabilities, False)
     quick = PROFILES["quick"]
     verdicts = {}
-    for starts in (0, _engine.FRESH_STARTS):
-        monkeypatch.setattr(_engine, "FRESH_STARTS", starts)
-        search = _Search(deadline=time.monotonic() + 600, grace=0.0)
-        with _hypothesis_apart(str(tmp_path)):
-            _run_search(Inconsistent, quick, 0, search)
-        verdicts[starts] = (_ended("fifo", search, target, quick, 0)[:2], search.examples)
-    (without, examples), (with_starts, all_examples) = verdicts[0], verdicts[_engine.FRESH_STARTS]
+    for starts in (0, _driver.FRESH_STARTS):
+        monkeypatch.setattr(_driver, "FRESH_STARTS", starts)
+        search = Search(deadline=time.monotonic() + 600, grace=0.0)
+        with hypothesis_apart(str(tmp_path)):
+            run_search(Inconsistent, quick, 0, search)
+        verdicts[starts] = (how_ended("fifo", search, target, quick, 0)[:2], search.examples)
+    (without, examples), (with_starts, all_examples) = verdicts[0], verdicts[_driver.FRESH_STARTS]
     assert without[0] == "unknown" and "FlakyStrategyDefinition" in without[1] and examples < quick.max_examples
     assert with_starts == ("passed", f"{all_examples} examples, none diverged"), with_starts
     assert all_examples >= quick.max_examples  # the examples that found the draws inconsistent count too
@@ -775,21 +781,23 @@ def test_a_stale_release_that_raises_is_shown_as_fencing_also_when_shrinking_is_
     stale release's error is filed by the machine as a divergence, ``stale-raised`` (R10): that
     is the failure kept, with the step that made it, not the transport's error it was filed
     from (which the report showed as "a step raised", as harel's SQS transports met it)."""
-    from harel_ref.certify._engine import _ended, _hypothesis_apart, _run_search, _Search, focus_machine
+    from harel_ref.certify._entries import how_ended
+    from harel_ref.certify._driver import hypothesis_apart, run_search, Search
+    from harel_ref.certify._focus import focus_machine
     from harel_ref.certify._target import Target
 
     backend = broken_backend("a stale ack or nack raises")
     target = Target.from_factory(backend.factory, backend.capabilities, False)
     quick = PROFILES["quick"]
-    search = _Search(deadline=time.monotonic() + 600, grace=0.0)
+    search = Search(deadline=time.monotonic() + 600, grace=0.0)
 
     def cut_short_once_found(_):
         if search.first is not None:
             search.deadline = 0.0  # no shrinking: the failure kept is the one shown
     search.on_example = cut_short_once_found
-    with _hypothesis_apart(str(tmp_path)):
-        _run_search(focus_machine(backend.factory, "fencing", backend.capabilities), quick, 0, search)
-    ended, _, failures = _ended("fencing", search, target, quick, 0)
+    with hypothesis_apart(str(tmp_path)):
+        run_search(focus_machine(backend.factory, "fencing", backend.capabilities), quick, 0, search)
+    ended, _, failures = how_ended("fencing", search, target, quick, 0)
     assert ended == "failed" and search.cut_short
     (failure,) = failures
     assert failure.kind == facts.STALE_RAISED, failure
@@ -800,7 +808,7 @@ def test_a_message_out_of_order_is_fifos_though_a_message_of_the_same_text_was_a
     """The machine names a claim answering a message acked before no-loss (handed out again);
     it knows the message by its seq, so a later message that only has the same text, handed
     out ahead of the head, is still a fifo failure (nack(0) sends the head to the back here)."""
-    from harel_ref.certify._engine import focus_machine
+    from harel_ref.certify._focus import focus_machine
 
     backend = broken_backend("nack(0) to the back of its group")
     machine = focus_machine(backend.factory, "fifo", backend.capabilities)()

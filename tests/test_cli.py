@@ -193,6 +193,17 @@ def test_every_capability_is_documented():
     assert not missing, f"document these capabilities in README.md: {missing}"
 
 
+def test_a_new_reader_finds_how_to_certify_in_the_first_30_lines_of_the_readme():
+    """Issue 44: what harel-ref is, then the three lines a transport author types (install,
+    certify, read the report), before the CI block and the reference sections."""
+    first = README.splitlines()[:30]
+    commands = [line for line in first if re.match(r"(python3 |harel-ref certify |less reports/)", line)]
+    assert len(commands) == 3 and "pip install" in commands[0], first
+    assert re.match(r"harel-ref certify \w[\w.]*:\w+", commands[1]) and "REPORT.md" in commands[2], commands
+    assert "flight" in "\n".join(first[:8])  # it says what a transport promises before anything else
+    assert README.index("<!-- ci:begin -->") > len("\n".join(first))
+
+
 # --- what `harel-ref certify` prints: a header, each verdict once (issue 12) -------------------
 
 
@@ -278,12 +289,12 @@ def test_an_interrupt_raised_by_the_transport_in_a_search_process_stops_the_run(
 
 
 def test_a_failure_of_the_certifier_writes_the_report_so_far_then_raises(tmp_path, monkeypatch):
-    from harel_ref.certify import _engine
+    from harel_ref.certify import _passes
 
     def judge_fails(search, *args, **kwargs):
         raise RuntimeError("a bug in the certifier")
 
-    monkeypatch.setattr(_engine, "_ended", judge_fails)
+    monkeypatch.setattr(_passes, "how_ended", judge_fails)
     with pytest.raises(RuntimeError, match="a bug in the certifier"):
         main(["certify", "--bundled", "memory", "--profile", "quick", "--only", "fifo", "--quiet",
               "--report-dir", str(tmp_path)])

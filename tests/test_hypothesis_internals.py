@@ -11,7 +11,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
 
-from harel_ref.certify._engine import _Stop, _raising_step, _steps
+from harel_ref.certify._driver import StopSearch, shrunk_steps
+
+from harel_ref.certify._entries import _raising_step
 
 
 class FailsOnTheThirdPoke(RuleBasedStateMachine):
@@ -36,11 +38,11 @@ def failing_machine_error() -> BaseException:
 
 
 def test_shrunk_steps_are_attached_as_notes():
-    steps = _steps(failing_machine_error())
+    steps = shrunk_steps(failing_machine_error())
     assert steps[:1] == ["state = FailsOnTheThirdPoke()"] and steps[-1:] == ["state.teardown()"], (
         "Hypothesis no longer attaches a failing state machine's steps to the exception as "
         "__notes__ lines from 'state = Machine()' to 'state.teardown()'; "
-        f"harel_ref.certify._engine._steps relies on it to show a failure's steps (got {steps})"
+        f"harel_ref.certify._driver.shrunk_steps relies on it to show a failure's steps (got {steps})"
     )
     assert sum(line.startswith("state.publish(") for line in steps) == 3, steps
 
@@ -49,13 +51,13 @@ def test_a_rule_runs_in_a_frame_named_after_it():
     step = _raising_step(failing_machine_error())
     assert step == "state.publish(...)", (
         "a rule no longer runs in a frame named after the rule with 'self' in its locals; "
-        "harel_ref.certify._engine._raising_step relies on it to name the step that raised "
+        "harel_ref.certify._entries._raising_step relies on it to name the step that raised "
         f"(got {step!r})"
     )
 
 
 def test_an_interrupt_subclass_stops_a_search_at_once_and_passes_through():
-    """A spent time budget or a broken transport stops a search by raising ``_Stop``, a
+    """A spent time budget or a broken transport stops a search by raising ``StopSearch``, a
     KeyboardInterrupt: Hypothesis must let it through unchanged, not shrink it, retry it or
     report it as a failure."""
     ran = []
@@ -65,20 +67,20 @@ def test_an_interrupt_subclass_stops_a_search_at_once_and_passes_through():
     def search(value):
         ran.append(value)
         if len(ran) == 3:
-            raise _Stop()
+            raise StopSearch()
 
     with pytest.raises(BaseException) as caught:
         search()
-    assert type(caught.value) is _Stop and len(ran) == 3, (
+    assert type(caught.value) is StopSearch and len(ran) == 3, (
         "Hypothesis no longer passes a KeyboardInterrupt subclass raised inside a test through "
-        "unchanged and at once; harel_ref.certify._engine._Stop relies on it to stop a "
+        "unchanged and at once; harel_ref.certify._driver.StopSearch relies on it to stop a "
         f"search when the time budget is spent or the transport broke (got {type(caught.value).__name__} after "
         f"{len(ran)} examples)"
     )
 
 
 def test_hypothesis_takes_local_constants_from_a_function_the_certifier_replaces(monkeypatch):
-    """harel_ref.certify._engine._hypothesis_apart replaces
+    """harel_ref.certify._driver.hypothesis_apart replaces
     ``hypothesis.internal.conjecture.providers._get_local_constants`` while a search runs, so
     that a seed finds the same examples in any process: Hypothesis must still call it."""
     from hypothesis.internal.conjecture import providers
@@ -95,7 +97,7 @@ def test_hypothesis_takes_local_constants_from_a_function_the_certifier_replaces
     draws()
     assert calls, (
         "Hypothesis no longer calls providers._get_local_constants to find the literals of local "
-        "modules; harel_ref.certify._engine._hypothesis_apart replaces it to keep them out of searches"
+        "modules; harel_ref.certify._driver.hypothesis_apart replaces it to keep them out of searches"
     )
 
 
@@ -103,10 +105,10 @@ def test_while_a_search_runs_hypothesis_has_no_local_constants_and_a_home_of_its
     from hypothesis import configuration
     from hypothesis.internal.conjecture import providers
 
-    from harel_ref.certify._engine import _hypothesis_apart
+    from harel_ref.certify._driver import hypothesis_apart
 
     home = configuration.storage_directory(intent_to_write=False).home_directory
-    with _hypothesis_apart(str(tmp_path / "home")):
+    with hypothesis_apart(str(tmp_path / "home")):
         assert len(providers._get_local_constants()) == 0
         assert configuration.storage_directory(intent_to_write=False).home_directory == tmp_path / "home"
     assert configuration.storage_directory(intent_to_write=False).home_directory == home
@@ -164,7 +166,7 @@ class OverrunsThenRejectsAtTeardown(RuleBasedStateMachine):
         pass
 
     def teardown(self):
-        from harel_ref.certify._engine import _Discarded, _reject
+        from harel_ref.certify._driver import _Discarded, _reject
 
         from hypothesis.control import current_build_context
         self.seen.append(current_build_context().data.frozen)

@@ -295,7 +295,7 @@ def test_a_race_is_reduced_past_the_shape_of_race_that_found_it(tmp_path):
     """Hypothesis shrinks draws: a program whose first draw chose a shape of race (here two
     claims at a lease's exact end) keeps that shape's calls.  Taking calls away one at a time
     (SPEC.md C7) finds the two acks of one lease beneath it."""
-    from harel_ref.certify._engine import _reduced
+    from harel_ref.certify._driver import _reduced
 
     [(name, (_, broken))] = WIDE_RACE.items()
     backend = broken_sqlite_backend(name, tmp_path)
@@ -314,14 +314,17 @@ def test_a_race_is_reduced_past_the_shape_of_race_that_found_it(tmp_path):
 @pytest.mark.parametrize("name", sorted({**CONCURRENCY_BROKEN, **NARROW_RACE}))
 def test_broken_under_concurrency_passes_every_sequential_search(name, tmp_path):
     """Why the parallel searches exist: one call at a time, these transports are correct."""
-    from harel_ref.certify._engine import PROPERTIES, _ended, _run_search, _Search, focus_machine
+    from harel_ref.stateful._properties import PROPERTIES
+    from harel_ref.certify._entries import how_ended
+    from harel_ref.certify._driver import run_search, Search
+    from harel_ref.certify._focus import focus_machine
 
     backend = broken_sqlite_backend(name, tmp_path)
     target = Target.from_factory(backend.factory, backend.capabilities, False)
     for prop in ("single-in-flight", "fencing", "no-loss"):
-        search = _Search(deadline=float("inf"), grace=0)
-        _run_search(focus_machine(backend.factory, prop, backend.capabilities), PROFILES["quick"], 0, search)
-        assert _ended(prop, search, target, PROFILES["quick"], 0)[0] == "passed"
+        search = Search(deadline=float("inf"), grace=0)
+        run_search(focus_machine(backend.factory, prop, backend.capabilities), PROFILES["quick"], 0, search)
+        assert how_ended(prop, search, target, PROFILES["quick"], 0)[0] == "passed"
     assert PROPERTIES["single-in-flight"].concurrent
 
 
@@ -345,7 +348,7 @@ def test_a_reproduction_judges_what_found_the_failure():
     """An error is replayed with errors judged, whatever the property it counts against (an ack
     of a stale lease that raised is fencing's, and only the judgement of errors sees it); any
     other failure with the history judged."""
-    from harel_ref.certify._engine import _failure
+    from harel_ref.certify._entries import failure_entry
     import harel_ref.stateful._facts as facts
     from harel_ref.stateful.parallel import Claim, ConcurrencyFailure, Program, Publish, Run
 
@@ -357,7 +360,7 @@ def test_a_reproduction_judges_what_found_the_failure():
                          (facts.NONE_UNDER_CONTENTION, "contention=False, histories=True"),
                          (facts.CLAIMED_LEASED, "contention=False, histories=True")):
         error = ConcurrencyFailure(facts.Fact(kind, "b0: claim()"), run=Run(program, (), "threads"), culprits=(), runs=1)
-        failure = _failure("concurrent", error, False, target, PROFILES["quick"], 0, "threads")
+        failure = failure_entry("concurrent", error, False, target, PROFILES["quick"], 0, "threads")
         assert judged in failure.reproduction, (kind, failure.reproduction)
 
 
@@ -378,12 +381,12 @@ def test_one_concurrent_search_judges_refusals_and_histories(tmp_path):
     claim in a deferred transaction is refused ("database is locked") when claims race: the
     search fails contention, goes on with refusals no longer judged, and the other three pass
     on the same programs' histories; one search ran, not two."""
-    from harel_ref.certify._engine import _tasks
+    from harel_ref.certify._tasks import ordered_tasks
 
-    assert [(t.kind, t.judges) for t in _tasks(CONCURRENT, CONCURRENT, None) if t.kind == "concurrent"] == [
+    assert [(t.kind, t.judges) for t in ordered_tasks(CONCURRENT, CONCURRENT, None) if t.kind == "concurrent"] == [
         ("concurrent", frozenset({"refusals", "histories"}))]
-    assert [t.judges for t in _tasks(["contention"], ["contention"], None)] == [frozenset({"refusals"})]
-    assert [t.judges for t in _tasks(["fencing"], ["fencing"], None) if t.kind == "concurrent"] == [
+    assert [t.judges for t in ordered_tasks(["contention"], ["contention"], None)] == [frozenset({"refusals"})]
+    assert [t.judges for t in ordered_tasks(["fencing"], ["fencing"], None) if t.kind == "concurrent"] == [
         frozenset({"histories"})]
     backend = broken_sqlite_backend("claim in a deferred transaction", tmp_path)
     report = certify(backend.factory, backend.capabilities, profile=SMALL, properties=CONCURRENT)

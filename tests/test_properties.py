@@ -331,7 +331,7 @@ def test_an_echo_of_the_shared_search_counts_against_its_owner_and_a_shrunk_fail
 
 def test_a_consequence_keeps_its_counterexample_in_the_report():
     from harel_ref.certify._report import Report
-    from harel_ref.certify._engine import PROFILES as ENGINE_PROFILES
+    from harel_ref.certify._profiles import PROFILES as ENGINE_PROFILES
 
     searched = [_searched("fairness", Fact(facts.PASSED_OVER, "claim(...)", "g1", "g2")),
                 _searched("no-loss", Fact(facts.DRAIN_DIFFERS, "drain", "['a']", "[]"))]

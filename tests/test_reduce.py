@@ -69,7 +69,7 @@ def test_the_search_stopping_ends_the_taking_away_with_what_it_has():
     def replay(steps):
         calls.append(steps)
         if len(calls) > 3:
-            raise KeyboardInterrupt  # as the search's _Stop
+            raise KeyboardInterrupt  # as the search's StopSearch
         return replayed(machine, steps)
 
     smaller = without_steps(found, PLATEAU, replay, stopped=(KeyboardInterrupt,))

@@ -27,18 +27,12 @@ as ``progress`` is told the plan (with an estimate of the time), each example as
 each verdict as it is reached.
 """
 
-from ._engine import (
-    DEFAULT_CALL_DEADLINE,
-    DEFAULT_SHRINK_LIMIT,
-    PROFILES,
-    PROPERTIES,
-    Plan,
-    Profile,
-    Progress,
-    certify,
-    default_level,
-    focus_machine,
-)
+from harel_ref.stateful._properties import PROPERTIES
+
+from ._certify import certify
+from ._focus import focus_machine
+from ._profiles import DEFAULT_CALL_DEADLINE, DEFAULT_SHRINK_LIMIT, PROFILES, Profile, default_level
+from ._progress import Plan, Progress
 from ._memory import DEFAULT_MEMORY_LIMIT, MemoryLimitReached
 from ._report import CONTRACT, EXIT_CODES, LEVELS, VERDICTS, Failure, PropertyVerdict, Report
 from ._target import CertificationError

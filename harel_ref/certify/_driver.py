@@ -1,0 +1,406 @@
+"""The Hypothesis driver: one search, run and watched.
+
+:class:`Search` is what a search saw; :func:`watched_machine` wraps a lockstep machine so that it
+counts its examples, keeps the first divergence, sets aside the examples that meet a bug
+already found (SPEC.md C5) and stops the search when its time is up; :func:`run_search` runs a
+lockstep search (starting afresh where Hypothesis finds its own draws inconsistent), and
+:func:`run_parallel` the concurrent one (SPEC.md C6).  A failure found comes out shrunk, less
+the steps it does not need (SPEC.md C7)."""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import dataclasses
+import itertools
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from hypothesis import HealthCheck, Phase, Verbosity, given, reject, seed, settings
+from hypothesis.control import current_build_context
+from hypothesis.errors import FlakyStrategyDefinition, InvalidArgument
+from hypothesis.stateful import run_state_machine_as_test
+
+from harel_ref.stateful import Capabilities, Divergence
+from harel_ref.stateful._async import CallLimits
+from harel_ref.stateful._facts import Fact
+from harel_ref.stateful._machine import Choices
+from harel_ref.stateful._properties import owner, owners, tally
+from harel_ref.stateful._processes import BranchProcesses
+from harel_ref.stateful.parallel import ConcurrencyFailure, Program, check_program, programs, smaller_programs
+
+from ._profiles import Profile
+from ._reduce import replayed, without_steps
+from ._signals import raise_if_stopped
+from ._target import Target
+
+__all__ = ["FRESH_STARTS"]
+
+
+@dataclass
+class Search:
+    """What one focused search saw: its outcome, and the bookkeeping that decides whether the
+    next example may start (the time budget, a transport that broke)."""
+
+    deadline: float  # time.monotonic() after which no new example starts
+    grace: float  # extra time to finish shrinking a failure already found
+    limits: CallLimits = dataclasses.field(default_factory=CallLimits)  # the transport's calls
+    on_example: Callable[[int], None] | None = None  # told the number of each example it starts
+    on_found: Callable[[], None] | None = None  # told once, as the example that found ``first`` ends
+    shrink_limit: float = math.inf  # seconds to shrink a failure, from the first example after it
+    examples: int = 0
+    wanted: int = 0  # the examples it was asked for
+    cut_short: bool = False
+    shrink_cut: bool = False  # the shrink limit was reached
+    set_aside: int = 0  # examples rejected at a fact of a bug already found (SPEC.md C5)
+    ended_at_echo: int = 0  # judged examples that met one only in their calls after close()
+    echo: BaseException | None = None  # the first of those facts
+    ended_echo: BaseException | None = None  # the first met only in the calls after close()
+    aside_facts: dict[tuple, Fact] = dataclasses.field(default_factory=dict)  # one of each kind and cause
+    found_at: float | None = None  # time.monotonic() when shrinking began
+    first: BaseException | None = None  # the first divergence or crash seen, before shrinking
+    error: BaseException | None = None
+    reached: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # situations met
+    told_found: bool = False
+    clean: int = 0  # examples that ended without a failure before ``first`` was seen
+
+    def found(self) -> None:
+        """The example (or program) that found ``first`` has ended: tell ``on_found``, once.  What
+        it found is what the report shows if the run is stopped while it is shrunk."""
+        if self.first is not None and not self.told_found:
+            self.told_found = True
+            if self.on_found is not None:
+                self.on_found()
+
+    def next_example(self) -> None:
+        """Count the example about to start, or raise :class:`StopSearch`: the transport broke (it
+        hung, or a branch process died: the first such fault is the search's failure, as found),
+        or the time is up."""
+        raise_if_stopped()
+        if self.limits.broken is not None:
+            self.first = self.first or self.limits.broken
+            raise StopSearch
+        if self.first is None and self.set_aside >= max(1, self.wanted):
+            raise StopSearch  # as many examples set aside as it was asked for: enough (_beside_echo)
+        now = time.monotonic()
+        if now > self.deadline and (self.first is None or now > self.deadline + self.grace):
+            self.cut_short = True
+            raise StopSearch
+        if self.first is not None:
+            self.found_at = now if self.found_at is None else self.found_at
+            if now > self.found_at + self.shrink_limit:
+                self.shrink_cut = True
+                raise StopSearch
+        self.examples += 1
+        if self.on_example is not None:
+            self.on_example(self.examples)
+
+    def outcome(self) -> BaseException | None:
+        """What the search ended with: Hypothesis's (shrunk) failure, else the first one seen
+        (its shrinking was stopped), else a fault the transport showed outside any judged call
+        (a close that hung at teardown), else None."""
+        return self.error or self.first or self.limits.broken
+
+
+class _Discarded(Exception):
+    """An example set aside (or rejected) at its teardown after it ran out of data: Hypothesis
+    has frozen it and discards it anyway (a ``reject`` there would end the search with
+    ``Frozen``)."""
+
+
+def _reject() -> None:
+    """Hypothesis's ``reject``, or :class:`_Discarded` where the example has already ended."""
+    try:
+        frozen = current_build_context().data.frozen
+    except InvalidArgument:  # no Hypothesis test runs (a test of this module calls it alone)
+        frozen = False
+    if frozen:
+        raise _Discarded
+    reject()
+
+
+class _EndedAtEcho(Exception):
+    """An example met a fact of a bug already found only in its calls after close(), once every
+    step and the drain were judged: it counts as judged, and its teardown ends there
+    (:func:`watched_machine`)."""
+
+
+class StopSearch(KeyboardInterrupt):
+    """Stops a search before its next example.  Hypothesis lets an interrupt through at once
+    (anything else it would count as a failure, or as inconsistent data generation)."""
+
+
+def watched_machine(machine: type, search: Search, aside: Callable[[Fact], bool] = lambda fact: False, *,
+                    rejects: bool = True) -> type:
+    """``machine`` counting its examples, remembering the first divergence, and stopping the
+    search once its time budget is spent; after each example, the factory's ``discard``
+    (if it has one) is told its namespace.  A divergence whose fact is ``aside`` (a fact of a bug
+    already found, by the shared search or an earlier pass: :func:`_focused_passes`) sets its example
+    aside (Hypothesis's ``reject``) and the search goes on: that bug is taken as known, and
+    shrinking it would only find it again (SPEC.md C5); met in the teardown's last checks, the
+    calls after close(), after every step and the drain were judged, it ends the example as
+    judged instead (a bug of close meets every example there).  ``rejects``: a divergence another
+    property owns than the first one's is rejected too; a replay outside Hypothesis
+    (:func:`_without_steps`) leaves it to its caller."""
+    discard = getattr(machine.backend.factory, "discard", None)
+
+    class Watched(_Watching, machine):
+        _search, _rejects = search, rejects
+        _aside, _discard = staticmethod(aside), staticmethod(discard) if discard is not None else None
+
+    # Hypothesis prints steps as ``state = <class name>()``: keep the focus machine's name.
+    Watched.__name__ = Watched.__qualname__ = machine.__name__
+    return Watched
+
+
+class _Watching:
+    """What :func:`watched_machine` adds to a lockstep machine, for its ``_search``."""
+
+    _search: Search
+    _aside: Callable[[Fact], bool]
+    _rejects: bool
+    _discard: Callable[[str], None] | None
+
+    def __init__(self) -> None:
+        self._search.next_example()
+        self._crash: BaseException | None = None  # the call's error this example kept as the first
+        self._ending = False  # in the teardown's last checks, the calls after close()
+        super().__init__()
+
+    def _check_close(self):
+        self._ending = True  # every step and the drain were judged
+        super()._check_close()
+
+    def teardown(self):
+        search = self._search
+        try:
+            super().teardown()
+        except _Discarded:
+            pass  # the StopTest it ran out of data with goes on up
+        except _EndedAtEcho:
+            search.ended_at_echo += 1
+        finally:
+            tally(search.reached, self.reached)
+            search.clean += search.first is None
+            if self._discard is not None:  # the example's storage is not needed again
+                self._discard(self.namespace)
+            search.found()
+
+    def _fail(self, *args, **kwargs):
+        search = self._search
+        try:
+            super()._fail(*args, **kwargs)
+        except Divergence as divergence:
+            if self._aside(divergence.fact):
+                self._set_aside(divergence)
+            # a divergence the error was filed as (a stale release's error is stale-raised,
+            # R10) stands for it
+            if search.first is None or search.first is self._crash:
+                search.first = divergence
+            first = search.first
+            if self._rejects and isinstance(first, Divergence) and owner(first.kind) != owner(divergence.kind):
+                # Shrinking stays on the first bug's property: a smaller example that fails
+                # another property is not this failure (SPEC.md C5).
+                _reject()
+            raise
+
+    def _set_aside(self, divergence: Divergence) -> None:
+        """Set the example aside at ``divergence``, a fact of a bug already found, or end it as
+        judged if only its calls after close() met it."""
+        search = self._search
+        search.aside_facts.setdefault((divergence.kind, divergence.fact.after), divergence.fact)
+        if search.first is self._crash:  # the call's error was filed as this fact
+            search.first = self._crash = None
+        if self._ending:
+            search.ended_echo = search.ended_echo or divergence
+            raise _EndedAtEcho from divergence
+        search.echo = search.echo or divergence
+        search.set_aside += 1
+        _reject()
+
+    def _call(self, method, *args):
+        try:
+            return super()._call(method, *args)
+        except Exception as exc:  # a crash: kept in case time runs out while shrinking
+            if self._search.first is None:
+                self._search.first = self._crash = exc
+            raise
+
+
+def search_settings(profile: Profile, examples: int) -> settings:
+    return settings(
+        max_examples=examples,
+        stateful_step_count=profile.step_count,
+        database=None,
+        deadline=None,
+        derandomize=False,  # the seed decides
+        phases=(Phase.explicit, Phase.generate, Phase.shrink),
+        suppress_health_check=list(HealthCheck),
+        print_blob=False,
+        # One bug per search, shrunk alone: Hypothesis otherwise goes on drawing for 10 s after
+        # the first bug and shrinks every distinct one it met (each raising line counts as one),
+        # which took 24 s where this takes 6.  The smallest failure may slip to another bug;
+        # the focused searches that follow a shared failure find the rest (SPEC.md C5).
+        report_multiple_bugs=False,
+        verbosity=Verbosity.normal,  # the failing steps land in the exception's notes
+    )
+
+
+FRESH_STARTS = 10
+"""How many fresh starts in a row a lockstep search may make that run no example, after
+Hypothesis found its own draws inconsistent (:func:`run_search`)."""
+
+
+def run_search(machine: type, profile: Profile, run_seed: int, search: Search, examples: int | None = None,
+                aside: Callable[[Fact], bool] = lambda fact: False) -> None:
+    """Run the lockstep ``machine``: ``examples`` examples (the profile's by default).
+
+    On the wall clock (R18) which rules a step may take can depend on timing: whether a claim
+    got a lease decides whether an ack can follow.  Hypothesis remembers every example's draws,
+    and when a step it has seen before offers other rules it stops the whole search with
+    ``FlakyStrategyDefinition``.  That is the search's doing, not the transport's: before any
+    failure, the search starts afresh for the examples left, each time with a seed of its own,
+    so that a slow transport is not left unknown for it.  A start that ran examples may always
+    be followed by another (each one brings the search nearer its end); :data:`FRESH_STARTS`
+    starts in a row that ran none end it."""
+    examples = profile.max_examples if examples is None else examples
+    search.wanted, idle = examples, 0
+    for start in itertools.count():
+        before = search.examples
+        chosen = seed(run_seed if start == 0 else f"{run_seed}/{start}")
+        try:
+            run_state_machine_as_test(chosen(watched_machine(machine, search, aside)),
+                                      settings=search_settings(profile, examples - before))
+        except StopSearch:
+            pass  # search.cut_short or search.limits say why; search.first holds a failure found before
+        except FlakyStrategyDefinition as exc:
+            idle = 0 if search.examples > before else idle + 1
+            if search.first is None and search.examples >= examples:
+                return  # it found its draws inconsistent only after its last example began
+            if idle < FRESH_STARTS and search.first is None:
+                continue
+            search.error = exc
+        except Exception as exc:  # a divergence, the transport raising, or Hypothesis giving up
+            search.error = _without_steps(machine, search, exc, aside) if isinstance(exc, Divergence) else exc
+        return
+
+
+def _without_steps(machine: type, search: Search, failure: Divergence,
+                   aside: Callable[[Fact], bool] = lambda fact: False) -> Divergence:
+    """``failure`` as Hypothesis shrank it, less the steps it does not need (SPEC.md C7,
+    :mod:`._reduce`): each replay is an example of the search, within its time.  A replay that
+    meets a fact the search sets ``aside`` (a bug already found) does not count as failing."""
+    steps = shrunk_steps(failure)
+    if len(steps) < 3:
+        return failure
+    watched = watched_machine(machine, search, rejects=False)  # no Hypothesis test to reject in
+
+    def replay(candidate: list[str]) -> BaseException | None:
+        found = replayed(watched, candidate)
+        return None if isinstance(found, Divergence) and aside(found.fact) else found
+
+    return without_steps(failure, steps, replay, stopped=(StopSearch,))
+
+
+def run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed: int, search: Search,
+                  *, judges: frozenset[str], processes: BranchProcesses | None, alternate: bool = False,
+                  ignore: frozenset[str] = frozenset()) -> None:
+    """The concurrent search: ``profile.programs`` programs, each run up to ``profile.repeats``
+    times (fewer while a failure is shrunk), each run judged for what ``judges`` holds:
+    ``refusals`` (contention), ``histories`` (linearizability), or both (facts of the kinds in
+    ``ignore`` aside).  Branches run in ``processes`` (every other run with
+    ``alternate``, see :func:`check_program`), else in threads or tasks."""
+
+    def concurrent(program):
+        search.next_example()
+        repeats = profile.repeats if search.first is None else profile.shrink_repeats
+        try:
+            check_program(target.factory, program, caps, is_async=target.is_async, repeats=repeats,
+                          contention="refusals" in judges, histories="histories" in judges,
+                          processes=processes, alternate=alternate, ignore=ignore, reached=search.reached)
+        except Exception as exc:
+            if not isinstance(exc, ConcurrencyFailure):  # a crash: say which program
+                exc.add_note(f"program:\n{program}")
+            if search.first is None:
+                search.first = exc
+                search.found()
+            raise
+
+    test = given(programs(parking=caps.parking, groups=Choices.of(caps).groups[:2]))(concurrent)
+    test = settings(search_settings(profile, profile.programs))(test)
+    try:
+        seed(run_seed)(test)()
+    except StopSearch:
+        pass
+    except Exception as exc:
+        search.error = exc
+    if isinstance(search.error, ConcurrencyFailure) and search.error.program is not None:
+        search.error = _reduced(search.error, concurrent)
+
+
+def _reduced(failure: ConcurrencyFailure, run: Callable[[Program], None]) -> ConcurrencyFailure:
+    """``failure`` with its program made as small as calls and branches can be taken away one
+    at a time (:func:`~harel_ref.stateful.parallel.smaller_programs`) while ``run`` still fails
+    it for the same property (SPEC.md C7), or until the search's time is up."""
+    smallest = failure
+    while True:
+        for program in smaller_programs(smallest.program):
+            try:
+                run(program)
+            except StopSearch:
+                return smallest
+            except ConcurrencyFailure as found:
+                if owners(frozenset({found.kind})) == owners(frozenset({failure.kind})):
+                    smallest = found
+                    break
+            except Exception:  # a crash of a smaller program is another failure than this one
+                continue
+        else:
+            return smallest
+
+
+def shrunk_steps(exc: BaseException) -> list[str]:
+    """The shrunk steps Hypothesis attached to ``exc``, from ``state = ...`` to teardown."""
+    lines = [line for note in getattr(exc, "__notes__", ()) for line in str(note).splitlines()]
+    starts = [i for i, line in enumerate(lines) if line.startswith("state = ")]
+    if not starts:
+        return []
+    steps = lines[starts[-1]:]
+    if "state.teardown()" in steps:
+        steps = steps[: steps.index("state.teardown()") + 1]
+    return steps
+
+
+@contextlib.contextmanager
+def hypothesis_apart(home: str) -> Iterator[None]:
+    """Hypothesis as a search needs it, whatever process it runs in, and leaving nothing behind.
+
+    - Local constants: Hypothesis now and then draws a literal found in the source of the
+      "local" modules loaded so far.  Which modules those are depends on the process (a search
+      process, a pytest session and the command load different ones), so the same seed would
+      find different examples.  While a search runs, there are none.
+    - Storage: Hypothesis caches those constants and its Unicode tables under ``.hypothesis``
+      in the current directory.  While a search runs, its home is ``home``, inside a scratch
+      directory that the certification removes when it ends (whatever became of the process
+      that searched).
+
+    Both reach into Hypothesis beyond its documented API (``set_hypothesis_home_dir`` is
+    documented; ``providers._get_local_constants`` is not): tests/test_hypothesis_internals.py
+    checks what this relies on."""
+    from hypothesis import configuration
+    from hypothesis.internal.conjecture import providers
+    from hypothesis.internal.constants_ast import Constants
+
+    before = configuration.storage_directory(intent_to_write=False).home_directory
+    found = providers._get_local_constants
+    configuration.set_hypothesis_home_dir(home)
+    providers._get_local_constants = Constants  # called with no arguments: none
+    providers.CONSTANTS_CACHE.cache.clear()
+    try:
+        yield
+    finally:
+        providers._get_local_constants = found
+        providers.CONSTANTS_CACHE.cache.clear()
+        configuration.set_hypothesis_home_dir(before)

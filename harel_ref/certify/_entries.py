@@ -1,0 +1,164 @@
+"""The report's account of how a search ended (:func:`how_ended`), and of each failure it found
+(:func:`failure_entry`): its fact, its steps or program, a reproduction and the command that
+replays it."""
+
+from __future__ import annotations
+
+import dataclasses
+import traceback
+
+from hypothesis.errors import FlakyFailure, HypothesisException
+
+from harel_ref.stateful import Divergence
+from harel_ref.stateful._async import TransportCrashed, TransportHung, TransportPanic
+import harel_ref.stateful._facts as facts
+from harel_ref.stateful._facts import Fact
+from harel_ref.stateful._machine import FOCUS_RULES, RULES
+from harel_ref.stateful._properties import PROPERTIES, SHARED, owner, running
+from harel_ref.stateful.parallel import RAISES, ConcurrencyFailure
+
+from ._driver import Search, shrunk_steps
+from ._profiles import Profile
+from ._report import ECHO, Failure
+from ._target import Target
+
+__all__ = []
+
+
+def how_ended(search_name: str, search: Search, target: Target, profile: Profile, run_seed: int,
+           branches: str = "threads") -> tuple[str, str, list[Failure]]:
+    """How the search ``search_name`` (a property's own, ``"shared"`` or ``"concurrent"``)
+    ended, why, and the failure it found (one: SPEC.md C7; a flaky one comes in a group)."""
+    exc = search.outcome()  # unshrunk when time ran out, or the transport broke, while shrinking
+    if (search.echo or search.ended_echo) is not None and search.first is None and search.limits.broken is None \
+            and (exc is None or isinstance(exc, HypothesisException)):
+        return _beside_echo(search_name, search, target, profile, run_seed, branches)
+    if exc is None:
+        if search.cut_short:
+            return "unknown", f"cut short by the time budget after {search.examples} examples", []
+        return "passed", f"{search.examples} examples, none diverged", []
+    flaky = isinstance(exc, FlakyFailure)
+    found = _leaves(exc)
+    if all(isinstance(e, HypothesisException) for e in found):
+        if search.first is None:
+            return "unknown", f"Hypothesis stopped: {type(exc).__name__}: {str(exc).splitlines()[0]}", []
+        found = [search.first]  # shrinking was cut short by the time budget: no steps to show
+    failures = [failure_entry(search_name, error, flaky, target, profile, run_seed, branches)
+                for error in found if not isinstance(error, HypothesisException)]
+    if search.shrink_cut:
+        failures = [dataclasses.replace(failure, unshrunk=f"the shrink limit ({search.shrink_limit:g} s)")
+                    for failure in failures]
+    return "failed", "", failures
+
+
+def _beside_echo(search_name: str, search: Search, target: Target, profile: Profile, run_seed: int,
+                 branches: str) -> tuple[str, str, list[Failure]]:
+    """How a search ended that found nothing new but met a bug found before (SPEC.md C5):
+    passed, if it ran to its end (its examples judged, or as many set aside) and judged at
+    least a quarter of the examples it was asked for; else stopped at that bug, unshrunk: its
+    echo.  An example that met it only in its calls after close() counts as judged."""
+    judged = search.examples - search.set_aside
+    if search.cut_short and judged >= search.wanted / 4:
+        aside = f", {search.set_aside} of them set aside at {search.echo.kind}" if search.echo else ""
+        return "unknown", f"cut short by the time budget after {search.examples} examples{aside}", []
+    if search.cut_short or search.error is not None or judged < search.wanted / 4:
+        echo = failure_entry(search_name, search.echo or search.ended_echo, False, target, profile, run_seed, branches)
+        return "failed", f"met it in {search.set_aside} of its {search.examples} examples", \
+            [dataclasses.replace(echo, unshrunk=ECHO)]
+    reason = f"{judged} examples, none diverged"
+    if search.set_aside:
+        reason += (f"; {search.set_aside} more set aside: they met {search.echo.kind}, a fact of "
+                   f"{owner(search.echo.kind)}'s, found before")
+    if search.ended_at_echo:
+        reason += f"; in {search.ended_at_echo} of them the calls after close() met a bug found before"
+    return "passed", reason, []
+
+
+def failure_entry(search_name: str, error: BaseException, flaky: bool, target: Target, profile: Profile, run_seed: int,
+             branches: str, soak: float | None = None) -> Failure:
+    """The report's account of a failure that the search ``search_name`` (a property's own,
+    ``"shared"``, ``"concurrent"`` or ``"soak"``) found: its fact, and how to see it again."""
+    lockstep = search_name == SHARED or (search_name in PROPERTIES and PROPERTIES[search_name].search == "lockstep")
+    only = None if search_name == SHARED else running(search_name, getattr(error, "kind", None))
+    replay = target.command(profile.name, run_seed, only=only, branches=branches, soak=soak)
+    if isinstance(error, ConcurrencyFailure):
+        program = error.program
+        return Failure(
+            error.fact, found_by=search_name,
+            steps=tuple(str(program).splitlines()) if program is not None else (),
+            reproduction="" if program is None else target.parallel_reproduction(  # judged as it was found
+                search_name, program, contention=error.kind in RAISES, histories=error.kind not in RAISES,
+                repeats=profile.repeats, branches=branches),
+            replay=replay, flaky=flaky, timeline=error.timeline, timeline_svg=error.svg,
+            history=tuple(_jsonable(record) for record in error.shown),
+        )
+    if not lockstep:  # the transport raised in a parallel search, outside any judged call
+        steps = _program_note(error)
+        fact = fault_fact(error, "running a program" if steps else "a parallel search")
+        return Failure(fact, found_by=search_name, steps=tuple(steps), reproduction="", replay=replay, flaky=flaky)
+    steps = shrunk_steps(error)
+    reproduction = target.reproduction(search_name, steps)
+    if isinstance(error, Divergence):
+        return Failure(error.fact, found_by=search_name, steps=tuple(steps), reproduction=reproduction,
+                       replay=replay, flaky=flaky)
+    # The transport (or its factory) raised something the spec never asks for, or panicked,
+    # crashed or hung: the rule it raised in says whose it is (fault_owner).
+    fact = fault_fact(error, _raising_step(error), rule=_raising_rule(error))
+    return Failure(fact, found_by=search_name, steps=tuple(steps), reproduction=reproduction, replay=replay,
+                   flaky=flaky)
+
+
+def fault_fact(error: BaseException, where: str, rule: str | None = None) -> Fact:
+    """The fact of an exception out of the transport, met ``where``: ``raised`` and
+    ``ValueError: ...`` for an ordinary one; ``panicked``, ``crashed`` or ``hung`` and the
+    fault's own message (which says so) for a fault."""
+    kind, answered = _exception_outcome(error)
+    return Fact(kind, f"{where}{' raised' if kind == facts.RAISED else ''}", "an answer or error the spec allows",
+                answered, rule=rule)
+
+
+def _exception_outcome(error: BaseException) -> tuple[str, str]:
+    """The kind of fact an exception out of the transport is, and the answer it shows."""
+    for fault, kind in ((TransportPanic, facts.PANICKED), (TransportCrashed, facts.CRASHED),
+                        (TransportHung, facts.HUNG)):
+        if isinstance(error, fault):
+            return kind, str(error)
+    return facts.RAISED, f"{type(error).__name__}: {error}"
+
+
+def _program_note(error: BaseException) -> list[str]:
+    """The program a parallel search noted on an exception it did not expect."""
+    for note in getattr(error, "__notes__", ()):
+        if note.startswith("program:\n"):
+            return note.removeprefix("program:\n").splitlines()
+    return []
+
+
+def _jsonable(record) -> dict:
+    from harel_ref.stateful.history import _jsonable as jsonable
+
+    return {field.name: jsonable(getattr(record, field.name)) for field in dataclasses.fields(record)}
+
+
+def _raising_step(error: BaseException) -> str:
+    """The machine rule (or teardown) during which ``error`` was raised, as the report shows it."""
+    name = _raising_rule(error)
+    if name is None:
+        return "a step"
+    return "opening the transport" if name == "__init__" else f"state.{name}(...)"
+
+
+def _raising_rule(error: BaseException) -> str | None:
+    """The name of the machine rule (or ``teardown``, ``__init__``) that raised ``error``."""
+    names = set(RULES) | set(FOCUS_RULES) | {"teardown", "__init__"}
+    for frame, _ in traceback.walk_tb(error.__traceback__):
+        if frame.f_code.co_name in names and "self" in frame.f_locals:
+            return frame.f_code.co_name
+    return None
+
+
+def _leaves(exc: BaseException) -> list[BaseException]:
+    """The exceptions inside (nested) exception groups, or ``exc`` itself."""
+    if isinstance(exc, BaseExceptionGroup):
+        return [leaf for inner in exc.exceptions for leaf in _leaves(inner)]
+    return [exc]

@@ -1,0 +1,105 @@
+"""What a certification tells a front-end as it goes: the :class:`Plan` before the first
+search, with a rough estimate of the time (:func:`estimate_seconds`, from the preflight's
+:class:`Speed`), then the :class:`Progress` of each search and verdict."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from harel_ref.stateful import Capabilities
+from harel_ref.stateful._machine import Choices
+
+from ._profiles import Profile
+from ._report import PropertyVerdict
+
+__all__ = ["Plan", "Progress", "Speed", "estimate_seconds"]
+
+
+@dataclass(frozen=True)
+class Speed:
+    """How fast the transport answered the preflight: seconds to open one on a fresh namespace,
+    and seconds per call.  What the time estimate is made of."""
+
+    open: float
+    call: float
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What a certification is about to do, for a front-end's header: told to
+    :meth:`Progress.planned` before the first search."""
+
+    transport: str
+    capabilities: Capabilities
+    is_async: bool
+    profile: Profile  # what runs
+    fitted_from: Profile | None  # the profile asked for, when it was fitted to the transport
+    seed: int
+    properties: tuple[str, ...]  # the selected properties, in the order they are searched
+    not_applicable: tuple[str, ...]  # those of them that will not be searched
+    branches: str  # where the concurrent search runs its branches: see BRANCHES
+    soak: float | None
+    time_budget: float | None
+    call_deadline: float | None
+    estimate: float  # seconds: a rough estimate (estimate_seconds)
+    jobs: int = 1  # searches that run at once, each in a process of its own when more than one
+    jobs_note: str = ""  # why fewer searches run at once than were asked for
+    shared: tuple[str, ...] = ()  # the properties a shared lockstep search covers first (SPEC.md C5)
+    branches_note: str = ""  # why the branches do not run in processes too, when they could not
+
+
+class Progress:
+    """What :func:`certify` says as it goes, for a front-end to show (the CLI's console shows
+    all of it).  Every method does nothing here: override the ones you need."""
+
+    def planned(self, plan: Plan) -> None:
+        """Before the first search: what will be certified, and about how long it will take."""
+
+    def started(self, prop: str) -> None:
+        """The searches of ``prop`` begin."""
+
+    def searching(self, prop: str, search: str, done: int, total: int) -> None:
+        """Within ``prop``: its ``search`` (``"lockstep"``, ``"concurrent"``
+        or ``"soak"``) starts example (program) ``done`` of at most ``total``."""
+
+    def finished(self, verdict: PropertyVerdict) -> None:
+        """The verdict on a property: once per selected property, in order, once every search
+        has ended (what any search finds may bear on any verdict, SPEC.md C12)."""
+
+
+class CallbackProgress(Progress):
+    """``progress(property, verdict)``, the older form: called with None as a property's
+    searches start and with its verdict when they end."""
+
+    def __init__(self, callback: Callable[[str, PropertyVerdict | None], None]) -> None:
+        self.callback = callback
+
+    def started(self, prop: str) -> None:
+        self.callback(prop, None)
+
+    def finished(self, verdict: PropertyVerdict) -> None:
+        self.callback(verdict.property, verdict)
+
+
+def estimate_seconds(profile: Profile, caps: Capabilities, speed: Speed, *, lockstep: int, parallel: int,
+                     branches: str = "threads", soak: float | None = None) -> float:
+    """A rough estimate of a certification's time when nothing fails: ``lockstep`` lockstep
+    searches and ``parallel`` parallel ones, at the ``speed`` the preflight measured.
+
+    A lockstep search runs about a quarter more examples than ``max_examples`` (Hypothesis
+    counts only the valid ones); each opens a transport, now and then a second, and makes
+    about one call per step plus the prefill and the drain.  A run of a parallel program makes
+    about a dozen calls, some at once; its transports are opened once per program (see
+    stateful.parallel.Bench), or per run in each branch process.  The per-step and per-run
+    overheads are the checker's own (Hypothesis, the model, threads), measured with the
+    in-memory transport."""
+    # On a wall clock lapses and leases pass by sleeping, about one scaled second a step.
+    wall = Choices.of(caps).scale if caps.clock == "wall" else 0.0
+    example = (1.5 * speed.open + (profile.step_count + 4) * speed.call
+               + profile.step_count * (0.0007 + wall) + 0.003)
+    in_processes = {"threads": 0.0, "both": 0.5, "processes": 1.0}[branches]  # the share of runs
+    opens = (1 + 2.5 * caps.shared) / profile.repeats + in_processes  # branch processes: at once, every run
+    run = opens * speed.open + 12 * speed.call + 0.0035 + 0.0045 * in_processes + 2 * wall
+    return (lockstep * 1.25 * profile.max_examples * example
+            + parallel * profile.programs * profile.repeats * run + (soak or 0.0))
