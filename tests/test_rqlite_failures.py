@@ -667,6 +667,25 @@ def test_a_claim_whose_answer_is_lost_leaves_a_lease_that_lapses(mode, nodes, rq
         assert call("claim", "w", 10.0).event == "e"
 
 
+def test_an_open_that_loses_the_leader_while_it_makes_the_tables_waits_for_one_again(mode, nodes, rqlite):
+    """An election between the readiness check and the schema (every node answers "leader not
+    found", so nothing was changed) is waited out within ``wait``, as a cluster without a
+    leader is before it; with no wait left, the open fails with what the nodes said.  Seen on
+    the test cluster under load, where an election came in the middle of an example's open."""
+    first, second = nodes
+    for node in nodes:
+        node.arm(reply(503, "leader not found\n"), "/db/query")
+    with opened(mode, [first.url, second.url], wait=10.0) as call:
+        call("publish", "g", "e")
+        assert call("claim", "w", 10.0).event == "e"
+    assert [seen for seen in first.seen if seen.startswith("GET")] == ["GET /readyz"] * 2  # ready, then again
+    for node in nodes:
+        node.arm(reply(503, "leader not found\n"), "/db/query")
+    with pytest.raises(StorageError, match="open failed, nothing was changed: no rqlite node took the request"):
+        with opened(mode, [first.url, second.url], wait=0):
+            pass
+
+
 @pytest.mark.parametrize("fault, first_ack", [
     (reply(503, "Service Unavailable", applied=True), OutcomeUnknownError),  # a retry would answer False
     (reply(503, "leader not found\n"), True),  # nothing happened: retried on the second node

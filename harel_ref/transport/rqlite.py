@@ -109,6 +109,10 @@ DEFAULT_TIMEOUT = 10.0
 DEFAULT_WAIT = 30.0
 """Seconds ``from_url`` waits for the cluster to have a leader."""
 
+
+class _NotTaken(StorageError):
+    """No node took a request, each provably before applying it: nothing was changed."""
+
 _EXECUTE = "/db/execute?transaction"
 _QUERY = "/db/query?level=strong"  # linearizable: served by the leader
 _READY = "/readyz"
@@ -477,7 +481,7 @@ class _Cluster:
             _log.info("%s at %s: %s (%s); trying the next node", call.operation, node,
                       outcome.row.failure, outcome.detail)
             not_applied.append(f"{node}: {outcome.row.failure} ({outcome.detail})")
-        raise StorageError(
+        raise _NotTaken(
             f"{call.operation} failed, nothing was changed: no rqlite node took the request "
             f"({'; '.join(not_applied)})"
         )
@@ -485,7 +489,9 @@ class _Cluster:
     # --- opening: a leader, the version, the tables --------------------------------------------
 
     def opening(self, wait: float) -> _Steps:
-        """Wait until a node is ready with a leader, check its version, create the tables."""
+        """Wait until a node is ready with a leader, check its version, create the tables.  A
+        leader lost while the tables are made (an election: no node took a request, so nothing
+        was changed) is waited for again, within the same ``wait``."""
         deadline = time.monotonic() + wait
         while True:
             seen = []
@@ -500,8 +506,14 @@ class _Cluster:
                     )
                 elif reply.status_code == 200:
                     _check_version(node, reply.headers.get(_VERSION_HEADER))
-                    yield from self._create_tables()
-                    return
+                    try:
+                        yield from self._create_tables()
+                        return
+                    except _NotTaken as exc:
+                        if time.monotonic() >= deadline:
+                            raise
+                        seen.append(str(exc))
+                        break
                 else:
                     seen.append(f"{node}: HTTP {reply.status_code} {' '.join(reply.text.split())[:120]!r}")
             if time.monotonic() >= deadline:
