@@ -230,9 +230,30 @@ def programs(draw, *, parking: bool = True, max_branches: int = 6, groups: tuple
 
     shape = draw(st.integers(0, 7))  # 0 to 2: free; the shapes last, so that shrinking leaves them out
     at_end, twice, again = shape == 3, shape in (4, 5), shape in (6, 7)
+    first = draw(st.sampled_from(groups))
+    prefix, prefix_leases = _draw_prefix(draw, publish, release, events, first, groups,
+                                         at_end=at_end, twice=twice, again=again)
+    starts: list[list[Op]] = []
+    if again:
+        starts = [[Ack("p0")], [Publish(first, next(events))]]
+    elif twice:
+        starts = [[release(["p0"])], [release(["p0"])]]
+    elif at_end:
+        starts = [[Claim()], [Claim()]]
+    branches = _draw_branches(draw, publish, release, starts, prefix_leases, max_branches)
+    return Program(tuple(prefix), tuple(branches))
+
+
+def _draw_prefix(draw: Callable, publish: Callable[[], Publish], release: Callable[[list[str]], Op],
+                 events: Iterator[str], first: str, groups: tuple[str, ...], *,
+                 at_end: bool, twice: bool, again: bool) -> tuple[list[Op], list[str]]:
+    """The prefix of a :func:`programs` draw, and the names of its claims' leases: one to three
+    publishes (one for the shape ``again``), then at most three calls: the claim of ``p0`` that
+    the shapes ``again``, ``twice`` and ``at_end`` race on, drawn claims, lapses, publishes and
+    releases, and last the ``Lapse(exact=True)`` of ``at_end``.  ``publish`` and ``release``
+    draw one such call."""
     # The prefix's first publishes go to the groups in turn, so that a group often holds one
     # message, which a branch's ack may take away while another publishes into the group.
-    first = draw(st.sampled_from(groups))
     turns = [first, *(group for group in groups if group != first)]
     published = 1 if again else draw(st.integers(1, 3))
     prefix: list[Op] = [Publish(turns[n % len(turns)], next(events)) for n in range(published)]
@@ -250,13 +271,14 @@ def programs(draw, *, parking: bool = True, max_branches: int = 6, groups: tuple
             prefix_leases.append(f"p{len(prefix_leases)}")
             prefix.append(Claim())
     prefix += [Lapse(exact=True)] * at_end
-    starts: list[list[Op]] = []
-    if again:
-        starts = [[Ack("p0")], [Publish(first, next(events))]]
-    elif twice:
-        starts = [[release(["p0"])], [release(["p0"])]]
-    elif at_end:
-        starts = [[Claim()], [Claim()]]
+    return prefix, prefix_leases
+
+
+def _draw_branches(draw: Callable, publish: Callable[[], Publish], release: Callable[[list[str]], Op],
+                   starts: list[list[Op]], prefix_leases: list[str], max_branches: int) -> list[tuple[Op, ...]]:
+    """The branches of a :func:`programs` draw: two to ``max_branches`` of one to four calls
+    each, branch ``n`` beginning with ``starts[n]`` (a shape's racing calls) if there is one,
+    its acks and nacks naming a lease of ``prefix_leases`` or of an earlier claim of its own."""
     branches = []
     for number in range(draw(st.sampled_from([n for n in BRANCH_COUNTS if n <= max_branches]))):
         branch: list[Op] = starts[number] if number < len(starts) else []
@@ -274,7 +296,7 @@ def programs(draw, *, parking: bool = True, max_branches: int = 6, groups: tuple
                 own.append(f"b{number}.{len(own)}")
                 branch.append(Claim())
         branches.append(tuple(branch))
-    return Program(tuple(prefix), tuple(branches))
+    return branches
 
 
 def smaller_programs(program: Program) -> Iterator[Program]:
