@@ -519,27 +519,14 @@ def run_program(
     own = bench is None
     if own:
         bench = Bench(factory, capabilities, is_async)
-    wall, clock, loop, now = bench.wall, bench.clock, bench.loop, bench.now
+    wall, clock, now = bench.wall, bench.clock, bench.now
     lasting = wall_visibility(capabilities)
     visibility, delay = (lasting, lasting) if wall else (VISIBILITY, None)
     try:
         first = bench.instance(0)
         leases: dict[str, Any] = {}
         prefix = _Calls(_Recorder("prefix", wall), leases, "p", visibility, delay)
-        ends: list[float] = []  # of the prefix's leases and parks
-        for op in program.prefix:
-            if isinstance(op, Lapse):
-                upcoming = [end for end in ends if end >= clock.now] if op.exact and not wall else []
-                if upcoming:
-                    clock.now = min(upcoming)
-                else:
-                    _pass_time(clock, wall, visibility)
-            else:
-                made = len(prefix.recorder.records)
-                prefix.run([op], first, now(), errors_raise=True)
-                if not wall and len(prefix.recorder.records) > made:
-                    if (end := _ends_at(op, prefix.recorder.records[-1], clock.now, visibility)) is not None:
-                        ends.append(end)
+        _run_prefix(program.prefix, prefix, first, bench, visibility)
         frozen = now()
         branches = [
             _Calls(_Recorder(f"b{n}", wall), dict(leases), f"b{n}.", visibility, delay)
@@ -549,26 +536,8 @@ def run_program(
             how = "processes"
             records = processes.run(bench.namespace, frozen, program, leases, visibility, delay)
         else:
-            if capabilities.shared and concurrently:
-                instances = [bench.instance(1 + n) for n in range(len(program.branches))]
-            else:
-                instances = [first] * len(program.branches)
-            if not concurrently:
-                how = "one after another"
-                for calls, ops, instance in zip(branches, program.branches, instances):
-                    if is_async:
-                        loop.run_until_complete(calls.run_async(ops, instance.transport, frozen))
-                    else:
-                        calls.run(ops, instance, frozen, errors_raise=False)
-            elif is_async:
-                how = "tasks"
-                loop.run_until_complete(_together(
-                    calls.run_async(ops, instance.transport, frozen)
-                    for calls, ops, instance in zip(branches, program.branches, instances)
-                ))
-            else:
-                how = "threads"
-                _run_threads(branches, program.branches, instances, frozen)
+            how = _run_branches_in_this_process(bench, program, branches, first, frozen, shared=capabilities.shared,
+                                                is_async=is_async, concurrently=concurrently)
             records = [record for calls in branches for record in calls.recorder.records]
         _pass_time(clock, wall, visibility)
         drain = _drain(first, visibility, now(), wall, limit=sum(isinstance(op, Publish) for op in _all_ops(program)))
@@ -576,6 +545,54 @@ def run_program(
     finally:
         if own:
             bench.close()
+
+
+def _run_prefix(ops: Sequence[Op], prefix: _Calls, first: Any, bench: Bench, visibility: float) -> None:
+    """Make the prefix's calls on the first instance, one at a time (an error raises).  A
+    ``Lapse`` moves the clock past every lease and park; ``Lapse(exact=True)``, on a fake
+    clock, to the end of the next lease or park the prefix took that is still live, if any."""
+    wall, clock = bench.wall, bench.clock
+    ends: list[float] = []  # of the prefix's leases and parks
+    for op in ops:
+        if isinstance(op, Lapse):
+            upcoming = [end for end in ends if end >= clock.now] if op.exact and not wall else []
+            if upcoming:
+                clock.now = min(upcoming)
+            else:
+                _pass_time(clock, wall, visibility)
+        else:
+            made = len(prefix.recorder.records)
+            prefix.run([op], first, bench.now(), errors_raise=True)
+            if not wall and len(prefix.recorder.records) > made:
+                if (end := _ends_at(op, prefix.recorder.records[-1], clock.now, visibility)) is not None:
+                    ends.append(end)
+
+
+def _run_branches_in_this_process(bench: Bench, program: Program, branches: list[_Calls], first: Any,
+                                  frozen: float | None, *, shared: bool, is_async: bool, concurrently: bool) -> str:
+    """Make the branches' calls at ``frozen``, in this process: at once in threads (tasks on
+    the bench's loop for an asyncio transport), or one after another when not
+    ``concurrently``; each on its own instance when the transport is ``shared`` and they run
+    at once, all on ``first`` otherwise.  Returns how they ran, as :class:`Run` says it."""
+    if shared and concurrently:
+        instances = [bench.instance(1 + n) for n in range(len(program.branches))]
+    else:
+        instances = [first] * len(program.branches)
+    if not concurrently:
+        for calls, ops, instance in zip(branches, program.branches, instances):
+            if is_async:
+                bench.loop.run_until_complete(calls.run_async(ops, instance.transport, frozen))
+            else:
+                calls.run(ops, instance, frozen, errors_raise=False)
+        return "one after another"
+    if is_async:
+        bench.loop.run_until_complete(_together(
+            calls.run_async(ops, instance.transport, frozen)
+            for calls, ops, instance in zip(branches, program.branches, instances)
+        ))
+        return "tasks"
+    _run_threads(branches, program.branches, instances, frozen)
+    return "threads"
 
 
 def _left_empty(run: Run) -> bool:
