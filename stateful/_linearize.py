@@ -47,7 +47,7 @@ import contextlib
 import gc
 import math
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -399,7 +399,7 @@ class _Placed:
     choice: int  # which of the call's successor states was taken
     outcome: Any  # what the model made of the call there (the Claimed message of a claim)
     before: QueueModel
-    placed_before: tuple  # the set of placed calls before this one (see _search)
+    placed_before: tuple  # the set of placed calls before this one (see _placed_sets)
     below: _Placed | None
     depth: int
 
@@ -412,10 +412,13 @@ class _Search:
     stuck: int | None  # the call whose return came up unplaced at the deepest point
 
 
-def _search(calls: Sequence[_Call], model: QueueModel, max_steps: int) -> _Search:
+def _event_positions(calls: Sequence[_Call]) -> tuple[list[int], list[int], list[int], list[bool]]:
+    """The calls' invocations and returns as positions 1..2n, sorted by time (an invocation
+    before a return at the same instant, so that calls touching at one instant count as
+    overlapping): each call's invocation position and return position, then each position's
+    call and whether it is a return (position 0, the head of :func:`_linked_events`, is
+    neither)."""
     n = len(calls)
-    # Events 1..2n sorted by time (an invocation before a return at the same instant, so that
-    # calls touching at one instant count as overlapping); 0 is the head of a linked list.
     events = sorted(
         [(c.invoke, 0, i) for i, c in enumerate(calls)] + [(c.complete, 1, i) for i, c in enumerate(calls)]
     )
@@ -429,6 +432,17 @@ def _search(calls: Sequence[_Call], model: QueueModel, max_steps: int) -> _Searc
             return_at[i], is_return[position] = position, True
         else:
             invoke_at[i] = position
+    return invoke_at, return_at, call_of, is_return
+
+
+def _linked_events(
+    invoke_at: list[int], return_at: list[int]
+) -> tuple[list[int], Callable[[int], None], Callable[[int], None]]:
+    """The events of :func:`_event_positions` as a doubly linked list, all in it at first:
+    ``nxt`` (``nxt[p]`` is the event after position ``p``, ``nxt[0]`` the first, ``2n + 1``
+    the end); ``lift(i)`` takes call ``i``'s two events out of the list, ``unlift(i)`` puts
+    them back (the call lifted last first, as the search undoes its placements)."""
+    n = len(invoke_at)
     end = 2 * n + 1
     nxt = list(range(1, 2 * n + 2))
     prv = list(range(-1, 2 * n))
@@ -445,12 +459,19 @@ def _search(calls: Sequence[_Call], model: QueueModel, max_steps: int) -> _Searc
             if nxt[position] != end:
                 prv[nxt[position]] = position
 
-    # The set of placed calls, as Lowe's memo key: (base, beyond, maybe) where every call
-    # answered whose rank (order of invocation) is below ``base`` is placed, ``beyond`` holds
-    # the ranks placed above it, and ``maybe`` the calls without answer placed.  Calls are
-    # placed nearly in order, so ``beyond`` stays small: the key is cheap to build and hash
-    # however long the history (a bitset would cost the history's length at every step).
-    answered = sorted((i for i in range(n) if calls[i].known), key=lambda i: (calls[i].invoke, i))
+    return nxt, lift, unlift
+
+
+def _placed_sets(calls: Sequence[_Call]) -> Callable[[tuple, int], tuple]:
+    """``with_call(placed, i)``: the set of placed calls ``placed`` with call ``i`` added.
+
+    The set is Lowe's memo key: (base, beyond, maybe) where every call answered whose rank
+    (order of invocation) is below ``base`` is placed, ``beyond`` holds the ranks placed above
+    it, and ``maybe`` the calls without answer placed; the empty set is ``(0, frozenset(),
+    frozenset())``.  Calls are placed nearly in order, so ``beyond`` stays small: the key is
+    cheap to build and hash however long the history (a bitset would cost the history's length
+    at every step)."""
+    answered = sorted((i for i in range(len(calls)) if calls[i].known), key=lambda i: (calls[i].invoke, i))
     rank = {i: r for r, i in enumerate(answered)}
 
     def with_call(placed: tuple[int, frozenset[int], frozenset[int]], i: int):
@@ -469,8 +490,13 @@ def _search(calls: Sequence[_Call], model: QueueModel, max_steps: int) -> _Searc
             beyond = frozenset(left)
         return base, beyond, maybe
 
-    seen: set[tuple] = set()
-    keys: dict[int, tuple] = {}  # id(state) -> state.key(), computed once per state
+    return with_call
+
+
+def _state_keys() -> Callable[[QueueModel], tuple]:
+    """``key_of(state)``: ``state.key()``, computed once per state (states are never changed
+    once made, so the key is kept by the state's identity)."""
+    keys: dict[int, tuple] = {}  # id(state) -> (state, state.key())
 
     def key_of(state: QueueModel) -> tuple:
         found = keys.get(id(state))
@@ -478,6 +504,20 @@ def _search(calls: Sequence[_Call], model: QueueModel, max_steps: int) -> _Searc
             found = keys[id(state)] = (state, state.key())
         return found[1]
 
+    return key_of
+
+
+def _search(calls: Sequence[_Call], model: QueueModel, max_steps: int) -> _Search:
+    """Wing and Gong's search with Lowe's memo (the module docstring) for an order of ``calls``
+    that ``model`` accepts: ok True with that order, False with the deepest point reached, None
+    once more than ``max_steps`` calls have been tried.  The loop is the hot path: what it works
+    with is built once, before it, by the helpers above."""
+    invoke_at, return_at, call_of, is_return = _event_positions(calls)
+    end = 2 * len(calls) + 1  # past the last event; position 0 is the head of the list
+    nxt, lift, unlift = _linked_events(invoke_at, return_at)
+    with_call = _placed_sets(calls)
+    key_of = _state_keys()
+    seen: set[tuple] = set()
     state, placed, top = model, (0, frozenset(), frozenset()), None
     deepest: tuple[_Placed | None, int | None] = (None, None)
     deepest_depth = -2

@@ -330,6 +330,23 @@ def check(records: Iterable[Record], drained: Iterable[Message] = (), *, acks: s
     records = [record for record in everything if record.worker != DRAIN_WORKER]
     drained = [tuple(message) for message in drained]
     report = HistoryReport(calls=len(everything))
+    _check_model(report, everything, acks, acks_answer, uncertain_steps)
+    publishes = _publishes(records)
+    leases, acked, maybe_acked = _leases_and_acks(records, acks_answer)
+    _check_overlaps(report, leases.values())
+    _check_fifo(report, publishes, leases, acked, drained)
+    drained_count: dict[Message, int] = defaultdict(int)
+    for message in drained:
+        drained_count[message] += 1
+    _check_lost_and_duplicated(report, publishes, acked, maybe_acked, drained_count)
+    _check_unexpected_and_redelivered(report, publishes, leases, acked, drained_count)
+    return report
+
+
+def _check_model(report: HistoryReport, everything: list[Record], acks: str, acks_answer: bool,
+                 uncertain_steps: int | None) -> None:
+    """The model's verdict on the whole history, drain included (partitioned by group), as
+    ``report.linearizability``, and as a violation unless it passed."""
     report.linearizability = check_linearizable(everything, partition=True, acks=acks, acks_answer=acks_answer,
                                                 uncertain_steps=uncertain_steps)
     if report.linearizability.ok is False:
@@ -339,13 +356,24 @@ def check(records: Iterable[Record], drained: Iterable[Message] = (), *, acks: s
     elif report.linearizability.ok is None:  # the search gave up: not a pass
         report.model.append(Violation("undecided", "", str(report.linearizability)))
 
+
+def _publishes(records: list[Record]) -> dict[Message, Record]:
+    """Each message's publish; a ValueError if a message was published twice."""
     publishes: dict[Message, Record] = {}
     for record in (r for r in records if r.op == "publish"):
         message = (record.args["group_id"], record.args["event"])
         if message in publishes:
             raise ValueError(f"the checker identifies messages by (group_id, event); {message!r} was published twice")
         publishes[message] = record
+    return publishes
 
+
+def _leases_and_acks(
+    records: list[Record], acks_answer: bool
+) -> tuple[dict[str, _Lease], defaultdict[Message, list[Record]], set[Message]]:
+    """The leases the claims took (by token, each with the acks and nacks that name it), the
+    successful acks of each message, and the messages an ack may have removed without saying
+    so (it raised or never answered, or answered None under harel's Protocol)."""
     leases: dict[str, _Lease] = {}
     for record in records:
         if record.op == "claim" and record.ok and record.result is not None:
@@ -365,13 +393,12 @@ def check(records: Iterable[Record], drained: Iterable[Message] = (), *, acks: s
         elif record.op == "ack" and (not record.ok or (not acks_answer and record.result is None)):
             # no answer, or an error: it may have acted
             maybe_acked.add(message)
+    return leases, acked, maybe_acked
 
-    _check_overlaps(report, leases.values())
-    _check_fifo(report, publishes, leases, acked, drained)
-    drained_count: dict[Message, int] = defaultdict(int)
-    for message in drained:
-        drained_count[message] += 1
 
+def _check_lost_and_duplicated(report, publishes, acked, maybe_acked, drained_count) -> None:
+    """A message published, never acked (surely or maybe) nor left at the drain is lost; one
+    acked or drained more than once is duplicated."""
     for message, record in publishes.items():
         if record.ok and not acked[message] and message not in maybe_acked and not drained_count[message]:
             report.lost.append(Violation("lost", message[0], f"{message[1]!r} was published and never acked nor left at the drain", (record,)))
@@ -382,6 +409,10 @@ def check(records: Iterable[Record], drained: Iterable[Message] = (), *, acks: s
         if count > 1:
             report.duplicates.append(Violation("duplicated", message[0], f"{message[1]!r} was drained {count} times"))
 
+
+def _check_unexpected_and_redelivered(report, publishes, leases, acked, drained_count) -> None:
+    """A message delivered or drained that nobody published is unexpected; one delivered by a
+    claim invoked after an ack of it completed, or drained after an ack, is redelivered."""
     for lease in leases.values():
         if lease.message not in publishes:
             report.unexpected.append(Violation("unexpected", lease.message[0], f"{lease.message[1]!r} was delivered but never published", (lease.claim,)))
@@ -396,7 +427,6 @@ def check(records: Iterable[Record], drained: Iterable[Message] = (), *, acks: s
             report.unexpected.append(Violation("unexpected", message[0], f"{message[1]!r} was left at the drain but never published"))
         if acked[message]:
             report.redelivered.append(Violation("redelivered", message[0], f"{message[1]!r} was left at the drain after it was acked", tuple(acked[message][:1])))
-    return report
 
 
 def _group_of(record: Record) -> str:

@@ -230,9 +230,30 @@ def programs(draw, *, parking: bool = True, max_branches: int = 6, groups: tuple
 
     shape = draw(st.integers(0, 7))  # 0 to 2: free; the shapes last, so that shrinking leaves them out
     at_end, twice, again = shape == 3, shape in (4, 5), shape in (6, 7)
+    first = draw(st.sampled_from(groups))
+    prefix, prefix_leases = _draw_prefix(draw, publish, release, events, first, groups,
+                                         at_end=at_end, twice=twice, again=again)
+    starts: list[list[Op]] = []
+    if again:
+        starts = [[Ack("p0")], [Publish(first, next(events))]]
+    elif twice:
+        starts = [[release(["p0"])], [release(["p0"])]]
+    elif at_end:
+        starts = [[Claim()], [Claim()]]
+    branches = _draw_branches(draw, publish, release, starts, prefix_leases, max_branches)
+    return Program(tuple(prefix), tuple(branches))
+
+
+def _draw_prefix(draw: Callable, publish: Callable[[], Publish], release: Callable[[list[str]], Op],
+                 events: Iterator[str], first: str, groups: tuple[str, ...], *,
+                 at_end: bool, twice: bool, again: bool) -> tuple[list[Op], list[str]]:
+    """The prefix of a :func:`programs` draw, and the names of its claims' leases: one to three
+    publishes (one for the shape ``again``), then at most three calls: the claim of ``p0`` that
+    the shapes ``again``, ``twice`` and ``at_end`` race on, drawn claims, lapses, publishes and
+    releases, and last the ``Lapse(exact=True)`` of ``at_end``.  ``publish`` and ``release``
+    draw one such call."""
     # The prefix's first publishes go to the groups in turn, so that a group often holds one
     # message, which a branch's ack may take away while another publishes into the group.
-    first = draw(st.sampled_from(groups))
     turns = [first, *(group for group in groups if group != first)]
     published = 1 if again else draw(st.integers(1, 3))
     prefix: list[Op] = [Publish(turns[n % len(turns)], next(events)) for n in range(published)]
@@ -250,13 +271,14 @@ def programs(draw, *, parking: bool = True, max_branches: int = 6, groups: tuple
             prefix_leases.append(f"p{len(prefix_leases)}")
             prefix.append(Claim())
     prefix += [Lapse(exact=True)] * at_end
-    starts: list[list[Op]] = []
-    if again:
-        starts = [[Ack("p0")], [Publish(first, next(events))]]
-    elif twice:
-        starts = [[release(["p0"])], [release(["p0"])]]
-    elif at_end:
-        starts = [[Claim()], [Claim()]]
+    return prefix, prefix_leases
+
+
+def _draw_branches(draw: Callable, publish: Callable[[], Publish], release: Callable[[list[str]], Op],
+                   starts: list[list[Op]], prefix_leases: list[str], max_branches: int) -> list[tuple[Op, ...]]:
+    """The branches of a :func:`programs` draw: two to ``max_branches`` of one to four calls
+    each, branch ``n`` beginning with ``starts[n]`` (a shape's racing calls) if there is one,
+    its acks and nacks naming a lease of ``prefix_leases`` or of an earlier claim of its own."""
     branches = []
     for number in range(draw(st.sampled_from([n for n in BRANCH_COUNTS if n <= max_branches]))):
         branch: list[Op] = starts[number] if number < len(starts) else []
@@ -274,7 +296,7 @@ def programs(draw, *, parking: bool = True, max_branches: int = 6, groups: tuple
                 own.append(f"b{number}.{len(own)}")
                 branch.append(Claim())
         branches.append(tuple(branch))
-    return Program(tuple(prefix), tuple(branches))
+    return branches
 
 
 def smaller_programs(program: Program) -> Iterator[Program]:
@@ -497,27 +519,14 @@ def run_program(
     own = bench is None
     if own:
         bench = Bench(factory, capabilities, is_async)
-    wall, clock, loop, now = bench.wall, bench.clock, bench.loop, bench.now
+    wall, clock, now = bench.wall, bench.clock, bench.now
     lasting = wall_visibility(capabilities)
     visibility, delay = (lasting, lasting) if wall else (VISIBILITY, None)
     try:
         first = bench.instance(0)
         leases: dict[str, Any] = {}
         prefix = _Calls(_Recorder("prefix", wall), leases, "p", visibility, delay)
-        ends: list[float] = []  # of the prefix's leases and parks
-        for op in program.prefix:
-            if isinstance(op, Lapse):
-                upcoming = [end for end in ends if end >= clock.now] if op.exact and not wall else []
-                if upcoming:
-                    clock.now = min(upcoming)
-                else:
-                    _pass_time(clock, wall, visibility)
-            else:
-                made = len(prefix.recorder.records)
-                prefix.run([op], first, now(), errors_raise=True)
-                if not wall and len(prefix.recorder.records) > made:
-                    if (end := _ends_at(op, prefix.recorder.records[-1], clock.now, visibility)) is not None:
-                        ends.append(end)
+        _run_prefix(program.prefix, prefix, first, bench, visibility)
         frozen = now()
         branches = [
             _Calls(_Recorder(f"b{n}", wall), dict(leases), f"b{n}.", visibility, delay)
@@ -527,26 +536,8 @@ def run_program(
             how = "processes"
             records = processes.run(bench.namespace, frozen, program, leases, visibility, delay)
         else:
-            if capabilities.shared and concurrently:
-                instances = [bench.instance(1 + n) for n in range(len(program.branches))]
-            else:
-                instances = [first] * len(program.branches)
-            if not concurrently:
-                how = "one after another"
-                for calls, ops, instance in zip(branches, program.branches, instances):
-                    if is_async:
-                        loop.run_until_complete(calls.run_async(ops, instance.transport, frozen))
-                    else:
-                        calls.run(ops, instance, frozen, errors_raise=False)
-            elif is_async:
-                how = "tasks"
-                loop.run_until_complete(_together(
-                    calls.run_async(ops, instance.transport, frozen)
-                    for calls, ops, instance in zip(branches, program.branches, instances)
-                ))
-            else:
-                how = "threads"
-                _run_threads(branches, program.branches, instances, frozen)
+            how = _run_branches_in_this_process(bench, program, branches, first, frozen, shared=capabilities.shared,
+                                                is_async=is_async, concurrently=concurrently)
             records = [record for calls in branches for record in calls.recorder.records]
         _pass_time(clock, wall, visibility)
         drain = _drain(first, visibility, now(), wall, limit=sum(isinstance(op, Publish) for op in _all_ops(program)))
@@ -554,6 +545,54 @@ def run_program(
     finally:
         if own:
             bench.close()
+
+
+def _run_prefix(ops: Sequence[Op], prefix: _Calls, first: Any, bench: Bench, visibility: float) -> None:
+    """Make the prefix's calls on the first instance, one at a time (an error raises).  A
+    ``Lapse`` moves the clock past every lease and park; ``Lapse(exact=True)``, on a fake
+    clock, to the end of the next lease or park the prefix took that is still live, if any."""
+    wall, clock = bench.wall, bench.clock
+    ends: list[float] = []  # of the prefix's leases and parks
+    for op in ops:
+        if isinstance(op, Lapse):
+            upcoming = [end for end in ends if end >= clock.now] if op.exact and not wall else []
+            if upcoming:
+                clock.now = min(upcoming)
+            else:
+                _pass_time(clock, wall, visibility)
+        else:
+            made = len(prefix.recorder.records)
+            prefix.run([op], first, bench.now(), errors_raise=True)
+            if not wall and len(prefix.recorder.records) > made:
+                if (end := _ends_at(op, prefix.recorder.records[-1], clock.now, visibility)) is not None:
+                    ends.append(end)
+
+
+def _run_branches_in_this_process(bench: Bench, program: Program, branches: list[_Calls], first: Any,
+                                  frozen: float | None, *, shared: bool, is_async: bool, concurrently: bool) -> str:
+    """Make the branches' calls at ``frozen``, in this process: at once in threads (tasks on
+    the bench's loop for an asyncio transport), or one after another when not
+    ``concurrently``; each on its own instance when the transport is ``shared`` and they run
+    at once, all on ``first`` otherwise.  Returns how they ran, as :class:`Run` says it."""
+    if shared and concurrently:
+        instances = [bench.instance(1 + n) for n in range(len(program.branches))]
+    else:
+        instances = [first] * len(program.branches)
+    if not concurrently:
+        for calls, ops, instance in zip(branches, program.branches, instances):
+            if is_async:
+                bench.loop.run_until_complete(calls.run_async(ops, instance.transport, frozen))
+            else:
+                calls.run(ops, instance, frozen, errors_raise=False)
+        return "one after another"
+    if is_async:
+        bench.loop.run_until_complete(_together(
+            calls.run_async(ops, instance.transport, frozen)
+            for calls, ops, instance in zip(branches, program.branches, instances)
+        ))
+        return "tasks"
+    _run_threads(branches, program.branches, instances, frozen)
+    return "threads"
 
 
 def _left_empty(run: Run) -> bool:

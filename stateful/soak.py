@@ -196,23 +196,10 @@ def soak(
         workloads = [_Workload(f"s{n}", random.Random(seed * 1000 + n), capabilities.parking, budget, choices)
                      for n in range(workers)]
         if is_async:
-            loop.run_until_complete(_watched(_together(
-                (w.run_async(instance.transport, deadline) for w, instance in zip(workloads, instances)),
-                timeout=seconds + parallel.HUNG,
-            ), checkpoint))
+            _run_in_tasks(loop, workloads, instances, deadline, seconds + parallel.HUNG, checkpoint)
             how = f"{workers} tasks for {seconds:g} s"
         else:
-            threads = [threading.Thread(target=w.run, args=(instance, deadline), daemon=True)
-                       for w, instance in zip(workloads, instances)]
-            for thread in threads:
-                thread.start()
-            for thread in threads:  # a worker still in a call by then: see SoakResult.errors
-                while thread.is_alive() and time.time() < deadline + parallel.HUNG:
-                    thread.join(min(CHECK_EVERY, max(0.0, deadline + parallel.HUNG - time.time())))
-                    checkpoint()
-            for workload, thread in zip(workloads, threads):
-                if thread.is_alive():  # what it recorded so far, unanswered call included
-                    stuck[id(workload)] = [dataclasses.replace(record) for record in workload.records]
+            stuck = _run_in_threads(workloads, instances, deadline, checkpoint)
             how = f"{workers} threads for {seconds:g} s"
         time.sleep(choices.settle)
         drain = _Workload(DRAIN_WORKER, random.Random(seed), capabilities.parking)
@@ -223,6 +210,38 @@ def soak(
     records.sort(key=lambda r: r.invoke)
     return SoakResult(Run(None, tuple(records), how + f", {len(records)} calls"), drained, time.time() - started,
                       capabilities)
+
+
+def _run_in_tasks(loop: asyncio.AbstractEventLoop, workloads: list[_Workload], instances: list[Any],
+                  deadline: float, timeout: float, checkpoint: Callable[[], None]) -> None:
+    """Run each workload as a task on ``loop`` (an asyncio transport) until ``deadline``,
+    calling ``checkpoint`` every :data:`CHECK_EVERY` seconds; a TimeoutError if they have not
+    all finished within ``timeout`` seconds."""
+    loop.run_until_complete(_watched(_together(
+        (w.run_async(instance.transport, deadline) for w, instance in zip(workloads, instances)),
+        timeout=timeout,
+    ), checkpoint))
+
+
+def _run_in_threads(workloads: list[_Workload], instances: list[Any], deadline: float,
+                    checkpoint: Callable[[], None]) -> dict[int, list[Record]]:
+    """Run each workload in a thread of its own until ``deadline``, calling ``checkpoint``
+    every :data:`CHECK_EVERY` seconds while waiting for them.  A thread still in a call
+    :data:`parallel.HUNG` seconds after the deadline is left behind (a daemon); returns, by
+    ``id`` of its workload, a copy of what it had recorded then, its unanswered call included."""
+    stuck: dict[int, list[Record]] = {}
+    threads = [threading.Thread(target=w.run, args=(instance, deadline), daemon=True)
+               for w, instance in zip(workloads, instances)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:  # a worker still in a call by then: see SoakResult.errors
+        while thread.is_alive() and time.time() < deadline + parallel.HUNG:
+            thread.join(min(CHECK_EVERY, max(0.0, deadline + parallel.HUNG - time.time())))
+            checkpoint()
+    for workload, thread in zip(workloads, threads):
+        if thread.is_alive():  # what it recorded so far, unanswered call included
+            stuck[id(workload)] = [dataclasses.replace(record) for record in workload.records]
+    return stuck
 
 
 class _Budget:
