@@ -106,6 +106,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "Protocol, else strict. Both are reported")
     cert.add_argument("--report-dir", metavar="DIR", default="reports",
                       help="where report.json and REPORT.md go (default: ./reports)")
+    cert.add_argument("--write-tests", metavar="DIR",
+                      help="also write each failure's regression test, a pytest module in the transport's "
+                      "own calls, into DIR as test_PROPERTY.py")
     cert.add_argument("--call-deadline", metavar="SECONDS", type=_deadline, default=DEFAULT_CALL_DEADLINE,
                       help=f"a call of the transport that takes longer is declared hung, a failure of the "
                       f"property being searched (default: {DEFAULT_CALL_DEADLINE:g}; 'none': no deadline)")
@@ -236,12 +239,14 @@ def _certify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     }
     if args.target and args.bundled:
         return _usage(parser, "give either MODULE:FACTORY or --bundled NAME, not both")
-    try:  # an unwritable report directory is a usage error, found before any search runs
-        Path(args.report_dir).mkdir(parents=True, exist_ok=True)
-        if not os.access(args.report_dir, os.W_OK):
-            raise PermissionError(f"{args.report_dir} is not writable")
-    except OSError as exc:
-        return _usage(parser, f"--report-dir {args.report_dir!r}: {exc}")
+    for option, folder in (("--report-dir", args.report_dir), ("--write-tests", args.write_tests)):
+        try:  # an unwritable directory is a usage error, found before any search runs
+            if folder is not None:
+                Path(folder).mkdir(parents=True, exist_ok=True)
+                if not os.access(folder, os.W_OK):
+                    raise PermissionError(f"{folder} is not writable")
+        except OSError as exc:
+            return _usage(parser, f"{option} {folder!r}: {exc}")
     directory = None
     console = Console(sys.stdout, quiet=args.quiet)
     def stuck(stop: KeyboardInterrupt, handed: dict) -> None:
@@ -280,7 +285,10 @@ def _certify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 _clean_up(directory, args.bundled)
         with signals_deferred():
             paths = report.write(args.report_dir)
+            tests = report.write_tests(args.write_tests) if args.write_tests else []
         console.summary(report, *paths)
+        if tests:
+            print(f"regression tests: {', '.join(str(path) for path in tests)}")
         return report.exit_code
 
 

@@ -200,6 +200,9 @@ class _PropertyFailed(Exception):
         ]
         if f.state:
             lines += ["  queue per the model:", f.state]
+        if f.regression:
+            lines += ["", "a regression test in the transport's own calls (fails until the bug is fixed):",
+                      f.regression]
         if f.reproduction:
             lines += ["", "runnable reproduction:", f.reproduction]
         if f.replay:

@@ -160,3 +160,17 @@ def test_branches_prints_each_width_on_each_transport():
     assert widths == {2, 3, 4, 5, 6}, result.stdout  # the draws are derandomized: every width comes
     assert sorted(rows) == sorted((str(w), t) for w in widths for t in ("memory", "sqlite", "refuses a fourth"))
     assert "load average at the start" in result.stdout and "load average at the end" in result.stdout
+
+
+def test_regression_tests_prints_a_row_per_variant_and_the_totals():
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "regression_tests.py"), "--variants", "unfenced ack",
+         "routing keys ignored"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    for name in ("unfenced ack", "routing keys ignored"):
+        assert re.search(rf"^\| {name} \| \w[\w-]* \| failed \(quick\) \| [\d.]+ \| \d+ \| \d+ \| failed \| passed \|  \|$",
+                         result.stdout, re.MULTILINE), result.stdout
+    assert "2 variants, 2 failed their property, 2 got a regression test, 2 of those fail" in result.stdout
+    assert "load average before" in result.stdout and "load average after" in result.stdout

@@ -23,6 +23,7 @@ from ._driver import Search, hypothesis_apart, run_parallel, run_search
 from ._entries import failure_entry, fault_fact, how_ended
 from ._focus import focus_machine
 from ._profiles import PROFILES, standby_examples
+from ._regression import with_regression
 from ._report import Failure
 from ._signals import raise_if_stopped
 from ._target import Target
@@ -209,6 +210,8 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
         run_parallel(target, caps, profile, context["seed"], search, judges=task.judges,
                       processes=pool, alternate=context["branches"] == "both", ignore=ignore)
     ended, reason, failures = how_ended(kind, search, target, profile, context["seed"], context["branches"])
+    if lockstep and not broken:  # what a second shared pass finds is never reported
+        failures = [with_regression(failure, target, machine) for failure in failures]
     if not lockstep and ended == "passed":
         judged = ["no call refused"] * ("refusals" in task.judges and facts.RAISED_UNDER_CONTENTION not in ignore) + [
             "every history linearizable"] * ("histories" in task.judges)

@@ -13,7 +13,8 @@ from harel_ref.stateful import Capabilities
 from harel_ref.stateful._facts import FAULTS, KINDS, Fact, ShowsAFact
 from harel_ref.stateful._properties import CONTRACT
 
-__all__ = ["CONTRACT", "EXIT_CODES", "LEVELS", "Failure", "PropertyVerdict", "Report", "VERDICTS", "timeline_file"]
+__all__ = ["CONTRACT", "EXIT_CODES", "LEVELS", "Failure", "PropertyVerdict", "Report", "VERDICTS", "regression_file",
+           "timeline_file"]
 
 VERDICTS = ("passed", "failed", "not applicable", "unknown")
 Verdict = Literal["passed", "failed", "not applicable", "unknown"]
@@ -79,6 +80,8 @@ class Failure(ShowsAFact):
     timeline_svg: str = ""  # the same as a picture (written beside REPORT.md)
     history: tuple[dict[str, Any], ...] = ()  # the records of the calls the timeline shows
     unshrunk: str = ""  # what stopped its shrinking before the end ("the shrink limit (120 s)"), if anything
+    regression: str = ""  # a pytest module in the transport's own calls that fails until it is fixed
+    no_regression: str = ""  # why there is no regression test, where there is none
 
     @property
     def echo(self) -> bool:
@@ -320,6 +323,12 @@ class Report:
             more = "; `--shrink-limit` gives it more time" if "shrink limit" in f.unshrunk else ""
             lines += ["", f"(Shrinking stopped at {f.unshrunk}: the counterexample is shown as it was found, or as "
                       f"far as it had been shrunk{more}.)"]
+        if f.regression:
+            lines += ["", "A regression test in the transport's own calls (`--write-tests DIR` writes it as "
+                      f"`{regression_file(verdict.property)}`): it fails until the bug is fixed.", "", "```python",
+                      f.regression.rstrip("\n"), "```"]
+        elif f.no_regression:
+            lines += ["", f"(No regression test: {f.no_regression}.)"]
         if f.reproduction:
             lines += ["", "Runnable reproduction (the shrunk steps):", "", "```python", f.reproduction, "```"]
         elif f.steps:  # a program that made the transport raise outside a judged call
@@ -352,6 +361,24 @@ class Report:
         json_path.write_text(self.to_json() + "\n", encoding="utf-8")
         md_path.write_text(self.to_markdown(), encoding="utf-8")
         return json_path, md_path
+
+    def write_tests(self, directory: str | Path) -> list[Path]:
+        """Write each failure's regression test into ``directory`` as ``test_<property>.py``
+        (replacing one of an earlier run); return their paths."""
+        directory = Path(directory)
+        directory.mkdir(parents=True, exist_ok=True)
+        written = []
+        for verdict in self.verdicts:
+            if verdict.verdict == "failed" and verdict.failure is not None and verdict.failure.regression:
+                path = directory / regression_file(verdict.property)
+                path.write_text(verdict.failure.regression, encoding="utf-8")
+                written.append(path)
+        return written
+
+
+def regression_file(prop: str) -> str:
+    """The file ``--write-tests`` writes a property's regression test to."""
+    return f"test_{prop.replace('-', '_')}.py"
 
 
 def _drawn(counts: dict[str, int]) -> str:

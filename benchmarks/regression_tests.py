@@ -1,0 +1,99 @@
+"""Every broken variant's regression test, run against the variant and against its fixed self.
+
+For each lockstep broken variant of ``tests/broken.py`` (in-memory ones: their fixed self is
+``InMemoryTransport``), a focused certification of the property it breaks (``--profile``,
+quick by default, and standard where quick found nothing), then the regression test written
+for its failure (issue 44) run twice: against the variant (it must fail) and against the
+in-memory reference transport (it must pass).  A row per variant: the verdict, the seconds to
+the report, the test's lines and calls, and the two outcomes, or why no test was written.
+The totals at the end count the variants whose test did both.
+
+    python benchmarks/regression_tests.py
+    python benchmarks/regression_tests.py --variants "unfenced ack" "8 lease slots"
+
+The load average is printed before and after: the seconds are the machine's, not the tests'.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "tests"))
+
+from broken import BROKEN, OF_VALUES, ONE_BUG_MANY_SEARCHES, SHARED_ONLY, broken_backend  # noqa: E402
+
+from harel_ref.certify import certify  # noqa: E402
+from harel_ref.stateful.backends import load  # noqa: E402
+from harel_ref.transport import InMemoryTransport  # noqa: E402
+
+VARIANTS = {**BROKEN, **SHARED_ONLY, **ONE_BUG_MANY_SEARCHES, **OF_VALUES}
+
+
+def outcome(code: str, factory) -> str:
+    """``failed`` (an assertion or pytest.fail), ``raised X`` (the call's own error), or ``passed``:
+    the regression test ``code`` run with ``factory`` as its factory."""
+    from test_regression import run_test
+
+    try:
+        failed = run_test(code, factory)
+    except Exception as exc:  # the transport's own error at the failing call
+        return f"raised {type(exc).__name__}"
+    return "passed" if failed is None else "failed"
+
+
+def row(name: str, profiles: list[str]) -> dict:
+    cls, prop = VARIANTS[name]
+    backend = broken_backend(name)
+    began = time.monotonic()
+    for profile in profiles:
+        report = certify(backend.factory, backend.capabilities, profile=profile, properties=[prop])
+        verdict = report.verdict(prop)
+        if verdict.verdict == "failed":
+            break
+    found = {"variant": name, "property": prop, "profile": profile, "verdict": verdict.verdict,
+             "seconds": time.monotonic() - began}
+    failure = verdict.failure
+    if failure is None or not failure.regression:
+        return {**found, "why": failure.no_regression if failure else "no failure"}
+    code = failure.regression
+    body = code[code.index("    try:"):]
+    found.update(lines=len(code.splitlines()), calls=body.count("q0.") + body.count("q1."),
+                 on_variant=outcome(code, backend.factory), on_fixed=outcome(code, load("memory")(None).factory))
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--variants", nargs="*", help="these variants only (default: every in-memory lockstep one)")
+    parser.add_argument("--profile", default="quick", help="the focused search's profile (then standard if it passes)")
+    args = parser.parse_args()
+    names = args.variants or [n for n, (cls, _) in VARIANTS.items() if issubclass(cls, InMemoryTransport)]
+    profiles = [args.profile] + (["standard"] if args.profile != "standard" else [])
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print("| variant | property | verdict (profile) | seconds | test lines | calls | on the variant | on the fixed | why no test |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    rows = []
+    for name in names:
+        found = row(name, profiles)
+        rows.append(found)
+        print(f"| {name} | {found['property']} | {found['verdict']} ({found['profile']}) | {found['seconds']:.1f} | "
+              f"{found.get('lines', '')} | {found.get('calls', '')} | {found.get('on_variant', '')} | "
+              f"{found.get('on_fixed', '')} | {found.get('why', '')} |", flush=True)
+    written = [r for r in rows if "lines" in r]
+    both = [r for r in written if r["on_variant"] != "passed" and r["on_fixed"] == "passed"]
+    caught = [r for r in rows if r["verdict"] == "failed"]
+    print(f"\n{len(rows)} variants, {len(caught)} failed their property, {len(written)} got a regression test, "
+          f"{len(both)} of those fail on the variant and pass on the fixed transport")
+    for r in written:
+        if r not in both:
+            print(f"  not both: {r['variant']}: on the variant {r['on_variant']}, on the fixed {r['on_fixed']}")
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    main()

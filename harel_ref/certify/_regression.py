@@ -1,0 +1,217 @@
+"""A lockstep failure as a regression test in the transport's own calls (issue 44).
+
+What a transport author fixes a bug against is a plain test: the calls that show it, with a
+clock set by hand, failing today and passing once the bug is gone, that stays in their suite
+without harel-ref.  :func:`regression_test` makes one from a shrunk lockstep failure:
+
+- The failure's steps run once more on the focus machine, each transport it opens wrapped in a
+  recorder (:class:`_Recorder`): every call the machine makes (open, publish, claim, ack, nack,
+  close), its arguments as given, the clock it was made at, its answer, and what the
+  specification allows there: a claim's outcomes, per the model; for the other calls the
+  answer the machine judged right; at the call that diverged, the fact's expectation.
+- :mod:`._regression_text` writes those calls out as a ``def test_...():`` that imports the
+  user's factory, the standard library and pytest, and nothing of harel-ref.
+
+A failure it cannot write is said so, and why (its reproduction, the machine's steps, stays):
+one on a wall clock (no clock to set), one of harel's Protocol (its calls go through an
+adapter), a concurrent or soak failure (a history, not a sequence of calls), a transport that
+hung, crashed or panicked, and a few facts that no single call shows.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any
+
+import harel_ref.stateful._facts as facts
+from harel_ref.stateful import Divergence
+from harel_ref.stateful._facts import Fact
+from harel_ref.stateful._properties import PROPERTIES, owner
+from harel_ref.stateful._values import OnePass
+
+from ._reduce import replayed
+from ._regression_text import Call, OneShot, Unwritable, written
+from ._report import Failure
+from ._target import Target
+
+__all__ = ["regression_test", "with_regression"]
+
+UNWRITTEN = {
+    facts.DRAIN_DIFFERS: "the drain's messages differ as a whole, which no single call shows",
+    facts.SEQ_CHANGED: "a lease's seq differs from an earlier one's, which the test would have to compare by hand",
+    facts.SEQ_ORDER: "a lease's seq is out of order with an earlier one's, which the test would have to compare by hand",
+    facts.HUNG: "the transport hung: a test of it would hang too",
+    facts.CRASHED: "the transport crashed its process",
+    facts.PANICKED: "the transport panicked",
+}
+"""The facts of a lockstep failure that get no regression test, and why."""
+
+
+def with_regression(failure: Failure, target: Target, machine: type) -> Failure:
+    """``failure``, a lockstep search's on the focus ``machine``, with its regression test, or
+    why it has none."""
+    if not failure.steps or failure.flaky:
+        return failure
+    prop = failure.found_by
+    if prop not in PROPERTIES and failure.kind not in facts.FAULTS:  # the shared search's: its kind's owner
+        prop = owner(failure.kind)
+    try:
+        text, why = regression_test(target, machine, list(failure.steps), failure.fact, prop, failure.replay or "")
+    except Unwritable as exc:
+        text, why = "", str(exc)
+    return dataclasses.replace(failure, regression=text, no_regression=why)
+
+
+def regression_test(target: Target, machine: type, steps: list[str], fact: Fact, prop: str,
+                    replay: str = "") -> tuple[str, str]:
+    """The regression test of the lockstep failure ``fact`` that ``steps`` show on the focus
+    ``machine``, as the text of a test module; or ``""`` and why there is none."""
+    why = _unwritable(target, fact, steps)
+    if why:
+        return "", why
+    calls: list[Call] = []
+    namespaces: set[str] = set()
+    try:
+        found = replayed(_recording(machine, calls, namespaces), steps)
+    finally:
+        if (discard := getattr(target.factory, "discard", None)) is not None:
+            for namespace in namespaces:
+                discard(namespace)
+    fault = fact.kind in facts.FAULTS
+    if not (isinstance(found, Divergence) and found.kind == fact.kind) and not (
+            fault and found is not None and not isinstance(found, Divergence)):
+        return "", "the steps did not fail the same way when replayed to write it"
+    calls = calls[:_failing_call(calls, found) + 1]
+    if not calls or calls[-1].method == "open":
+        return "", "the failure came before any call of the transport"
+    calls[-1].diverged = fact if fault else found.fact
+    return written(calls, setup=target.setup, is_async=target.is_async, prop=prop, fact=calls[-1].diverged,
+                   replay=replay), ""
+
+
+def _failing_call(calls: list[Call], found: BaseException) -> int:
+    """The index of the call that showed the failure: the last one before the divergence was
+    raised, or the last call that raised what no step asked it to (a fault)."""
+    if isinstance(found, Divergence):
+        return getattr(found, "failed_at", len(calls)) - 1
+    raised = [n for n, call in enumerate(calls) if call.raised is not None and call.refuses is None
+              and not call.after_close]
+    return raised[-1] if raised else len(calls) - 1
+
+
+def _unwritable(target: Target, fact: Any, steps: list[str]) -> str:
+    """Why the failure gets no regression test, or ``""``."""
+    if not steps:
+        return "its steps were not shrunk (a search cut short)"
+    if target.capabilities.clock == "wall":
+        return "the transport keeps its own time (a wall clock), which a test cannot set"
+    if target.capabilities.protocol == "harel":
+        return "written only for harel-ref's Protocol so far: its reproduction replays it"
+    return UNWRITTEN.get(fact.kind, "")
+
+
+def _recording(machine: type, calls: list[Call], namespaces: set[str]) -> type:
+    """``machine`` with every transport it opens recorded into ``calls``, and the namespaces it
+    opened them on in ``namespaces``."""
+
+    class Recording(machine):
+        def _open(self):
+            namespaces.add(self.namespace)
+            number = getattr(self, "opened", 0)
+            self.opened = number + 1
+            calls.append(Call(number, "open", now=self.clock.now))
+            return _Recorder(super()._open(), number, self, calls)
+
+        def _refused(self, error, case, method, *args):
+            before = len(calls)
+            try:
+                super()._refused(error, case, method, *args)
+            finally:
+                for call in calls[before:]:
+                    call.refuses = error
+
+        def _check_close(self):
+            self.closing = True
+            super()._check_close()
+
+        def _fail(self, *args, **kwargs):
+            try:
+                super()._fail(*args, **kwargs)
+            except Divergence as divergence:
+                divergence.failed_at = len(calls)  # the calls after it are the teardown's clean-up
+                raise
+
+    Recording.__name__ = Recording.__qualname__ = machine.__name__
+    return Recording
+
+
+class _Recorder:
+    """An opened transport, each of whose calls is recorded (:class:`Call`) with the clock it
+    was made at and, for a claim, the outcomes the model allows then."""
+
+    def __init__(self, transport: Any, number: int, machine: Any, calls: list[Call]) -> None:
+        self._transport, self._number, self._machine, self._calls = transport, number, machine, calls
+
+    @property
+    def transport(self) -> Any:  # what the concurrent search awaits; the lockstep machine never asks
+        return self._transport.transport
+
+    def _made(self, method: str, args: tuple, kwargs: dict) -> Any:
+        args = tuple(_fixed(arg) for arg in args)
+        kwargs = {name: _fixed(value) for name, value in kwargs.items()}
+        machine = self._machine
+        call = Call(self._number, method, args, kwargs, now=machine.clock.now,
+                    after_close=getattr(machine, "closing", False))
+        if method == "claim" and not call.after_close:
+            call.allowed = _outcomes(machine, args, kwargs)
+        self._calls.append(call)
+        try:
+            call.answer = getattr(self._transport, method)(*map(_given, args), **{k: _given(v) for k, v in kwargs.items()})
+        except BaseException as exc:
+            call.raised = exc
+            raise
+        return call.answer
+
+    def publish(self, *args: Any, **kwargs: Any) -> Any:
+        return self._made("publish", args, kwargs)
+
+    def claim(self, *args: Any, **kwargs: Any) -> Any:
+        return self._made("claim", args, kwargs)
+
+    def ack(self, *args: Any, **kwargs: Any) -> Any:
+        return self._made("ack", args, kwargs)
+
+    def nack(self, *args: Any, **kwargs: Any) -> Any:
+        return self._made("nack", args, kwargs)
+
+    def close(self) -> Any:
+        return self._made("close", (), {})
+
+
+def _outcomes(machine: Any, args: tuple, kwargs: dict) -> frozenset | None:
+    """What a claim with these arguments may answer now, per the machine's model: ``(group,
+    event)`` or None for each outcome; None where the arguments are not a valid claim's."""
+    min_priority = args[2] if len(args) > 2 else kwargs.get("min_priority", 0)
+    keys = args[3] if len(args) > 3 else kwargs.get("routing_keys")
+    if isinstance(keys, OneShot):
+        keys = keys.items
+    try:
+        allowed = machine.model.claim_outcomes(machine._judged_now(), min_priority, keys)
+    except Exception:  # bad input: the call must raise, and _refused says which error
+        return None
+    return frozenset(None if outcome is None else (outcome.group_id, outcome.event) for outcome in allowed)
+
+
+def _fixed(value: Any) -> Any:
+    """``value`` as it can be recorded and given again: an iterator, which the call will use
+    up, as the :class:`OneShot` of its items."""
+    if isinstance(value, (OnePass, Iterator)) and not isinstance(value, (str, bytes)):
+        return OneShot(list(value))
+    return value
+
+
+def _given(value: Any) -> Any:
+    """What the transport is given for a recorded argument: a fresh iterator for a one-shot."""
+    return iter(value.items) if isinstance(value, OneShot) else value
+

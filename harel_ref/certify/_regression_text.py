@@ -1,0 +1,309 @@
+"""The recorded calls of a failure written out as a pytest module (:mod:`._regression`).
+
+The module it writes defines the user's ``factory`` (the line a reproduction starts with), a
+hand-set ``Clock`` that moves as a real clock does within one call (SPEC.md R3a: each reading
+after a call's first one :data:`~harel_ref.stateful._values.TICK` later), a wrapper that tells
+the clock where each call begins, and one ``def test_...():`` that makes the calls in order and
+asserts at each what the specification allows, the model's reason in the failing assertion's
+message.  Nothing of harel-ref is imported.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from harel_ref.stateful._values import TICK
+
+__all__ = ["Call", "OneShot", "Unwritable", "written"]
+
+
+@dataclass
+class OneShot:
+    """An iterator given as an argument (routing keys as ``iter([...])``): its items."""
+
+    items: list[Any]
+
+
+@dataclass
+class Call:
+    """One call the machine made of transport number ``instance``: ``open``, or one of the
+    Protocol's methods, with its arguments, the clock it was made at, its answer or error, and
+    what it may answer (``allowed``: a claim's outcomes; ``refuses``: the error bad input must
+    raise; ``after_close``: it must raise, saying the transport is closed).  ``diverged``: the
+    fact of the call where the transport left the specification, the last one recorded."""
+
+    instance: int
+    method: str
+    args: tuple = ()
+    kwargs: dict = field(default_factory=dict)
+    now: Any = None
+    answer: Any = None
+    raised: BaseException | None = None
+    allowed: frozenset | None = None
+    refuses: type[Exception] | None = None
+    after_close: bool = False
+    diverged: Any = None
+
+
+class Unwritable(Exception):
+    """The calls hold something a plain test cannot write down (said in the message)."""
+
+
+HEADER = '''"""Regression test: {summary}
+
+Found by harel-ref's {prop} search{replay}.  It makes the calls of the failing example with
+a clock set by hand and asserts what the specification allows at each: it fails while the bug
+is there, and passes once it is fixed.  Run it with pytest from the directory you certified in.
+"""
+
+import asyncio
+import contextlib
+import dataclasses
+import uuid
+
+import pytest
+
+# The transport under test: the factory certified.
+{setup}
+
+
+class Clock:
+    """The transport's clock, set by hand.  Within one call it moves on as a real clock does:
+    every reading after the call's first is {tick!r} s later than the one before."""
+
+    def __init__(self, now):
+        self.now, self.reads = now, 0
+
+    def __call__(self):
+        reading = self.now
+        if self.reads and type(reading) in (int, float):
+            reading += self.reads * {tick!r}
+        self.reads += 1
+        return reading
+
+
+class Clocked:
+    """A transport whose every call begins the clock's readings anew."""
+
+    def __init__(self, transport, clock):
+        self.transport, self.clock = transport, clock
+
+    def __getattr__(self, name):
+        method = getattr(self.transport, name)
+
+        def call(*args, **kwargs):
+            self.clock.reads = 0
+            return method(*args, **kwargs)
+
+        return call
+
+
+def claimed(lease):
+    """What a claim answered: None, or its lease's group and event."""
+    return None if lease is None else (lease.group_id, lease.event)
+
+
+def says_closed(error):
+    """Whether an error says the transport is closed (by its type or its message)."""
+    said = f"{{type(error).__name__}} {{error}}".lower()
+    return "closed" in said or "after close" in said
+
+
+def forged(lease, **fields):
+    """A lease of the transport's own type with other fields (a Lease is a plain dataclass)."""
+    return dataclasses.replace(lease, **fields)
+'''
+
+
+def written(calls: list[Call], *, setup: str, is_async: bool, prop: str, fact: Any, replay: str = "") -> str:
+    """The test module for ``calls`` (the last one the call that diverged, with ``fact``)."""
+    summary = " ".join(f"{fact.step}: the specification allows {fact.expected}; the transport answered "
+                       f"{fact.answered}".split())
+    summary = summary if len(summary) <= 300 else summary[:297] + "..."
+    header = HEADER.format(summary=summary.replace('"""', "'''").replace("\\", "\\\\"), prop=prop,
+                           replay=f" (`{replay}`)" if replay else "", setup=setup, tick=TICK)
+    writer = _Writer(is_async, _message(fact))
+    body = writer.lines(calls)
+    if writer.hand_made:  # the Protocol's value type: the only name of harel-ref's it needs
+        header = header.replace("\n\nimport pytest\n", "\n\nimport pytest\n\nfrom harel_ref import Lease\n", 1)
+    name = f"test_{prop}_{fact.kind}".replace("-", "_")
+    opening = [
+        "    clock, namespace = Clock(%r), f\"regression_{uuid.uuid4().hex[:12]}\"" % calls[0].now,
+        "    queues = []",
+        "",
+        f"    {'async ' if is_async else ''}def opened():",
+        "        made = factory(clock, namespace)",
+        *(["        if asyncio.iscoroutine(made):", "            made = await made"] if is_async else []),
+        "        queues.append(Clocked(made, clock))",
+        "        return queues[-1]",
+        "",
+        "    try:",
+        *("        " + line for line in body),
+        "    finally:",
+        "        for queue in queues:",
+        "            with contextlib.suppress(Exception):",
+        f"                {'await ' if is_async else ''}queue.close()",
+        "        if hasattr(factory, 'discard'):",
+        "            factory.discard(namespace)",
+    ]
+    if is_async:
+        return f"{header}\n\ndef {name}():\n    asyncio.run(_{name}())\n\n\nasync def _{name}():\n" + "\n".join(opening) + "\n"
+    return f"{header}\n\ndef {name}():\n" + "\n".join(opening) + "\n"
+
+
+def _message(fact: Any) -> str:
+    """The failing assertion's message: the step, what the specification allows there and why,
+    what the transport answered, and the queue as the model held it."""
+    text = (f"{fact.step}{fact.note()}: the specification allows {fact.expected}; the transport answered "
+            f"{fact.answered}. The queue per harel-ref's model: {fact.state}")
+    text = " ".join(text.split())
+    return text if len(text) <= 1500 else text[:1497] + "..."
+
+
+class _Writer:
+    """The statements of the test's body, a call at a time, naming each transport ``qN`` and
+    each lease a claim answered ``leaseN``."""
+
+    def __init__(self, is_async: bool, message: str) -> None:
+        self.awaited = "await " if is_async else ""
+        self.message = message
+        self.names: dict[int, str] = {}  # id() of a lease the transport handed out -> its name
+        self.kept: list[Any] = []  # those leases, so that their ids stay theirs
+        self.claims = 0
+        self.now: Any = None
+        self.hand_made = False  # a lease made by hand, of the Protocol's Lease type
+
+    def lines(self, calls: list[Call]) -> list[str]:
+        out: list[str] = []
+        for call in calls:
+            if call.after_close and call.diverged is None and call.method != "close":
+                continue  # refused as it should be: a closed transport stays as it was
+            if call.now is not None and not _same(call.now, self.now):
+                out.append(f"clock.now = {_literal(call.now, self)}")
+                self.now = call.now
+            out += self.call(call)
+        return out
+
+    def call(self, call: Call) -> list[str]:
+        queue = f"q{call.instance}"
+        if call.method == "open":
+            return [f"{queue} = {self.awaited}opened()"]
+        diverged = call.diverged is not None
+        made = f"{self.awaited}{queue}.{call.method}({self.arguments(call)})"
+        if call.method == "close":
+            return [made]  # closing twice is harmless (R14): only a fault raises here
+        if call.after_close or call.refuses is not None:
+            return self.refused(call, made, diverged)
+        if call.method == "claim":
+            return self.claim(call, made, diverged)
+        if call.method in ("ack", "nack") and call.raised is None or diverged and call.method in ("ack", "nack"):
+            expected = _expected_answer(call)
+            why = f", {self.message!r}" if diverged else ""
+            return [f"assert {made} is {expected!r}{why}"]
+        return [made]  # a publish, a close, or a call whose error is the failure itself
+
+    def claim(self, call: Call, made: str, diverged: bool) -> list[str]:
+        self.claims += 1
+        name = f"lease{self.claims}"
+        out = [f"{name} = {made}"]
+        if call.answer is not None and call.raised is None:
+            self.names[id(call.answer)] = name
+            self.kept.append(call.answer)
+        if call.allowed is not None and call.raised is None:
+            allowed = sorted(call.allowed, key=lambda outcome: (outcome is not None, outcome))
+            if allowed == [None]:
+                shown = f"{name} is None"
+            elif len(allowed) == 1:
+                shown = f"claimed({name}) == {_literal(allowed[0], self)}"
+            else:
+                shown = f"claimed({name}) in [{', '.join(_literal(outcome, self) for outcome in allowed)}]"
+            out.append(f"assert {shown}" + (f", {self.message!r}" if diverged else ""))
+        return out
+
+    def refused(self, call: Call, made: str, diverged: bool) -> list[str]:
+        """A call that must raise: bad input (its error) or any call after close (an error that
+        says so)."""
+        error = call.refuses.__name__ if call.refuses is not None else "Exception"
+        check = "says_closed(error)" if call.after_close else ""
+        why = f"pytest.fail({self.message!r})" if diverged else "pytest.fail('it did not raise')"
+        out = ["try:", f"    {made}", f"except {error}{' as error' if check else ''}:"]
+        out.append(f"    assert {check}, {self.message!r}" if check and diverged else
+                   f"    assert {check}" if check else "    pass")
+        return out + ["else:", f"    {why}"]
+
+    def arguments(self, call: Call) -> str:
+        shown = [_literal(arg, self) for arg in call.args]
+        shown += [f"{name}={_literal(value, self)}" for name, value in call.kwargs.items()]
+        return ", ".join(shown)
+
+    def lease_like(self, value: Any) -> str:
+        """A lease the transport never handed out (a forged one): a copy of the last one it did,
+        with this one's fields."""
+        fields = ", ".join(f"{name}={_literal(getattr(value, name), self)}" for name in ("group_id", "event", "seq", "token"))
+        if not self.kept:  # none to copy: the Protocol's own Lease, made by hand
+            self.hand_made = True
+            return f"Lease({fields})"
+        return f"forged({self.names[id(self.kept[-1])]}, {fields})"
+
+
+def _expected_answer(call: Call) -> Any:
+    """What an ack or nack must answer: what it answered, where the machine judged that right;
+    at the call that diverged, the fact's expectation (its first word: True, False or None)."""
+    if call.diverged is None:
+        return call.answer
+    word = call.diverged.expected.split(":")[0].split()[0] if call.diverged.expected else ""
+    if word not in ("True", "False", "None"):
+        raise Unwritable(f"an ack or nack whose answer the specification gives as {call.diverged.expected!r}")
+    return {"True": True, "False": False, "None": None}[word]
+
+
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and (a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b)))
+
+
+def _literal(value: Any, writer: _Writer) -> str:
+    """``value`` as Python source, a lease by its name."""
+    if id(value) in writer.names:
+        return writer.names[id(value)]
+    if value is None or isinstance(value, (bool, int, bytes)):
+        return repr(value)
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else f"float({str(value)!r})"
+    if isinstance(value, str):
+        return _text(value)
+    if isinstance(value, OneShot):
+        return f"iter({_literal(value.items, writer)})"
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = [_literal(item, writer) for item in sorted(value, key=repr)] if isinstance(value, (set, frozenset)) \
+            else [_literal(item, writer) for item in value]
+        if isinstance(value, list):
+            return f"[{', '.join(items)}]"
+        if isinstance(value, tuple):
+            return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+        shown = f"{{{', '.join(items)}}}" if items else "set()"
+        return f"frozenset({shown})" if isinstance(value, frozenset) else shown
+    if all(hasattr(value, name) for name in ("group_id", "event", "seq", "token")):
+        return writer.lease_like(value)
+    raise Unwritable(f"an argument of type {type(value).__name__}: {value!r:.80}")
+
+
+def _text(value: str) -> str:
+    """A str as source; a long one with its runs of one character written as ``'x' * n``."""
+    if len(value) <= 80:
+        return repr(value)
+    parts, plain = [], ""
+    for char, run in itertools.groupby(value):
+        count = len(list(run))
+        if count >= 16:
+            if plain:
+                parts.append(repr(plain))
+                plain = ""
+            parts.append(f"{char!r} * {count}")
+        else:
+            plain += char * count
+    if plain:
+        parts.append(repr(plain))
+    return "(" + " + ".join(parts) + ")" if len(parts) > 1 else parts[0]

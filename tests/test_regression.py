@@ -1,0 +1,138 @@
+"""A failure's regression test in the transport's own calls (issue 44): it fails against the
+bug and passes once the bug is fixed, and holds nothing of harel-ref.
+
+Each broken variant's test is run twice: against the variant, and against the transport it
+was made from (its fixed self).  The generated module's factory line is swapped for the one
+under test, which is what a user does by fixing their own module.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+from broken import BROKEN, OF_VALUES, ONE_BUG_MANY_SEARCHES, broken_backend
+
+from harel_ref.certify import certify
+from harel_ref.stateful.backends import load
+
+VARIANTS = {**BROKEN, **OF_VALUES, **ONE_BUG_MANY_SEARCHES}
+
+SAMPLE = [
+    "unfenced ack",  # an ack's answer
+    "parked group claimable early",  # a claim's outcome
+    "a forged lease is accepted",  # bad input: a forged lease, copied from a real one
+    "the clock is not checked",  # bad input: the clock answers NaN
+    "closed without saying so",  # calls after close
+    "group ids fold case",  # the drain, near-colliding ids
+    "routing keys read twice",  # an iterator argument
+]
+"""Variants whose failures show each kind of call the test writes; benchmarks/regression_tests.py
+runs every variant."""
+
+
+def run_test(code: str, factory) -> BaseException | None:
+    """Run the test function of the module ``code`` with ``factory`` as its factory; what it
+    raised, or None."""
+    lines = code.splitlines()
+    start = lines.index("# The transport under test: the factory certified.") + 1
+    end = next(n for n in range(start, len(lines)) if lines[n].startswith("class Clock"))
+    namespace = {"__name__": "regression", "given_factory": factory}
+    exec(compile("\n".join([*lines[:start], "factory = given_factory", *lines[end:]]), "<regression>", "exec"),
+         namespace)  # noqa: S102 - the test harel-ref wrote
+    [test] = [value for name, value in namespace.items() if name.startswith("test_")]
+    try:
+        test()
+    except (AssertionError, pytest.fail.Exception) as failed:
+        return failed
+    return None
+
+
+@pytest.mark.parametrize("name", SAMPLE)
+def test_a_variants_regression_test_fails_on_it_and_passes_on_the_transport_it_came_from(name):
+    _, prop = VARIANTS[name]
+    backend = broken_backend(name)
+    report = certify(backend.factory, backend.capabilities, profile="quick", properties=[prop])
+    failure = report.verdict(prop).failure
+    assert failure is not None and failure.regression, (failure and failure.no_regression, report.to_markdown())
+    assert not re.search(r"harel_ref\.(stateful|certify)", failure.regression)
+    failed = run_test(failure.regression, backend.factory)
+    assert failed is not None, failure.regression
+    assert failure.expected.split(":")[0][:40] in str(failed), (str(failed), failure.expected)  # the model's reason
+    assert run_test(failure.regression, load("memory")(None).factory) is None, failure.regression
+
+
+def async_of(cls: type):
+    """An async factory of the variant ``cls``: its calls behind coroutines, as an asyncio
+    transport makes them (the in-memory twin, with the variant inside)."""
+    from harel_ref.stateful.backends.memory import AsyncInMemoryTransport
+    from harel_ref.transport import InMemoryStore
+
+    stores = {}
+
+    async def factory(clock, namespace):
+        made = AsyncInMemoryTransport(clock, stores.setdefault(namespace, InMemoryStore()))
+        made._sync = cls(clock=clock, store=made._sync.store)
+        return made
+
+    return factory
+
+
+def test_an_async_transports_regression_test_awaits_its_calls():
+    from harel_ref.transport import InMemoryTransport
+
+    cls, prop = VARIANTS["parked group claimable early"]
+    caps = load("memory-async")(None).capabilities
+    report = certify(async_of(cls), caps, profile="quick", properties=[prop], is_async=True)
+    code = report.verdict(prop).failure.regression
+    assert "asyncio.run(" in code and "await q0.claim(" in code and "made = await made" in code, code
+    assert run_test(code, async_of(cls)) is not None
+    assert run_test(code, async_of(InMemoryTransport)) is None, code
+
+
+QUEUE = '''
+from harel_ref.transport import InMemoryStore, InMemoryTransport
+
+STORES = {}
+FLOOR_IGNORED = %s  # the bug: a claim takes any group, whatever its priority
+
+
+class Queue(InMemoryTransport):
+    def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
+        if FLOOR_IGNORED and min_priority in (1, 2, 3, 4):
+            min_priority = 0
+        return super().claim(worker_id, visibility, min_priority, routing_keys)
+
+
+def factory(clock, namespace):
+    return Queue(clock=clock, store=STORES.setdefault(namespace, InMemoryStore()))
+'''
+
+
+def test_the_written_test_fails_in_the_users_suite_until_the_bug_is_fixed(tmp_path):
+    """As a user runs it: certify, --write-tests, pytest on what was written (it fails), fix
+    the module, pytest again (it passes)."""
+    (tmp_path / "queue_under_test.py").write_text(QUEUE % "True")
+    certified = subprocess.run(
+        [str(Path(sys.executable).parent / "harel-ref"), "certify", "queue_under_test:factory", "--only", "priority-floor",
+         "--profile", "quick", "--quiet", "--report-dir", "reports", "--write-tests", "regression"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=600)
+    assert certified.returncode == 1 and "regression tests: regression/test_priority_floor.py" in certified.stdout, \
+        certified.stdout + certified.stderr
+    written = (tmp_path / "regression" / "test_priority_floor.py").read_text()
+    assert "from queue_under_test import factory" in written and "harel_ref" not in written
+    assert "```python" in (tmp_path / "reports" / "REPORT.md").read_text()
+
+    def pytest_run():
+        return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "regression"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+
+    today = pytest_run()
+    assert today.returncode == 1 and "min_priority" in today.stdout, today.stdout
+    (tmp_path / "queue_under_test.py").write_text(QUEUE % "False")
+    fixed = pytest_run()
+    assert fixed.returncode == 0, fixed.stdout + textwrap.indent(written, "    ")
