@@ -350,3 +350,31 @@ def test_the_replay_of_a_concurrent_failure_selects_what_judged_it():
     assert running("concurrent", facts.STALE_ACTED) == "fencing"
     assert running("concurrent", facts.NOT_HEAD) == "single-in-flight"  # fifo has no concurrent search
     assert running("fifo") == "fifo"
+
+
+def test_the_time_column_shares_each_search_among_the_verdicts_it_stands_for():
+    """Issue 44: each verdict's time is its share of the searches that stand for it, so the
+    column sums to the searches' time: a shared search that passed is split among its
+    properties, one that failed among all it covers (the focused searches decided), a focused
+    search is its property's own, and the concurrent search is split among the four it judges."""
+    caps = Capabilities()
+    lockstep = tuple(p for p, row in PROPERTIES.items() if row.search == "lockstep" and row.needs(caps) is None)
+    concurrent = tuple(p for p, row in PROPERTIES.items() if row.concurrent)
+    lost = Failure(Fact(facts.STALE_ACTED, "ack(lease)", "False", "True"), SHARED, ("state = M()",), "", None)
+    runs = {
+        "passed": [Searched(SHARED, lockstep, "passed", seconds=30.0),
+                   *(Searched(p, (p,), "covered") for p in lockstep)],
+        "passed, fencing left to its own": [
+            Searched(SHARED, lockstep, "passed", seconds=30.0, undecided=("fencing",)),
+            *(Searched(p, (p,), "passed" if p == "fencing" else "covered", seconds=4.0 if p == "fencing" else 0.0)
+              for p in lockstep)],
+        "failed": [Searched(SHARED, lockstep, "failed", seconds=20.0, failures=(lost,)),
+                   *(Searched(p, (p,), "passed", seconds=3.0) for p in lockstep)],
+    }
+    for name, searched in runs.items():
+        searched = [*searched, Searched("concurrent", concurrent, "passed", seconds=10.0)]
+        made = verdicts(list(PROPERTIES), caps, searched)
+        column = {prop: verdict.seconds for prop, verdict in made.items()}
+        assert abs(sum(column.values()) - sum(s.seconds for s in searched)) < 1e-9, (name, column)
+        assert column["contention"] == 10.0 / len(concurrent), name
+        assert len({column[p] for p in lockstep if p not in concurrent and p != "fencing"}) == 1, (name, column)
