@@ -60,6 +60,7 @@ from rqlite_support import cluster_lock, require_cluster
 from harel_ref.transport import OutcomeUnknownError, RqliteTransport, StorageError
 from harel_ref.stateful.backends.rqlite import our_tables
 from harel_ref.stateful.history import History, Record, RecordingTransport, check, drain
+from harel_ref.stateful.soak import UNCERTAIN_STEPS
 
 pytestmark = pytest.mark.slow
 
@@ -290,7 +291,14 @@ def judge(records: list[Record], drained: list[tuple[str, str]]):
     assert all(r.args.get("priority", 0) == 0 and r.args.get("routing_key") is None
                for r in records if r.op == "publish"), "unseen_unknown_publishes assumes no priority or routing"
     unseen = {r.id for r in unseen_unknown_publishes(records, drained)}
-    return check([r for r in records if r.id not in unseen], drained)
+    return check([r for r in records if r.id not in unseen], drained, uncertain_steps=UNCERTAIN_STEPS)
+
+
+def undecided_only(report) -> bool:
+    """Whether the history's only violation is the model's check giving up (SPEC.md R19): a
+    group holding calls of unknown outcome (a claim and an ack lost to a killed leader) may
+    allow more orders than the checker tries.  Every other check still judged the whole."""
+    return bool(report.violations) and all(v.kind == "undecided" for v in report.violations)
 
 
 # --- Counting and reporting -----------------------------------------------------------------
@@ -473,7 +481,9 @@ def test_no_acknowledged_message_is_lost_under_faults(cluster, fault, request, t
     line = publish_counts(request, counts)
 
     assert not notes["crashes"], f"{line}\n{notes['crashes']}"
-    assert report.ok, f"{line}\n{report}"
+    # At load 5, kill-leader lost the answers of a claim and an ack, and the model's check gave up
+    # after 2,000,000 steps: undecided, which is no violation when calls of unknown outcome are why.
+    assert report.ok or (undecided_only(report) and counts["unknown_outcomes"] > 0), f"{line}\n{report}"
     assert counts["lost"] == 0 and counts["duplicated"] == 0 and counts["overlaps"] == 0, line
     assert counts["acked"] > 0 and counts["drained"] > 0, f"the load did too little: {line}"
     # The fault did disturb the load: errors, or (latency) packets held.
