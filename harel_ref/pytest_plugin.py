@@ -191,6 +191,8 @@ class _PropertyFailed(Exception):
         self.verdict = verdict
 
     def describe(self) -> str:
+        from harel_ref.certify._regression_text import LONG
+
         f = self.verdict.failure
         lines = [
             f"{self.verdict.property} failed (found by the {f.found_by} search, which saw {f.kind!r})",
@@ -200,9 +202,12 @@ class _PropertyFailed(Exception):
         ]
         if f.state:
             lines += ["  queue per the model:", f.state]
-        if f.regression:
+        if f.regression and f.regression.count("\n") <= LONG:
             lines += ["", "a regression test in the transport's own calls (fails until the bug is fixed):",
                       f.regression]
+        elif f.regression:
+            lines += ["", "a regression test in the transport's own calls: in report.json (regression), "
+                      "or written by harel-ref certify --write-tests DIR"]
         if f.reproduction:
             lines += ["", "runnable reproduction:", f.reproduction]
         if f.replay:

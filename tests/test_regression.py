@@ -19,6 +19,8 @@ from broken import BROKEN, OF_VALUES, ONE_BUG_MANY_SEARCHES, broken_backend
 
 from harel_ref.certify import certify
 from harel_ref.stateful.backends import load
+from harel_ref.transport import InMemoryTransport
+from harel_ref.transport.memory import InMemoryCore
 
 VARIANTS = {**BROKEN, **OF_VALUES, **ONE_BUG_MANY_SEARCHES}
 
@@ -136,3 +138,81 @@ def test_the_written_test_fails_in_the_users_suite_until_the_bug_is_fixed(tmp_pa
     (tmp_path / "queue_under_test.py").write_text(QUEUE % "False")
     fixed = pytest_run()
     assert fixed.returncode == 0, fixed.stdout + textwrap.indent(written, "    ")
+
+
+def factory_of(cls: type, *, namespaced: bool = True):
+    """A factory of the in-memory variant ``cls``: one store per namespace, or (``namespaced``
+    False) harel.testing's ``make(clock)``, a fresh store each call."""
+    from harel_ref.transport import InMemoryStore
+
+    stores = {}
+    if not namespaced:
+        return lambda clock: cls(clock=clock, store=InMemoryStore())
+    return lambda clock, namespace: cls(clock=clock, store=stores.setdefault(namespace, InMemoryStore()))
+
+
+class PublishAnswers(InMemoryTransport):
+    """A publish that answers True (R1: it answers None)."""
+
+    def publish(self, *args, **kwargs):
+        super().publish(*args, **kwargs)
+        return True
+
+
+class CountedTokens(InMemoryTransport):
+    """Tokens from a counter per opened transport, as ``worker:N``: a second instance, or a
+    reopened one, hands out ``w1:1`` again (R16)."""
+
+    class Core(InMemoryCore):
+        count = 0
+
+        def claim(self, token, *args):
+            self.count += 1
+            return super().claim(f"{token.split(':')[0]}:{self.count}", *args)
+
+
+@pytest.mark.parametrize("bug, prop, kind", [(PublishAnswers, "no-loss", "publish-answered"),
+                                             (CountedTokens, "fencing", "token-reused")])
+def test_the_call_that_diverged_asserts_what_it_broke_whatever_it_broke(bug, prop, kind):
+    """A publish that answers, a token handed out twice: the written test asserts what each kind
+    of divergence broke (a reviewer's find: a publish was written with no assertion, and a
+    reused token's claim asserted only its group and event, so both tests passed on the broken
+    transport)."""
+    broken = factory_of(bug)
+    report = certify(broken, load("memory")(None).capabilities, profile="quick", properties=[prop])
+    failure = report.verdict(prop).failure
+    assert failure.kind == kind and failure.regression, failure
+    assert run_test(failure.regression, broken) is not None, failure.regression
+    assert run_test(failure.regression, load("memory")(None).factory) is None, failure.regression
+
+
+def test_a_factory_of_clock_alone_is_called_as_the_certifier_called_it():
+    """harel.testing's ``make(clock)``: the test calls it with the clock alone (a reviewer's find:
+    it called ``factory(clock, namespace)`` and raised TypeError on either transport)."""
+    from harel_ref.stateful import Capabilities
+    from harel_ref.transport import InMemoryTransport
+
+    cls, prop = VARIANTS["unfenced ack"]
+    report = certify(factory_of(cls, namespaced=False), Capabilities(), profile="quick", properties=[prop])
+    code = report.verdict(prop).failure.regression
+    assert "made = factory(clock)" in code and "namespace" not in code.split("def test_")[1], code
+    assert run_test(code, factory_of(cls, namespaced=False)) is not None
+    assert run_test(code, factory_of(InMemoryTransport, namespaced=False)) is None
+
+
+def test_steps_printed_over_several_lines_are_one_statement():
+    """Hypothesis prints a step with long arguments over several lines: replayed line by line
+    it raised SyntaxError, so such a failure got no test (and C7's taking away of steps never
+    ran on it)."""
+    from harel_ref.certify._driver import _statements
+
+    lines = ["state = M()", "state.begin(group_ids=['job',", "    'Job'], clock=1000.0)", "state.teardown()"]
+    assert _statements(lines) == ["state = M()", "state.begin(group_ids=['job',\n    'Job'], clock=1000.0)",
+                                  "state.teardown()"]
+    _, prop = VARIANTS["group ids cut at 255 characters"]
+    backend = broken_backend("group ids cut at 255 characters")
+    report = certify(backend.factory, backend.capabilities, profile="quick", properties=[prop])
+    failure = report.verdict(prop).failure
+    assert failure.regression and any("\n" in step for step in failure.steps), (failure.no_regression, failure.steps)
+    assert run_test(failure.regression, backend.factory) is not None
+    assert run_test(failure.regression, load("memory")(None).factory) is None

@@ -9,6 +9,7 @@ the steps it does not need (SPEC.md C7)."""
 
 from __future__ import annotations
 
+import codeop
 import collections
 import contextlib
 import dataclasses
@@ -362,15 +363,32 @@ def _reduced(failure: ConcurrencyFailure, run: Callable[[Program], None]) -> Con
 
 
 def shrunk_steps(exc: BaseException) -> list[str]:
-    """The shrunk steps Hypothesis attached to ``exc``, from ``state = ...`` to teardown."""
+    """The shrunk steps Hypothesis attached to ``exc``, from ``state = ...`` to teardown, a
+    statement each (Hypothesis prints a step with long arguments over several lines)."""
     lines = [line for note in getattr(exc, "__notes__", ()) for line in str(note).splitlines()]
     starts = [i for i, line in enumerate(lines) if line.startswith("state = ")]
     if not starts:
         return []
-    steps = lines[starts[-1]:]
+    steps = _statements(lines[starts[-1]:])
     if "state.teardown()" in steps:
         steps = steps[: steps.index("state.teardown()") + 1]
     return steps
+
+
+def _statements(lines: list[str]) -> list[str]:
+    """``lines`` joined into whole statements: a line that leaves one open (a bracket not yet
+    closed) takes the lines after it until it compiles."""
+    statements, pending = [], ""
+    for line in lines:
+        pending = f"{pending}\n{line}" if pending else line
+        try:
+            complete = codeop.compile_command(pending, "<step>", "exec") is not None
+        except SyntaxError:  # not Python at all (a note's prose): kept as it is
+            complete = True
+        if complete:
+            statements.append(pending)
+            pending = ""
+    return statements + ([pending] if pending else [])
 
 
 @contextlib.contextmanager

@@ -4,13 +4,19 @@ What a transport author fixes a bug against is a plain test: the calls that show
 clock set by hand, failing today and passing once the bug is gone, that stays in their suite
 without harel-ref.  :func:`regression_test` makes one from a shrunk lockstep failure:
 
-- The failure's steps run once more on the focus machine, each transport it opens wrapped in a
-  recorder (:class:`_Recorder`): every call the machine makes (open, publish, claim, ack, nack,
-  close), its arguments as given, the clock it was made at, its answer, and what the
-  specification allows there: a claim's outcomes, per the model; for the other calls the
-  answer the machine judged right; at the call that diverged, the fact's expectation.
+- The failure's steps run once more, each transport the machine opens wrapped in a recorder
+  (:class:`_Recorder`): every call the machine makes (open, publish, claim, ack, nack, close),
+  its arguments as given, the clock it was made at, its answer, and what the specification
+  allows there: a claim's outcomes, per the model; for the other calls the answer the machine
+  judged right; at the call that diverged, the fact's expectation.  They run first on the
+  shared machine, every property's fine print judged (the strict model: where the
+  specification decides, one outcome per claim), so that a fixed transport, which takes the
+  path the specification gives, meets every later expectation; where they fail otherwise
+  there (the transport breaks another rule first), on the search's own focus machine, whose
+  claims may allow several outcomes and whose later expectations follow the path taken.
 - :mod:`._regression_text` writes those calls out as a ``def test_...():`` that imports the
-  user's factory, the standard library and pytest, and nothing of harel-ref.
+  user's factory, the standard library and pytest (and the Protocol's ``Lease`` where a lease
+  is made by hand before the transport handed one out).
 
 A failure it cannot write is said so, and why (its reproduction, the machine's steps, stays):
 one on a wall clock (no clock to set), one of harel's Protocol (its calls go through an
@@ -21,15 +27,18 @@ hung, crashed or panicked, and a few facts that no single call shows.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 from collections.abc import Iterator
 from typing import Any
 
 import harel_ref.stateful._facts as facts
 from harel_ref.stateful import Divergence
 from harel_ref.stateful._facts import Fact
-from harel_ref.stateful._properties import PROPERTIES, owner
+from harel_ref.stateful._harel import takes_namespace
+from harel_ref.stateful._properties import PROPERTIES, SHARED, owner
 from harel_ref.stateful._values import OnePass
 
+from ._focus import focus_machine, shared_properties
 from ._reduce import replayed
 from ._regression_text import Call, OneShot, Unwritable, written
 from ._report import Failure
@@ -70,6 +79,24 @@ def regression_test(target: Target, machine: type, steps: list[str], fact: Fact,
     why = _unwritable(target, fact, steps)
     if why:
         return "", why
+    strict = shared_properties(target.capabilities) and focus_machine(
+        target.factory, SHARED, target.capabilities, is_async=target.is_async)
+    for each in ([strict] if strict else []) + [machine]:
+        calls = _recorded(target, each, steps, fact)
+        if calls:
+            break
+    else:
+        return "", "the steps did not fail the same way when replayed to write it"
+    if calls[-1].method == "open" and calls[-1].raised is None:
+        return "", "the failure came before any call of the transport"
+    opens = _factory_call(target.factory)
+    return written(calls, setup=target.setup, is_async=target.is_async, prop=prop, fact=calls[-1].diverged,
+                   replay=replay, opens=opens), ""
+
+
+def _recorded(target: Target, machine: type, steps: list[str], fact: Fact) -> list[Call]:
+    """The calls ``steps`` make on ``machine``, up to the one that showed ``fact`` (marked
+    ``diverged``); empty if they do not show it there."""
     calls: list[Call] = []
     namespaces: set[str] = set()
     try:
@@ -78,16 +105,27 @@ def regression_test(target: Target, machine: type, steps: list[str], fact: Fact,
         if (discard := getattr(target.factory, "discard", None)) is not None:
             for namespace in namespaces:
                 discard(namespace)
-    fault = fact.kind in facts.FAULTS
+    fault = fact.kind in facts.FAULTS  # then what the steps raised is a call's own error
     if not (isinstance(found, Divergence) and found.kind == fact.kind) and not (
-            fault and found is not None and not isinstance(found, Divergence)):
-        return "", "the steps did not fail the same way when replayed to write it"
+            fault and any(call.raised is found for call in calls)):
+        return []
     calls = calls[:_failing_call(calls, found) + 1]
-    if not calls or calls[-1].method == "open":
-        return "", "the failure came before any call of the transport"
-    calls[-1].diverged = fact if fault else found.fact
-    return written(calls, setup=target.setup, is_async=target.is_async, prop=prop, fact=calls[-1].diverged,
-                   replay=replay), ""
+    if calls:
+        calls[-1].diverged = fact if fault else found.fact
+    return calls
+
+
+def _factory_call(factory: Any) -> str:
+    """How :func:`~harel_ref.stateful._harel.call_factory` calls ``factory``, as source."""
+    if not takes_namespace(factory):
+        return "factory(clock)"
+    try:
+        parameter = inspect.signature(factory).parameters.get("namespace")
+    except (TypeError, ValueError):
+        parameter = None
+    if parameter is not None and parameter.kind == inspect.Parameter.KEYWORD_ONLY:
+        return "factory(clock, namespace=namespace)"
+    return "factory(clock, namespace)"
 
 
 def _failing_call(calls: list[Call], found: BaseException) -> int:
@@ -120,8 +158,12 @@ def _recording(machine: type, calls: list[Call], namespaces: set[str]) -> type:
             namespaces.add(self.namespace)
             number = getattr(self, "opened", 0)
             self.opened = number + 1
-            calls.append(Call(number, "open", now=self.clock.now))
-            return _Recorder(super()._open(), number, self, calls)
+            calls.append(opening := Call(number, "open", now=self.clock.now))
+            try:
+                return _Recorder(super()._open(), number, self, calls)
+            except BaseException as exc:
+                opening.raised = exc
+                raise
 
         def _refused(self, error, case, method, *args):
             before = len(calls)
@@ -152,10 +194,6 @@ class _Recorder:
 
     def __init__(self, transport: Any, number: int, machine: Any, calls: list[Call]) -> None:
         self._transport, self._number, self._machine, self._calls = transport, number, machine, calls
-
-    @property
-    def transport(self) -> Any:  # what the concurrent search awaits; the lockstep machine never asks
-        return self._transport.transport
 
     def _made(self, method: str, args: tuple, kwargs: dict) -> Any:
         args = tuple(_fixed(arg) for arg in args)
@@ -198,7 +236,7 @@ def _outcomes(machine: Any, args: tuple, kwargs: dict) -> frozenset | None:
         keys = keys.items
     try:
         allowed = machine.model.claim_outcomes(machine._judged_now(), min_priority, keys)
-    except Exception:  # bad input: the call must raise, and _refused says which error
+    except (TypeError, ValueError):  # bad input: the call must raise, and _refused says which error
         return None
     return frozenset(None if outcome is None else (outcome.group_id, outcome.event) for outcome in allowed)
 

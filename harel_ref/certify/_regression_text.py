@@ -5,7 +5,9 @@ hand-set ``Clock`` that moves as a real clock does within one call (SPEC.md R3a:
 after a call's first one :data:`~harel_ref.stateful._values.TICK` later), a wrapper that tells
 the clock where each call begins, and one ``def test_...():`` that makes the calls in order and
 asserts at each what the specification allows, the model's reason in the failing assertion's
-message.  Nothing of harel-ref is imported.
+message.  It imports the standard library, pytest where a call must raise, and of harel-ref
+only the Protocol's ``Lease``, where a lease is made by hand before the transport handed one
+out.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+import harel_ref.stateful._facts as facts
 from harel_ref.stateful._values import TICK
 
 __all__ = ["Call", "OneShot", "Unwritable", "written"]
@@ -52,23 +55,15 @@ class Unwritable(Exception):
     """The calls hold something a plain test cannot write down (said in the message)."""
 
 
-HEADER = '''"""Regression test: {summary}
+DOCSTRING = '''"""Regression test: {summary}
 
 Found by harel-ref's {prop} search{replay}.  It makes the calls of the failing example with
 a clock set by hand and asserts what the specification allows at each: it fails while the bug
 is there, and passes once it is fixed.  Run it with pytest from the directory you certified in.
 """
+'''
 
-import asyncio
-import contextlib
-import dataclasses
-import uuid
-
-import pytest
-
-# The transport under test: the factory certified.
-{setup}
-
+CLOCK = '''
 
 class Clock:
     """The transport's clock, set by hand.  Within one call it moves on as a real clock does:
@@ -99,44 +94,91 @@ class Clocked:
             return method(*args, **kwargs)
 
         return call
+'''
 
+HELPERS = {
+    "claimed": '''
 
 def claimed(lease):
     """What a claim answered: None, or its lease's group and event."""
     return None if lease is None else (lease.group_id, lease.event)
-
+''',
+    "says_closed": '''
 
 def says_closed(error):
-    """Whether an error says the transport is closed (by its type or its message)."""
-    said = f"{{type(error).__name__}} {{error}}".lower()
+    """Whether an error says the transport is closed, by its type (or one it derives from) or
+    its message."""
+    said = " ".join([*(kind.__name__ for kind in type(error).__mro__), str(error)]).lower()
     return "closed" in said or "after close" in said
-
+''',
+    "forged": '''
 
 def forged(lease, **fields):
     """A lease of the transport's own type with other fields (a Lease is a plain dataclass)."""
     return dataclasses.replace(lease, **fields)
-'''
+''',
+}
+"""The helpers a test may use, each written into it only if it does."""
+
+LONG = 200
+"""Lines past which REPORT.md and the pytest plugin show where the test is, not the test."""
 
 
-def written(calls: list[Call], *, setup: str, is_async: bool, prop: str, fact: Any, replay: str = "") -> str:
-    """The test module for ``calls`` (the last one the call that diverged, with ``fact``)."""
+def written(calls: list[Call], *, setup: str, is_async: bool, prop: str, fact: Any, replay: str = "",
+            opens: str = "factory(clock, namespace)") -> str:
+    """The test module for ``calls`` (the last one the call that diverged, with ``fact``).
+    ``opens``: the factory's call, as :func:`~harel_ref.stateful._harel.call_factory` makes it."""
     summary = " ".join(f"{fact.step}: the specification allows {fact.expected}; the transport answered "
                        f"{fact.answered}".split())
     summary = summary if len(summary) <= 300 else summary[:297] + "..."
-    header = HEADER.format(summary=summary.replace('"""', "'''").replace("\\", "\\\\"), prop=prop,
-                           replay=f" (`{replay}`)" if replay else "", setup=setup, tick=TICK)
     writer = _Writer(is_async, _message(fact))
     body = writer.lines(calls)
-    if writer.hand_made:  # the Protocol's value type: the only name of harel-ref's it needs
-        header = header.replace("\n\nimport pytest\n", "\n\nimport pytest\n\nfrom harel_ref import Lease\n", 1)
     name = f"test_{prop}_{fact.kind}".replace("-", "_")
-    opening = [
-        "    clock, namespace = Clock(%r), f\"regression_{uuid.uuid4().hex[:12]}\"" % calls[0].now,
+    return "".join([
+        DOCSTRING.format(summary=summary.replace('"""', "'''").replace("\\", "\\\\"), prop=prop,
+                         replay=f" (`{replay}`)" if replay else ""),
+        _imports(writer, is_async, "namespace" in opens),
+        _setup(setup),
+        CLOCK.format(tick=TICK),
+        *(HELPERS[helper] for helper in HELPERS if helper in writer.used),
+        _test(name, body, is_async, opens, calls[0].now),
+    ])
+
+
+def _imports(writer: _Writer, is_async: bool, named: bool) -> str:
+    """The import lines the test needs: the standard library's, pytest where a call must raise,
+    and the Protocol's Lease where one was made by hand."""
+    standard = ["asyncio", "inspect"] * is_async + ["contextlib"] + ["dataclasses"] * ("forged" in writer.used)
+    lines = [f"import {module}" for module in sorted(standard + ["uuid"] * named)]
+    lines += ["", "import pytest"] if writer.raises else []
+    lines += ["", "from harel_ref import Lease  # the Protocol's, for a lease made by hand"] if writer.hand_made else []
+    return "\n" + "\n".join(lines) + "\n"
+
+
+def _setup(setup: str) -> str:
+    """The lines that define ``factory``; for a factory that cannot be imported by name, a skip
+    that says so until the user writes the line."""
+    if setup.startswith("factory = ..."):
+        setup = ("import pytest  # noqa: E402\n\n"
+                 "factory = None  # the factory you certified: it cannot be imported by name, so set it here\n"
+                 "if factory is None:\n"
+                 "    pytest.skip('set factory to the factory you certified', allow_module_level=True)")
+    return f"\n# The transport under test: the factory certified.\n{setup}\n"
+
+
+def _test(name: str, body: list[str], is_async: bool, opens: str, start: Any) -> str:
+    """The test function: it opens the transports on a namespace of its own, makes the calls,
+    and closes what it opened (and gives the namespace back) whatever happens."""
+    named = "namespace" in opens
+    lines = [
+        f"    clock = Clock({start!r})",
+        *(['    namespace = f"ns_{uuid.uuid4().hex[:12]}"'] if named else []),
         "    queues = []",
         "",
         f"    {'async ' if is_async else ''}def opened():",
-        "        made = factory(clock, namespace)",
-        *(["        if asyncio.iscoroutine(made):", "            made = await made"] if is_async else []),
+        "        clock.reads = 0",
+        f"        made = {opens}",
+        *(["        if inspect.isawaitable(made):", "            made = await made"] if is_async else []),
         "        queues.append(Clocked(made, clock))",
         "        return queues[-1]",
         "",
@@ -146,12 +188,11 @@ def written(calls: list[Call], *, setup: str, is_async: bool, prop: str, fact: A
         "        for queue in queues:",
         "            with contextlib.suppress(Exception):",
         f"                {'await ' if is_async else ''}queue.close()",
-        "        if hasattr(factory, 'discard'):",
-        "            factory.discard(namespace)",
+        *(["        if hasattr(factory, 'discard'):", "            factory.discard(namespace)"] if named else []),
     ]
     if is_async:
-        return f"{header}\n\ndef {name}():\n    asyncio.run(_{name}())\n\n\nasync def _{name}():\n" + "\n".join(opening) + "\n"
-    return f"{header}\n\ndef {name}():\n" + "\n".join(opening) + "\n"
+        return f"\n\ndef {name}():\n    asyncio.run(_{name}())\n\n\nasync def _{name}():\n" + "\n".join(lines) + "\n"
+    return f"\n\ndef {name}():\n" + "\n".join(lines) + "\n"
 
 
 def _message(fact: Any) -> str:
@@ -165,7 +206,7 @@ def _message(fact: Any) -> str:
 
 class _Writer:
     """The statements of the test's body, a call at a time, naming each transport ``qN`` and
-    each lease a claim answered ``leaseN``."""
+    each lease a claim answered ``leaseN``; what it used, for the module's imports and helpers."""
 
     def __init__(self, is_async: bool, message: str) -> None:
         self.awaited = "await " if is_async else ""
@@ -174,10 +215,13 @@ class _Writer:
         self.kept: list[Any] = []  # those leases, so that their ids stay theirs
         self.claims = 0
         self.now: Any = None
+        self.used: set[str] = set()  # the HELPERS it called
+        self.raises = False  # a call must raise: pytest.fail is written
         self.hand_made = False  # a lease made by hand, of the Protocol's Lease type
 
     def lines(self, calls: list[Call]) -> list[str]:
         out: list[str] = []
+        self.now = calls[0].now  # the clock starts there
         for call in calls:
             if call.after_close and call.diverged is None and call.method != "close":
                 continue  # refused as it should be: a closed transport stays as it was
@@ -199,19 +243,24 @@ class _Writer:
             return self.refused(call, made, diverged)
         if call.method == "claim":
             return self.claim(call, made, diverged)
-        if call.method in ("ack", "nack") and call.raised is None or diverged and call.method in ("ack", "nack"):
-            expected = _expected_answer(call)
-            why = f", {self.message!r}" if diverged else ""
-            return [f"assert {made} is {expected!r}{why}"]
-        return [made]  # a publish, a close, or a call whose error is the failure itself
+        why = f", {self.message!r}" if diverged else ""
+        if call.method in ("ack", "nack") and (call.raised is None or diverged):
+            return [f"assert {made} is {_expected_answer(call)!r}{why}"]
+        if call.method == "publish" and diverged and call.diverged.kind == facts.PUBLISH_ANSWERED:
+            return [f"assert {made} is None{why}"]
+        return [made]  # a publish, or a call whose error is the failure itself
 
     def claim(self, call: Call, made: str, diverged: bool) -> list[str]:
         self.claims += 1
         name = f"lease{self.claims}"
+        earlier = [self.names[id(lease)] for lease in self.kept]
         out = [f"{name} = {made}"]
         if call.answer is not None and call.raised is None:
             self.names[id(call.answer)] = name
             self.kept.append(call.answer)
+        why = f", {self.message!r}" if diverged else ""
+        if diverged and call.diverged.kind == facts.TOKEN_REUSED:
+            return out + [f"assert {name}.token not in [{', '.join(f'{e}.token' for e in earlier)}]{why}"]
         if call.allowed is not None and call.raised is None:
             allowed = sorted(call.allowed, key=lambda outcome: (outcome is not None, outcome))
             if allowed == [None]:
@@ -220,19 +269,22 @@ class _Writer:
                 shown = f"claimed({name}) == {_literal(allowed[0], self)}"
             else:
                 shown = f"claimed({name}) in [{', '.join(_literal(outcome, self) for outcome in allowed)}]"
-            out.append(f"assert {shown}" + (f", {self.message!r}" if diverged else ""))
+            self.used.update(["claimed"] if "claimed(" in shown else [])
+            out.append(f"assert {shown}{why}")
         return out
 
     def refused(self, call: Call, made: str, diverged: bool) -> list[str]:
         """A call that must raise: bad input (its error) or any call after close (an error that
         says so)."""
+        self.raises = True
         error = call.refuses.__name__ if call.refuses is not None else "Exception"
         check = "says_closed(error)" if call.after_close else ""
-        why = f"pytest.fail({self.message!r})" if diverged else "pytest.fail('it did not raise')"
+        self.used.update(["says_closed"] if check else [])
         out = ["try:", f"    {made}", f"except {error}{' as error' if check else ''}:"]
         out.append(f"    assert {check}, {self.message!r}" if check and diverged else
                    f"    assert {check}" if check else "    pass")
-        return out + ["else:", f"    {why}"]
+        failed = self.message if diverged else "it did not raise"
+        return out + ["else:", f"    pytest.fail({failed!r})"]
 
     def arguments(self, call: Call) -> str:
         shown = [_literal(arg, self) for arg in call.args]
@@ -241,11 +293,13 @@ class _Writer:
 
     def lease_like(self, value: Any) -> str:
         """A lease the transport never handed out (a forged one): a copy of the last one it did,
-        with this one's fields."""
-        fields = ", ".join(f"{name}={_literal(getattr(value, name), self)}" for name in ("group_id", "event", "seq", "token"))
-        if not self.kept:  # none to copy: the Protocol's own Lease, made by hand
+        with this one's fields; before it handed any out, the Protocol's own Lease."""
+        fields = ", ".join(f"{name}={_literal(getattr(value, name), self)}"
+                           for name in ("group_id", "event", "seq", "token"))
+        if not self.kept:
             self.hand_made = True
             return f"Lease({fields})"
+        self.used.add("forged")
         return f"forged({self.names[id(self.kept[-1])]}, {fields})"
 
 
@@ -277,17 +331,22 @@ def _literal(value: Any, writer: _Writer) -> str:
     if isinstance(value, OneShot):
         return f"iter({_literal(value.items, writer)})"
     if isinstance(value, (list, tuple, set, frozenset)):
-        items = [_literal(item, writer) for item in sorted(value, key=repr)] if isinstance(value, (set, frozenset)) \
-            else [_literal(item, writer) for item in value]
-        if isinstance(value, list):
-            return f"[{', '.join(items)}]"
-        if isinstance(value, tuple):
-            return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
-        shown = f"{{{', '.join(items)}}}" if items else "set()"
-        return f"frozenset({shown})" if isinstance(value, frozenset) else shown
+        return _collection(value, writer)
     if all(hasattr(value, name) for name in ("group_id", "event", "seq", "token")):
         return writer.lease_like(value)
     raise Unwritable(f"an argument of type {type(value).__name__}: {value!r:.80}")
+
+
+def _collection(value: list | tuple | set | frozenset, writer: _Writer) -> str:
+    """A list, tuple, set or frozenset as source (a set's items in a fixed order)."""
+    ordered = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
+    items = [_literal(item, writer) for item in ordered]
+    if isinstance(value, list):
+        return f"[{', '.join(items)}]"
+    if isinstance(value, tuple):
+        return f"({', '.join(items)}{',' if len(items) == 1 else ''})"
+    shown = f"{{{', '.join(items)}}}" if items else "set()"
+    return f"frozenset({shown})" if isinstance(value, frozenset) else shown
 
 
 def _text(value: str) -> str:

@@ -13,6 +13,8 @@ from harel_ref.stateful import Capabilities
 from harel_ref.stateful._facts import FAULTS, KINDS, Fact, ShowsAFact
 from harel_ref.stateful._properties import CONTRACT
 
+from ._regression_text import LONG
+
 __all__ = ["CONTRACT", "EXIT_CODES", "LEVELS", "Failure", "PropertyVerdict", "Report", "VERDICTS", "regression_file",
            "timeline_file"]
 
@@ -323,7 +325,11 @@ class Report:
             more = "; `--shrink-limit` gives it more time" if "shrink limit" in f.unshrunk else ""
             lines += ["", f"(Shrinking stopped at {f.unshrunk}: the counterexample is shown as it was found, or as "
                       f"far as it had been shrunk{more}.)"]
-        if f.regression:
+        if f.regression and f.regression.count("\n") > LONG:
+            lines += ["", f"A regression test in the transport's own calls, {f.regression.count(chr(10))} lines long: "
+                      f"`--write-tests DIR` writes it as `{regression_file(verdict.property)}` (report.json has it as "
+                      "`regression`); it fails until the bug is fixed."]
+        elif f.regression:
             lines += ["", "A regression test in the transport's own calls (`--write-tests DIR` writes it as "
                       f"`{regression_file(verdict.property)}`): it fails until the bug is fixed.", "", "```python",
                       f.regression.rstrip("\n"), "```"]
