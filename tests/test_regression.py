@@ -94,6 +94,24 @@ def test_an_async_transports_regression_test_awaits_its_calls():
     assert "asyncio.run(" in code and "await q0.claim(" in code and "made = await made" in code, code
     assert run_test(code, async_of(cls)) is not None
     assert run_test(code, async_of(InMemoryTransport)) is None, code
+    # a factory whose result is awaitable but no coroutine (a driver's connect(), a Future)
+    assert run_test(code, awaitable(async_of(cls))) is not None
+    assert run_test(code, awaitable(async_of(InMemoryTransport))) is None, code
+
+
+class _Awaitable:
+    """An awaitable that is not a coroutine, around one."""
+
+    def __init__(self, coroutine) -> None:
+        self.coroutine = coroutine
+
+    def __await__(self):
+        return self.coroutine.__await__()
+
+
+def awaitable(factory):
+    """``factory`` (async) as a plain function that returns an awaitable, not a coroutine."""
+    return lambda clock, namespace: _Awaitable(factory(clock, namespace))
 
 
 QUEUE = '''
