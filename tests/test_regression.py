@@ -64,7 +64,9 @@ def test_a_variants_regression_test_fails_on_it_and_passes_on_the_transport_it_c
     assert not re.search(r"harel_ref\.(stateful|certify)", failure.regression)
     failed = run_test(failure.regression, backend.factory)
     assert failed is not None, failure.regression
-    assert failure.expected.split(":")[0][:40] in str(failed), (str(failed), failure.expected)  # the model's reason
+    # the model's reason: the step, and what the specification allows there (judged strictly,
+    # every property's fine print, so it may allow less than the focused search did)
+    assert failure.step[:12] in str(failed) and "the specification allows" in str(failed), (str(failed), failure)
     assert run_test(failure.regression, load("memory")(None).factory) is None, failure.regression
 
 

@@ -99,8 +99,9 @@ def _recorded(target: Target, machine: type, steps: list[str], fact: Fact) -> li
     ``diverged``); empty if they do not show it there."""
     calls: list[Call] = []
     namespaces: set[str] = set()
+    named = steps[0].removeprefix("state = ").removesuffix("()")  # the name the steps build it by
     try:
-        found = replayed(_recording(machine, calls, namespaces), steps)
+        found = replayed(_recording(machine, calls, namespaces, named), steps)
     finally:
         if (discard := getattr(target.factory, "discard", None)) is not None:
             for namespace in namespaces:
@@ -149,9 +150,9 @@ def _unwritable(target: Target, fact: Any, steps: list[str]) -> str:
     return UNWRITTEN.get(fact.kind, "")
 
 
-def _recording(machine: type, calls: list[Call], namespaces: set[str]) -> type:
-    """``machine`` with every transport it opens recorded into ``calls``, and the namespaces it
-    opened them on in ``namespaces``."""
+def _recording(machine: type, calls: list[Call], namespaces: set[str], name: str) -> type:
+    """``machine``, under ``name``, with every transport it opens recorded into ``calls``, and
+    the namespaces it opened them on in ``namespaces``."""
 
     class Recording(machine):
         def _open(self):
@@ -184,7 +185,7 @@ def _recording(machine: type, calls: list[Call], namespaces: set[str]) -> type:
                 divergence.failed_at = len(calls)  # the calls after it are the teardown's clean-up
                 raise
 
-    Recording.__name__ = Recording.__qualname__ = machine.__name__
+    Recording.__name__ = Recording.__qualname__ = name
     return Recording
 
 
