@@ -978,9 +978,10 @@ def _in_progress(store: InMemoryStore) -> _CallsInProgress:
         return store.in_progress
 
 
-WIDE_ROUND_TRIP = 0.002
+WIDE_ROUND_TRIP = 0.01
 """Seconds a call of :data:`WIDE` holds its place: a round trip, long enough that calls begun
-together at a program's barrier are all in progress at once."""
+together at a program's barrier are all in progress at once (at 2 ms, two GIL switch intervals
+of 5 ms could pass before a fourth began)."""
 
 
 def _round_trip() -> None:
