@@ -57,7 +57,7 @@ def test_a_long_function_is_found_and_its_docstring_is_not_counted(tmp_path):
     body = "".join(f"    x{i} = {i}\n" for i in range(LONGEST - 1))
     (tmp_path / "long.py").write_text(f"def long():\n{body}    return x0\n")  # 61 lines
     (tmp_path / "taught.py").write_text(f'def taught():\n    """A\n    long\n    contract."""\n{body}')  # 60 and 3
-    (tmp_path / "nested.py").write_text(f"class C:\n    def method(self):\n        def inner():\n"
+    (tmp_path / "nested.py").write_text("class C:\n    def method(self):\n        def inner():\n"
                                         + body.replace("    ", "            ") + "            return x0\n")
     found = too_long((tmp_path,))
     assert [line.split()[1] for line in found] == ["long", "method", "inner"], found
