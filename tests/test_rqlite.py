@@ -16,7 +16,7 @@ import uuid
 import httpx
 import pytest
 from hypothesis import settings
-from rqlite_support import shared_cluster  # noqa: F401  (autouse fixture)
+from rqlite_support import rerun_after_an_election, shared_cluster  # noqa: F401  (autouse fixture)
 
 from harel_ref.transport import (
     AsyncRqliteTransport,
@@ -33,9 +33,9 @@ from harel_ref.stateful.backends.rqlite import prefix_for, rqlite, rqlite_async
 # Every example costs a few dozen Raft round trips: fewer examples than the local backends.
 _MACHINE_SETTINGS = settings(parent=settings.default, max_examples=min(settings.default.max_examples, 20))
 
-TestRqliteMachine = make_machine(rqlite()).TestCase
+TestRqliteMachine = rerun_after_an_election(make_machine(rqlite()).TestCase)
 TestRqliteMachine.settings = _MACHINE_SETTINGS
-TestAsyncRqliteMachine = make_machine(rqlite_async()).TestCase
+TestAsyncRqliteMachine = rerun_after_an_election(make_machine(rqlite_async()).TestCase)
 TestAsyncRqliteMachine.settings = _MACHINE_SETTINGS
 
 SECRET = "s3cr3t-pa55"
@@ -379,3 +379,39 @@ def test_discard_drops_the_namespace_tables_and_only_those(make, shared_cluster)
     backend.factory.discard(discarded)  # again: nothing to drop, nothing raised
     backend.factory.discard(f"ns_{uuid.uuid4().hex[:12]}")  # never opened here: not touched
     assert len(tables(kept)) == 3
+
+
+def test_a_machine_test_runs_again_once_after_an_election_and_only_then():
+    """rerun_after_an_election: a call cut off by an election (inside Hypothesis's exception
+    group, as the machine raises it) runs the test once more; any other error, or a second
+    election, fails it."""
+    from hypothesis.errors import FlakyFailure
+
+    from harel_ref.transport import OutcomeUnknownError
+
+    election = OutcomeUnknownError("ack at http://127.0.0.1:4001: rqlite error: (HTTP 200, error: node failed "
+                                   "to process Execute on remote node at rqlite2:4002: leadership lost while "
+                                   "committing log); the request may or may not have been applied")
+
+    def case_raising(*errors):
+        class Case:
+            runs = 0
+
+            def runTest(self):  # noqa: N802
+                Case.runs += 1
+                if Case.runs <= len(errors):
+                    raise errors[Case.runs - 1]
+
+        return rerun_after_an_election(Case)
+
+    once = case_raising(FlakyFailure("flaky", [election]))
+    with pytest.warns(UserWarning, match="run again from its start after an election"):
+        once().runTest()
+    assert once.runs == 2
+    twice = case_raising(election, election)
+    with pytest.warns(UserWarning), pytest.raises(OutcomeUnknownError):
+        twice().runTest()
+    other = case_raising(OutcomeUnknownError("ack at http://x: timed out after 5 s"))
+    with pytest.raises(OutcomeUnknownError):
+        other().runTest()
+    assert other.runs == 1
