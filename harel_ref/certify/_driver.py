@@ -25,7 +25,7 @@ from hypothesis.errors import FlakyStrategyDefinition, InvalidArgument
 from hypothesis.stateful import run_state_machine_as_test
 
 from harel_ref.stateful import Capabilities, Divergence
-from harel_ref.stateful._async import CallLimits
+from harel_ref.stateful._async import CallLimits, in_line_calls
 from harel_ref.stateful._facts import Fact
 from harel_ref.stateful._machine import Choices
 from harel_ref.stateful._properties import owner, owners, tally
@@ -49,7 +49,7 @@ class Search:
     grace: float  # extra time to finish shrinking a failure already found
     limits: CallLimits = dataclasses.field(default_factory=CallLimits)  # the transport's calls
     on_example: Callable[[int], None] | None = None  # told the number of each example it starts
-    on_found: Callable[[], None] | None = None  # told once, as the example that found ``first`` ends
+    on_found: Callable[[Search], None] | None = None  # told once, as the example that found ``first`` ends
     shrink_limit: float = math.inf  # seconds to shrink a failure, from the first example after it
     examples: int = 0
     wanted: int = 0  # the examples it was asked for
@@ -73,7 +73,7 @@ class Search:
         if self.first is not None and not self.told_found:
             self.told_found = True
             if self.on_found is not None:
-                self.on_found()
+                self.on_found(self)  # this one: on a search thread, a copy of the search run_search was given
 
     def next_example(self) -> None:
         """Count the example about to start, or raise :class:`StopSearch`: the transport broke (it
@@ -255,8 +255,31 @@ Hypothesis found its own draws inconsistent (:func:`run_search`)."""
 
 
 def run_search(machine: type, profile: Profile, run_seed: int, search: Search, examples: int | None = None,
-                aside: Callable[[Fact], bool] = lambda fact: False) -> None:
-    """Run the lockstep ``machine``: ``examples`` examples (the profile's by default).
+               aside: Callable[[Fact], bool] = lambda fact: False) -> None:
+    """Run the lockstep ``machine``: ``examples`` examples (the profile's by default), with a
+    synchronous transport's calls in-line on a search thread of its own, watched for the call
+    deadline (:func:`~harel_ref.stateful._async.in_line_calls`; an asyncio transport's calls are
+    tasks, each with its deadline, on this thread).  A call that hangs there ends the search
+    with the hang as its failure, as found: the thread is left to the call, with a copy of
+    ``search`` that counts no more."""
+    if search.limits.deadline is None or machine.backend.is_async:  # in-line here, or each call a task
+        _run_examples(machine, profile, run_seed, search, examples, aside)
+        return
+    own = dataclasses.replace(search, reached=collections.Counter(search.reached),
+                              aside_facts=dict(search.aside_facts))
+    try:
+        hung = in_line_calls(lambda: _run_examples(machine, profile, run_seed, own, examples, aside), search.limits)
+    finally:  # a stop too: the report shows what the search found so far
+        vars(search).update(vars(own), reached=collections.Counter(own.reached), aside_facts=dict(own.aside_facts))
+    if hung is not None:
+        own.on_example = own.on_found = None  # the abandoned thread tells nobody anything
+        search.first = search.first or hung
+        search.found()
+
+
+def _run_examples(machine: type, profile: Profile, run_seed: int, search: Search, examples: int | None,
+                  aside: Callable[[Fact], bool]) -> None:
+    """:func:`run_search`'s examples, on the thread they run on.
 
     On the wall clock (R18) which rules a step may take can depend on timing: whether a claim
     got a lease decides whether an ack can follow.  Hypothesis remembers every example's draws,

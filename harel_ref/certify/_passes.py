@@ -192,8 +192,8 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
     search = Search(deadline=began + share, grace=share, limits=limits, shrink_limit=shrink_limit,
                      on_example=lambda done: event("searching", task.prop, shown, done, total))
 
-    def found() -> None:  # the failure as found, for a report made while it is shrunk (a stopped run)
-        _, _, failures = how_ended(kind, search, target, profile, context["seed"], context["branches"])
+    def found(seen: Search) -> None:  # the failure as found, for a report made while it is shrunk (a stopped run)
+        _, _, failures = how_ended(kind, seen, target, profile, context["seed"], context["branches"])
         event("found", Found("failed", "", time.monotonic() - began, search.examples, [*earlier, *failures],
                               earlier=len(earlier)))
 
