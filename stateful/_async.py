@@ -305,31 +305,38 @@ def in_line_calls(body: Callable[[], None], limits: CallLimits) -> TransportHung
     raising what it raised.  A stop (SIGINT, SIGTERM) that reaches this thread is raised in the
     search thread too, which is abandoned if it has not ended :data:`STOP_WAIT` seconds later.
     Only one thread runs at a time: this one waits."""
-    watch, context, ended = _Watch(), contextvars.copy_context(), []
+    watch, context, ended, done = _Watch(), contextvars.copy_context(), [], threading.Event()
     context.run(_WATCH.set, watch)
 
     def search() -> None:
         try:
-            context.run(body)
-        except _Abandoned:
-            pass
-        except BaseException as exc:  # delivered to the watching thread, which raises it
-            ended.append(exc)
+            try:
+                context.run(body)
+            except _Abandoned:
+                pass
+            except BaseException as exc:  # delivered to the watching thread, which raises it
+                ended.append(exc)
+        except _Stopped:
+            pass  # raised in it as it ended
+        finally:
+            done.set()
 
     thread = threading.Thread(target=search, name=f"harel-ref-search-{threading.current_thread().name}",
                               daemon=True)
     thread.start()
     try:
-        while thread.is_alive():
-            thread.join(min(0.25, limits.deadline / 4))
+        # Event.wait, not Thread.join: on Python 3.11 and 3.12 a join that a signal's exception
+        # interrupted marks a thread that still runs as ended, and every later join returns at once.
+        while not done.wait(min(0.25, limits.deadline / 4)):
             began = watch.began
             if began is not None and time.monotonic() - began > limits.deadline:
                 watch.abandoned = True
                 stuck = sys._current_frames().get(thread.ident)
                 return _hung(limits, watch.what).with_traceback(_traceback_of(stuck))
-    except BaseException as stop:
-        _raise_in(thread, type(stop))
-        thread.join(STOP_WAIT)
+    except BaseException:
+        if not done.is_set():
+            _raise_in(thread, _Stopped)
+        done.wait(STOP_WAIT)
         watch.abandoned = True
         raise
     if ended:
@@ -337,7 +344,14 @@ def in_line_calls(body: Callable[[], None], limits: CallLimits) -> TransportHung
     return None
 
 
-def _raise_in(thread: threading.Thread, error: type[BaseException]) -> None:
+class _Stopped(KeyboardInterrupt):
+    """What a stop raises in a search thread (:func:`_raise_in`): a request to stop, passed on
+    as such by every call, whatever stopped the run.  The thread that waits for the search
+    thread raises the stop itself (it may take arguments, which an exception raised in another
+    thread cannot be given)."""
+
+
+def _raise_in(thread: threading.Thread, error: type[_Stopped]) -> None:
     """Raise ``error`` in ``thread`` at its next bytecode, as a stop is raised in the main
     thread, so that its search unwinds now (its teardowns run) and not at its next example.  A
     thread blocked in C gets it once the call returns; one that swallows it, at its next

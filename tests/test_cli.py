@@ -445,6 +445,7 @@ def test_a_failure_found_before_the_stop_is_reported_as_found(tmp_path, jobs):
     assert verdicts["fifo"] == "failed" and verdicts["close"] in ({"unknown"} if jobs == "1" else {"unknown", "passed"})
     fifo = data["properties"][0]
     assert fifo["failure"]["unshrunk"] == "the run's stop (stopped by KeyboardInterrupt)" and fifo["property"] == "fifo"
+    assert fifo["examples"] > 0  # the examples the search ran to its failure (0 once, read off the wrong object)
 
 
 @pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")

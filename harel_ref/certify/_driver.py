@@ -271,8 +271,8 @@ def run_search(machine: type, profile: Profile, run_seed: int, search: Search, e
         hung = in_line_calls(lambda: _run_examples(machine, profile, run_seed, own, examples, aside), search.limits)
     finally:  # a stop too: the report shows what the search found so far
         vars(search).update(vars(own), reached=collections.Counter(own.reached), aside_facts=dict(own.aside_facts))
+        own.on_example = own.on_found = None  # a search thread abandoned to a call tells nobody anything
     if hung is not None:
-        own.on_example = own.on_found = None  # the abandoned thread tells nobody anything
         search.first = search.first or hung
         search.found()
 
@@ -307,7 +307,9 @@ def _run_examples(machine: type, profile: Profile, run_seed: int, search: Search
                 continue
             search.error = exc
         except Exception as exc:  # a divergence, the transport raising, or Hypothesis giving up
-            search.error = _without_steps(machine, search, exc, aside) if isinstance(exc, Divergence) else exc
+            search.error = exc  # as Hypothesis shrank it, should a replay of the steps hang
+            if isinstance(exc, Divergence):
+                search.error = _without_steps(machine, search, exc, aside)
         return
 
 

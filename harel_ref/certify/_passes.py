@@ -194,7 +194,7 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
 
     def found(seen: Search) -> None:  # the failure as found, for a report made while it is shrunk (a stopped run)
         _, _, failures = how_ended(kind, seen, target, profile, context["seed"], context["branches"])
-        event("found", Found("failed", "", time.monotonic() - began, search.examples, [*earlier, *failures],
+        event("found", Found("failed", "", time.monotonic() - began, seen.examples, [*earlier, *failures],
                               earlier=len(earlier)))
 
     search.on_found = None if broken else found  # what a second shared pass finds is never reported
