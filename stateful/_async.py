@@ -29,9 +29,9 @@ at the deadline.  In a lockstep search the trip to a call thread and back would 
 the search's time, so there the calls run in-line on a *search thread* of the search's own,
 which the thread that started it watches (:func:`in_line_calls`): at the deadline it is the
 search thread that is abandoned to the call.  A hung call cannot be stopped in Python: its
-thread is abandoned, never joined, and does not keep the interpreter from exiting.  An asyncio call runs as a task; at the
-deadline the task is cancelled and not waited for (a transport that swallows the cancellation
-is abandoned the same way).  What no deadline can catch: an asyncio transport that blocks its
+thread is abandoned, never joined, and does not keep the interpreter from exiting.  An asyncio
+call runs as a task; at the deadline the task is cancelled and not waited for (a transport that
+swallows the cancellation is abandoned the same way).  What no deadline can catch: an asyncio transport that blocks its
 event loop (a ``time.sleep`` inside ``async def``), and native code that hangs holding the GIL.
 
 After a hang the transport cannot be trusted to answer again (a lock may still be held), so
@@ -287,8 +287,9 @@ _WATCH: contextvars.ContextVar[_Watch | None] = contextvars.ContextVar("harel_re
 
 STOP_WAIT = 5.0
 """Seconds the thread that watches a search thread waits for it to end, once a stop (SIGINT,
-SIGTERM) reached the watching thread, before it abandons it: the search ends at its next
-checkpoint (harel_ref.certify._signals), which comes within a call."""
+SIGTERM, the memory limit) reached the watching thread and was raised in the search thread,
+before it abandons it (under harel_ref.certify._signals' STUCK_AFTER, when its last resorts end
+the run)."""
 
 
 def in_line_calls(body: Callable[[], None], limits: CallLimits) -> TransportHung | None:
