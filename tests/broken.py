@@ -715,6 +715,35 @@ def broken_backend(name: str) -> Backend:
     return Backend(f"broken-{cls.__name__}", factory, Capabilities(durable=True, shared=True))
 
 
+def importable_factory(name: str):
+    """The factory of the in-memory variant ``name``, importable by name (``broken:memory_...``):
+    so a certification runs its searches in processes of their own, ``jobs`` at a time, as a
+    user's run of ``harel-ref certify module:factory`` does (:func:`broken_backend`'s cannot be
+    imported, and its runs are one search at a time).  Each process keeps its own stores; give
+    the certification a Target that says so (``in_process``), so the concurrent search's
+    branches stay threads, as for the bundled in-memory transport."""
+    attribute = _attribute_of(name)
+    if attribute not in globals():
+        backend = broken_backend(name)
+        factory = backend.factory
+        factory.__name__ = factory.__qualname__ = attribute
+        factory.capabilities = backend.capabilities
+        globals()[attribute] = factory
+    return globals()[attribute]
+
+
+def _attribute_of(name: str) -> str:
+    return "memory_" + re.sub(r"\W+", "_", name.lower()).strip("_")
+
+
+def __getattr__(attribute: str):
+    """A search process imports a variant's factory by the name :func:`importable_factory` gave it."""
+    for name in {**BROKEN, **SHARED_ONLY, **ONE_BUG_MANY_SEARCHES, **OF_VALUES, **WIDE}:
+        if _attribute_of(name) == attribute:
+            return importable_factory(name)
+    raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
+
+
 # --- Broken under concurrency only: SQLite transports whose claim or ack is not atomic ----------
 # Each passes every sequential search; two callers at once break it.  Each branch of the
 # parallel search opens its own instance (its own connection), as separate workers would.

@@ -130,3 +130,25 @@ def test_the_machines_clock_moves_a_tick_at_each_further_reading_in_one_call():
     clock.call_begins()
     assert [clock(), clock()] == ["not a time", "not a time"]
 
+
+
+def test_a_variant_imported_by_name_in_another_process_is_the_same_variant():
+    """benchmarks/kill_times.py certifies each in-memory variant as a user's importable factory
+    runs, its searches in processes of their own: a fresh interpreter that imports the factory
+    by the name :func:`broken.importable_factory` gave it builds the variant's class, on a
+    store of its own per namespace."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from broken import importable_factory
+
+    tests = str(Path(__file__).parent)
+    factory = importable_factory("group ids fold case")
+    assert factory is importable_factory("group ids fold case")  # one per variant: the name finds it again
+    script = ("from harel_ref.stateful._processes import FactoryRecipe\n"
+              f"factory = FactoryRecipe({f'broken:{factory.__qualname__}'!r}, {tests!r}).load()\n"
+              "a, b, other = factory(lambda: 0.0, 'n'), factory(lambda: 0.0, 'n'), factory(lambda: 0.0, 'm')\n"
+              "print(type(a).__name__, a.store is b.store, a.store is other.store, factory.capabilities.shared)")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert done.stdout.split() == [OF_VALUES["group ids fold case"][0].__name__, "True", "False", "True"], done.stderr
