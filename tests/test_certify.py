@@ -190,24 +190,6 @@ def test_a_second_bug_is_not_set_aside_with_the_first():
     assert fairness.failure is not None and fairness.failure.kind == facts.PASSED_OVER
 
 
-def test_after_the_shared_search_a_focused_search_sets_another_bug_aside_unshrunk_and_hides_no_second_bug():
-    """The default run (SPEC.md C5): once the shared search has failed, each focused search sets
-    aside, from its first example, every example that meets another property's bug, unshrunk,
-    and tells the first as an echo; that property's own search shrinks it.  (Before, each search
-    shrank it first: six of "group ids fold case"'s focused searches spent 80 % of their time so.)
-    A fact of a kind the search's own property owns is never set aside: the second bug of this
-    queue (groups tried in arrival order) keeps fairness from passing."""
-    backend = broken_backend("equal events dropped, fairness ignored")
-    report = certify(backend.factory, backend.capabilities, profile="quick")
-    no_loss, fairness = report.verdict("no-loss"), report.verdict("fairness")
-    assert no_loss.verdict == "failed" and not no_loss.failure.unshrunk, report.to_markdown()
-    assert no_loss.failure.found_by == "no-loss", report.to_markdown()  # its own search's, shrunk
-    assert fairness.verdict != "passed", report.to_markdown()
-    aside = [v for v in report.verdicts if v.verdict == "passed" and "more set aside: they met" in v.reason]
-    assert any("a fact of no-loss's" in v.reason for v in aside), report.to_markdown()  # or of fifo's: its echo
-    assert not any("searched again" in v.reason for v in report.verdicts), report.to_markdown()  # one pass each
-
-
 def test_a_fact_another_search_would_have_seen_is_the_bug_of_the_search_that_saw_it():
     """A floor of 3 or more that finds nothing: when every group above the floor had a lapsed
     lease it looks like lease-expiry's fact, but lease-expiry's own search passes; the fact is

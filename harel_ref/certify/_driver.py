@@ -1,8 +1,8 @@
 """The Hypothesis driver: one search, run and watched.
 
 :class:`Search` is what a search saw; :func:`watched_machine` wraps a lockstep machine so that it
-counts its examples, keeps the first divergence, sets aside the examples that meet another
-property's bug (SPEC.md C5) and stops the search when its time is up; :func:`run_search` runs a
+counts its examples, keeps the first divergence, sets aside the examples that meet a bug
+already found (SPEC.md C5) and stops the search when its time is up; :func:`run_search` runs a
 lockstep search (starting afresh where Hypothesis finds its own draws inconsistent), and
 :func:`run_parallel` the concurrent one (SPEC.md C6).  A failure found comes out shrunk, less
 the steps it does not need (SPEC.md C7)."""
@@ -55,7 +55,7 @@ class Search:
     wanted: int = 0  # the examples it was asked for
     cut_short: bool = False
     shrink_cut: bool = False  # the shrink limit was reached
-    set_aside: int = 0  # examples rejected at a fact of another property's bug (SPEC.md C5)
+    set_aside: int = 0  # examples rejected at a fact of a bug already found (SPEC.md C5)
     ended_at_echo: int = 0  # judged examples that met one only in their calls after close()
     echo: BaseException | None = None  # the first of those facts
     ended_echo: BaseException | None = None  # the first met only in the calls after close()
@@ -137,12 +137,12 @@ def watched_machine(machine: type, search: Search, aside: Callable[[Fact], bool]
                     rejects: bool = True) -> type:
     """``machine`` counting its examples, remembering the first divergence, and stopping the
     search once its time budget is spent; after each example, the factory's ``discard``
-    (if it has one) is told its namespace.  A divergence whose fact is ``aside`` (another
-    property's, in a property's own search after the shared search; one of a bug an earlier
-    pass found) sets its example aside (Hypothesis's ``reject``) and the search goes on: that
-    bug is judged elsewhere, and shrinking it here would only find it again (SPEC.md C5); met
-    in the teardown's last checks, the calls after close(), after every step and the drain were
-    judged, it ends the example as judged instead (a bug of close meets every example there).  ``rejects``: a divergence another
+    (if it has one) is told its namespace.  A divergence whose fact is ``aside`` (a fact of a bug
+    already found, by the shared search or an earlier pass: :func:`_focused_passes`) sets its example
+    aside (Hypothesis's ``reject``) and the search goes on: that bug is taken as known, and
+    shrinking it would only find it again (SPEC.md C5); met in the teardown's last checks, the
+    calls after close(), after every step and the drain were judged, it ends the example as
+    judged instead (a bug of close meets every example there).  ``rejects``: a divergence another
     property owns than the first one's is rejected too; a replay outside Hypothesis
     (:func:`_without_steps`) leaves it to its caller."""
     discard = getattr(machine.backend.factory, "discard", None)

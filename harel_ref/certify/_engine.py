@@ -69,7 +69,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from harel_ref.stateful._async import CallLimits
-from harel_ref.stateful._properties import PROPERTIES, SHARED
+from harel_ref.stateful._properties import PROPERTIES, SHARED, owners
 from harel_ref.stateful._processes import BranchProcesses
 
 from ._jobs import SearchProcesses
@@ -80,7 +80,7 @@ from ._report import PropertyVerdict, Report
 from ._signals import raise_if_stopped
 from ._target import Target
 from ._tasks import Found, Task
-from ._verdicts import Searched, verdicts
+from ._verdicts import Searched, blame, verdicts
 
 __all__ = ["default_jobs"]
 
@@ -223,7 +223,11 @@ class Certification:
             for number in set(self.standby) - set(wanted):
                 self.found[number] = Found("covered", "the shared search passed", 0.0, 0)
         self.context["budgeted"] += len(wanted)  # their share of a time budget
-        if self.shared in self.found and wanted:
+        if self.shared in self.found and wanted:  # the bugs it found, for them to set aside (watched_machine)
+            covers = self.tasks[self.shared].covers  # a fact it blamed on another (after a reopen) is no bug of its kind's
+            self.context["shared_kinds"] = frozenset(
+                f.kind for f in self.found[self.shared].failures
+                if blame(f.fact, Searched(SHARED, covers, "failed")) in owners(frozenset([f.kind])))
             self.context["shared_clean"] = self.found[self.shared].clean  # its clean examples count for theirs
         return wanted
 

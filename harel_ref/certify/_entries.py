@@ -48,36 +48,30 @@ def how_ended(search_name: str, search: Search, target: Target, profile: Profile
     if search.shrink_cut:
         failures = [dataclasses.replace(failure, unshrunk=f"the shrink limit ({search.shrink_limit:g} s)")
                     for failure in failures]
-    if search.echo is not None:  # another property's bug, set aside before: told too, unshrunk (_beside_echo)
-        echo = failure_entry(search_name, search.echo, False, target, profile, run_seed, branches)
-        failures.append(dataclasses.replace(echo, unshrunk=ECHO))
     return "failed", "", failures
 
 
 def _beside_echo(search_name: str, search: Search, target: Target, profile: Profile, run_seed: int,
                  branches: str) -> tuple[str, str, list[Failure]]:
-    """How a search ended that found nothing of its own but met another property's bug, or the
-    one a second shared pass takes as broken (SPEC.md C5): passed, if it ran to its end (its
-    examples judged, or as many set aside) and judged at least a quarter of the examples it was
-    asked for; else stopped at that bug.  Either way the first fact of that bug it met is told,
-    unshrunk (its echo): it counts against that bug's property, whose own search shrinks it, and
-    is its counterexample where no search shrank one.  An example that met it only in its calls
-    after close() counts as judged."""
+    """How a search ended that found nothing new but met a bug found before (SPEC.md C5):
+    passed, if it ran to its end (its examples judged, or as many set aside) and judged at
+    least a quarter of the examples it was asked for; else stopped at that bug, unshrunk: its
+    echo.  An example that met it only in its calls after close() counts as judged."""
     judged = search.examples - search.set_aside
-    echo = failure_entry(search_name, search.echo or search.ended_echo, False, target, profile, run_seed, branches)
-    told = [dataclasses.replace(echo, unshrunk=ECHO)]
     if search.cut_short and judged >= search.wanted / 4:
         aside = f", {search.set_aside} of them set aside at {search.echo.kind}" if search.echo else ""
-        return "unknown", f"cut short by the time budget after {search.examples} examples{aside}", told
+        return "unknown", f"cut short by the time budget after {search.examples} examples{aside}", []
     if search.cut_short or search.error is not None or judged < search.wanted / 4:
-        return "failed", f"met it in {search.set_aside} of its {search.examples} examples", told
+        echo = failure_entry(search_name, search.echo or search.ended_echo, False, target, profile, run_seed, branches)
+        return "failed", f"met it in {search.set_aside} of its {search.examples} examples", \
+            [dataclasses.replace(echo, unshrunk=ECHO)]
     reason = f"{judged} examples, none diverged"
     if search.set_aside:
         reason += (f"; {search.set_aside} more set aside: they met {search.echo.kind}, a fact of "
-                   f"{owner(search.echo.kind)}'s")
+                   f"{owner(search.echo.kind)}'s, found before")
     if search.ended_at_echo:
-        reason += f"; in {search.ended_at_echo} of them the calls after close() met another property's bug"
-    return "passed", reason, told
+        reason += f"; in {search.ended_at_echo} of them the calls after close() met a bug found before"
+    return "passed", reason, []
 
 
 def failure_entry(search_name: str, error: BaseException, flaky: bool, target: Target, profile: Profile, run_seed: int,

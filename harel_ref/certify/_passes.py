@@ -72,9 +72,7 @@ def _focused_passes(target: Target, context: dict[str, Any], task: Task, share: 
     (:func:`~._verdicts.anothers`), with those taken as known: each such failure is shrunk and
     reported, and the next pass sets aside the examples that meet a fact of its bug, until a
     pass passes, finds a fact of the property's own, or :data:`FOCUSED_PASSES` passes were made.
-    So the verdict is the property's own, not unknown for another's failure (SPEC.md C5).  After
-    the shared search (a ``standby`` task) one pass does it: it sets aside every other
-    property's fact from the start, unshrunk, and their own searches shrink them."""
+    So the verdict is the property's own, not unknown for another's failure (SPEC.md C5)."""
     known: frozenset[str] = frozenset()
     earlier: list[Failure] = []
     reached: collections.Counter = collections.Counter()
@@ -177,8 +175,8 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
                  clean: int | None = None) -> Found:
     """One run of a lockstep or parallel search, with ``share`` seconds to search (and as
     many again to shrink a failure found in time).  ``ignore``: the kinds of fact earlier passes
-    found, which the concurrent search no longer judges and a focused search sets aside (after
-    the shared search it sets aside every other property's: :func:`_focused_passes`); ``earlier``: the failures those passes found
+    found, which the concurrent search no longer judges and a focused search sets aside with the
+    shared search's (:func:`_focused_passes`); ``earlier``: the failures those passes found
     (told with this one's, as found, see :meth:`Certification.report`).  ``broken``: the
     property the second pass of the shared search takes as broken, after ``clean`` examples of
     its first pass (:func:`_shared_passes`)."""
@@ -205,15 +203,15 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
         if kind == SHARED:
             aside = functools.partial(shared_sets_aside, broken=broken, covers=task.covers)
         else:
-            aside = (functools.partial(anothers, prop=kind) if task.standby  # after the shared search: SPEC.md C5
-                     else functools.partial(sets_aside, known=explained(ignore, kind), prop=kind))
+            known = explained(context.get("shared_kinds", frozenset()) | ignore, kind)
+            aside = functools.partial(sets_aside, known=known, prop=kind)
         run_search(machine, profile, context["seed"], search, total, aside)
     else:
         run_parallel(target, caps, profile, context["seed"], search, judges=task.judges,
                       processes=pool, alternate=context["branches"] == "both", ignore=ignore)
     ended, reason, failures = how_ended(kind, search, target, profile, context["seed"], context["branches"])
     if lockstep and not broken:  # what a second shared pass finds is never reported
-        failures = [failure if failure.echo else with_regression(failure, target, machine) for failure in failures]
+        failures = [with_regression(failure, target, machine) for failure in failures]
     if not lockstep and ended == "passed":
         judged = ["no call refused"] * ("refusals" in task.judges and facts.RAISED_UNDER_CONTENTION not in ignore) + [
             "every history linearizable"] * ("histories" in task.judges)

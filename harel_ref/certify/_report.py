@@ -63,8 +63,8 @@ BRANCHES = {
 told, where the transport allows it."""
 
 
-ECHO = "another property's bug, met in this search and set aside: that property's own search shrinks it (SPEC.md C5)"
-"""Why a focused search's failure is left unshrunk when it is an echo of another property's bug."""
+ECHO = "the bug the shared search found explains it (SPEC.md C5)"
+"""Why a focused search's failure is left unshrunk when it is an echo of the shared search's bug."""
 
 
 @dataclass(frozen=True)
@@ -87,8 +87,8 @@ class Failure(ShowsAFact):
 
     @property
     def echo(self) -> bool:
-        """Whether a focused search met it as another property's bug and told it unshrunk (SPEC.md
-        C5): it counts against that bug's property, never its finder's."""
+        """Whether a focused search stopped at it, unshrunk, because the shared search's bug
+        explains it (SPEC.md C5): it counts against that bug's property, never its finder's."""
         return self.unshrunk == ECHO
 
     def to_dict(self) -> dict[str, Any]:
@@ -321,9 +321,7 @@ class Report:
                 "and their leases):", "", f"![timeline of the {verdict.property} failure]({timeline_file(verdict.property)})",
                 "", "```", f.timeline, "```",
             ]
-        if f.echo:
-            lines += ["", f"(Not shrunk: {f.unshrunk}; none did, so the counterexample is shown as it was found.)"]
-        elif f.unshrunk:
+        if f.unshrunk:
             more = "; `--shrink-limit` gives it more time" if "shrink limit" in f.unshrunk else ""
             lines += ["", f"(Shrinking stopped at {f.unshrunk}: the counterexample is shown as it was found, or as "
                       f"far as it had been shrunk{more}.)"]
