@@ -257,6 +257,29 @@ def test_a_store_broken_past_three_callers_at_once_is_caught_by_a_program_of_fou
     assert len(branches) >= 4, verdict.failure.reproduction
 
 
+def test_whether_a_raised_release_was_stale_is_judged_within_the_steps_of_a_run_with_other_raised_calls(monkeypatch):
+    """Whether an ack that raised can only have been stale (R10) is a linearizability check too:
+    where other calls of the run raised as well, their orders multiply, and it is bounded by
+    UNCERTAIN_STEPS as the history's own check is (unbounded, a store refusing a fourth
+    connection spent 142 s in 36 of them).  What it cannot decide in them is not stale."""
+    import harel_ref.stateful.parallel as parallel
+
+    backend = load("memory")(None)
+    program = Program(prefix=(Publish("g1", "e1"), Claim()), branches=((Ack("p0"),), (Ack("p0"),), (Publish("g2", "e2"),)))
+    run = run_program(backend.factory, program, backend.capabilities)
+    acks = [r for r in run.records if r.op == "ack" and r.worker.startswith("b")]
+    late = max(acks, key=lambda r: r.invoke)  # the later of the two acks of one lease: stale, whatever it did
+    raised = dataclasses.replace(late, result=None, complete=None, error="ConnectionError('too many connections')")
+    alone = [raised if r is late else r for r in run.records]
+    publish_raised = [dataclasses.replace(r, result=None, complete=None, error="ConnectionError('too many')")
+                      if r.op == "publish" and r.worker.startswith("b") else r for r in alone]
+    assert parallel.must_be_stale(raised, alone, backend.capabilities)
+    assert parallel.must_be_stale(raised, publish_raised, backend.capabilities)  # decided within the steps
+    monkeypatch.setattr(parallel, "UNCERTAIN_STEPS", 1)
+    assert parallel.must_be_stale(raised, alone, backend.capabilities)  # no other call raised: never bounded
+    assert not parallel.must_be_stale(raised, publish_raised, backend.capabilities)  # undecided: an error all the same
+
+
 def test_a_run_whose_raised_calls_the_checker_cannot_order_in_its_steps_is_counted_unjudged(monkeypatch):
     """A raised call may have taken effect at any moment after it began, or never (R17), so
     the orders to try multiply with each one.  A run with raised calls that the checker cannot
