@@ -268,7 +268,7 @@ def test_whether_a_raised_release_was_stale_is_judged_within_the_steps_of_a_run_
     program = Program(prefix=(Publish("g1", "e1"), Claim()), branches=((Ack("p0"),), (Ack("p0"),), (Publish("g2", "e2"),)))
     run = run_program(backend.factory, program, backend.capabilities)
     acks = [r for r in run.records if r.op == "ack" and r.worker.startswith("b")]
-    late = max(acks, key=lambda r: r.invoke)  # the later of the two acks of one lease: stale, whatever it did
+    late = next(r for r in acks if r.result is False)  # the ack of one lease that came second: stale
     raised = dataclasses.replace(late, result=None, complete=None, error="ConnectionError('too many connections')")
     alone = [raised if r is late else r for r in run.records]
     publish_raised = [dataclasses.replace(r, result=None, complete=None, error="ConnectionError('too many')")
