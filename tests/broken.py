@@ -706,7 +706,7 @@ variant's."""
 
 def broken_backend(name: str) -> Backend:
     """A :class:`Backend` for the broken variant ``name``, declared like the real one."""
-    cls, _ = {**BROKEN, **SHARED_ONLY, **ONE_BUG_MANY_SEARCHES, **OF_VALUES, **WIDE}[name]
+    cls, _ = _in_memory()[name]
     stores: dict[str, InMemoryStore] = {}
 
     def factory(clock, namespace):
@@ -732,13 +732,18 @@ def importable_factory(name: str):
     return globals()[attribute]
 
 
+def _in_memory() -> dict[str, tuple[type, str]]:
+    """Every in-memory broken variant, by name: each one :func:`broken_backend` builds."""
+    return {**BROKEN, **SHARED_ONLY, **ONE_BUG_MANY_SEARCHES, **OF_VALUES, **WIDE}
+
+
 def _attribute_of(name: str) -> str:
     return "memory_" + re.sub(r"\W+", "_", name.lower()).strip("_")
 
 
 def __getattr__(attribute: str):
     """A search process imports a variant's factory by the name :func:`importable_factory` gave it."""
-    for name in {**BROKEN, **SHARED_ONLY, **ONE_BUG_MANY_SEARCHES, **OF_VALUES, **WIDE}:
+    for name in _in_memory():
         if _attribute_of(name) == attribute:
             return importable_factory(name)
     raise AttributeError(f"module {__name__!r} has no attribute {attribute!r}")
