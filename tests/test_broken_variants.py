@@ -131,7 +131,6 @@ def test_the_machines_clock_moves_a_tick_at_each_further_reading_in_one_call():
     assert [clock(), clock()] == ["not a time", "not a time"]
 
 
-
 def test_a_variant_imported_by_name_in_another_process_is_the_same_variant():
     """benchmarks/kill_times.py certifies each in-memory variant as a user's importable factory
     runs, its searches in processes of their own: a fresh interpreter that imports the factory
