@@ -379,10 +379,10 @@ def owners(kinds: frozenset[str]) -> set[str]:
 
 
 def explained(kinds: frozenset[str], search: str) -> frozenset[str]:
-    """The kinds of fact that the bugs behind ``kinds`` (what the shared search or an earlier
-    pass found) explain in the focused search ``search``: their owners' own kinds and those
-    they explain, less every kind that could count against ``search``'s property (those it owns
-    or explains: its own failure is shrunk).  A focused search sets aside an example that meets
+    """The kinds of fact that the bugs behind ``kinds`` (what an earlier pass of a focused run
+    found) explain in the focused search ``search``: their owners' own kinds and those they
+    explain, less every kind that could count against ``search``'s property (those it owns or
+    explains: its own failure is shrunk).  A focused search sets aside an example that meets
     one, and goes on (SPEC.md C5)."""
     roots = owners(kinds) - {search}
     own = PROPERTIES[search].owns | PROPERTIES[search].explains

@@ -55,10 +55,11 @@ class Search:
     wanted: int = 0  # the examples it was asked for
     cut_short: bool = False
     shrink_cut: bool = False  # the shrink limit was reached
-    set_aside: int = 0  # examples rejected at a fact of a bug already found (SPEC.md C5)
+    set_aside: int = 0  # examples rejected at a fact of another property's bug (SPEC.md C5)
     ended_at_echo: int = 0  # judged examples that met one only in their calls after close()
     echo: BaseException | None = None  # the first of those facts
     ended_echo: BaseException | None = None  # the first met only in the calls after close()
+    echoes: dict[str, BaseException] = dataclasses.field(default_factory=dict)  # the first of each owner's
     aside_facts: dict[tuple, Fact] = dataclasses.field(default_factory=dict)  # one of each kind and cause
     found_at: float | None = None  # time.monotonic() when shrinking began
     first: BaseException | None = None  # the first divergence or crash seen, before shrinking
@@ -137,10 +138,11 @@ def watched_machine(machine: type, search: Search, aside: Callable[[Fact], bool]
                     rejects: bool = True) -> type:
     """``machine`` counting its examples, remembering the first divergence, and stopping the
     search once its time budget is spent; after each example, the factory's ``discard``
-    (if it has one) is told its namespace.  A divergence whose fact is ``aside`` (a fact of a bug
-    already found, by the shared search or an earlier pass: :func:`_focused_passes`) sets its example
-    aside (Hypothesis's ``reject``) and the search goes on: that bug is taken as known, and
-    shrinking it would only find it again (SPEC.md C5); met in the teardown's last checks, the
+    (if it has one) is told its namespace.  A divergence whose fact is ``aside`` (another
+    property's, in a focused search after the shared search; one of a bug an earlier pass
+    found: :func:`_focused_passes`) sets its example aside (Hypothesis's ``reject``) and the
+    search goes on: that bug is judged elsewhere, and shrinking it here would only find it
+    again (SPEC.md C5); met in the teardown's last checks, the
     calls after close(), after every step and the drain were judged, it ends the example as
     judged instead (a bug of close meets every example there).  ``rejects``: a divergence another
     property owns than the first one's is rejected too; a replay outside Hypothesis
@@ -212,6 +214,7 @@ class _Watching:
         judged if only its calls after close() met it."""
         search = self._search
         search.aside_facts.setdefault((divergence.kind, divergence.fact.after), divergence.fact)
+        search.echoes.setdefault(owner(divergence.kind), divergence)
         if search.first is self._crash:  # the call's error was filed as this fact
             search.first = self._crash = None
         if self._ending:

@@ -69,7 +69,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from harel_ref.stateful._async import CallLimits
-from harel_ref.stateful._properties import PROPERTIES, SHARED, owners
+from harel_ref.stateful._properties import PROPERTIES, SHARED, owner
 from harel_ref.stateful._processes import BranchProcesses
 
 from ._jobs import SearchProcesses
@@ -80,7 +80,7 @@ from ._report import PropertyVerdict, Report
 from ._signals import raise_if_stopped
 from ._target import Target
 from ._tasks import Found, Task
-from ._verdicts import Searched, blame, verdicts
+from ._verdicts import Searched, verdicts
 
 __all__ = ["default_jobs"]
 
@@ -153,11 +153,14 @@ class Certification:
     def all(self) -> Report:
         """Run every search and tell each verdict once it is settled; the report.  (If the run
         is stopped or fails, :func:`certify` gives the exception the report so far.)"""
+        started = multiprocessing.Value("i", 0) if self.searchers is None else self.searchers.started
         if self.searchers is None:
-            self.run_here(range(len(self.tasks)), multiprocessing.Value("i", 0))
+            self.run_here(range(len(self.tasks)), started)
         else:
             self.run_in_processes()
+        self.shrink_echoes(started)
         raise_if_stopped()  # a signal whose exception Python swallowed (see _signals)
+        self.tell()
         return self.report()
 
     def event(self, number: int, name: str, *args: Any) -> None:
@@ -179,7 +182,6 @@ class Certification:
             self.running.discard(number)
             if number == self.shared:
                 self.shared_ended()
-            self.tell()
 
     def run_in_processes(self) -> None:
         """Longest first: the shared lockstep search (what it finds decides whether the standby
@@ -205,7 +207,6 @@ class Certification:
                 for standby in self.shared_ended():
                     searchers.submit(standby, self.tasks[standby], self.context)
                     self.running.add(standby)
-            self.tell()
 
     def shared_passed(self) -> bool:
         """Whether the shared lockstep search ran and passed: then it stands for the focused
@@ -223,13 +224,35 @@ class Certification:
             for number in set(self.standby) - set(wanted):
                 self.found[number] = Found("covered", "the shared search passed", 0.0, 0)
         self.context["budgeted"] += len(wanted)  # their share of a time budget
-        if self.shared in self.found and wanted:  # the bugs it found, for them to set aside (watched_machine)
-            covers = self.tasks[self.shared].covers  # a fact it blamed on another (after a reopen) is no bug of its kind's
-            self.context["shared_kinds"] = frozenset(
-                f.kind for f in self.found[self.shared].failures
-                if blame(f.fact, Searched(SHARED, covers, "failed")) in owners(frozenset([f.kind])))
+        if self.shared in self.found and wanted:
             self.context["shared_clean"] = self.found[self.shared].clean  # its clean examples count for theirs
         return wanted
+
+    def shrink_echoes(self, started) -> None:
+        """Once every search has ended: a property that failed only by echoes (facts of its bug
+        that other searches met after the shared search and set aside unshrunk: SPEC.md C5) has
+        no counterexample to show, as when its own search never meets its bug.  The first search
+        that met it runs again, here, setting aside everything else, and shrinks it; what it
+        shrank takes the echo's place and its time counts for that search."""
+        for verdict in self.verdicts().values():
+            echo = verdict.failure
+            if verdict.verdict != "failed" or echo is None or not echo.echo:
+                continue
+            number = next(n for n in sorted(self.found) if any(f is echo for f in self.found[n].failures))
+            task = dataclasses.replace(self.tasks[number], shrinks=echo.kind)
+            self.context["budgeted"] += 1  # its share of a time budget
+            found = run_task(self.target, self.context, task, started, self._progress_only, self.pool)
+            shrunk = [f for f in found.failures if not f.echo and owner(f.kind) == owner(echo.kind)]
+            had = self.found[number]
+            if shrunk:
+                had.failures = [shrunk[0] if f is echo else f for f in had.failures]
+            had.seconds += found.seconds
+
+    def _progress_only(self, name: str, *args: Any) -> None:
+        """What a search run again by :meth:`shrink_echoes` tells: progress, not its failure
+        before shrinking (a stop while it shrinks keeps the echo)."""
+        if name != "found":
+            getattr(self.progress, name)(*args)
 
     # --- verdicts ---------------------------------------------------------------------------
 

@@ -26,37 +26,49 @@ __all__ = []
 
 
 def how_ended(search_name: str, search: Search, target: Target, profile: Profile, run_seed: int,
-           branches: str = "threads") -> tuple[str, str, list[Failure]]:
+              branches: str = "threads", tell_echoes: bool = False) -> tuple[str, str, list[Failure]]:
     """How the search ``search_name`` (a property's own, ``"shared"`` or ``"concurrent"``)
-    ended, why, and the failure it found (one: SPEC.md C7; a flaky one comes in a group)."""
+    ended, why, and the failure it found (one: SPEC.md C7; a flaky one comes in a group).
+    ``tell_echoes``: after the shared search, the first fact of each other property's bug it
+    set aside is told too, unshrunk, however it ended (SPEC.md C5)."""
     exc = search.outcome()  # unshrunk when time ran out, or the transport broke, while shrinking
+    echoes = _echoes(search_name, search, target, profile, run_seed, branches) if tell_echoes else []
     if (search.echo or search.ended_echo) is not None and search.first is None and search.limits.broken is None \
             and (exc is None or isinstance(exc, HypothesisException)):
-        return _beside_echo(search_name, search, target, profile, run_seed, branches)
+        ended, reason, failures = _beside_echo(search_name, search, target, profile, run_seed, branches)
+        return ended, reason, failures + [echo for echo in echoes if echo.fact not in [f.fact for f in failures]]
     if exc is None:
         if search.cut_short:
-            return "unknown", f"cut short by the time budget after {search.examples} examples", []
-        return "passed", f"{search.examples} examples, none diverged", []
+            return "unknown", f"cut short by the time budget after {search.examples} examples", echoes
+        return "passed", f"{search.examples} examples, none diverged", echoes
     flaky = isinstance(exc, FlakyFailure)
     found = _leaves(exc)
     if all(isinstance(e, HypothesisException) for e in found):
         if search.first is None:
-            return "unknown", f"Hypothesis stopped: {type(exc).__name__}: {str(exc).splitlines()[0]}", []
+            return "unknown", f"Hypothesis stopped: {type(exc).__name__}: {str(exc).splitlines()[0]}", echoes
         found = [search.first]  # shrinking was cut short by the time budget: no steps to show
     failures = [failure_entry(search_name, error, flaky, target, profile, run_seed, branches)
                 for error in found if not isinstance(error, HypothesisException)]
     if search.shrink_cut:
         failures = [dataclasses.replace(failure, unshrunk=f"the shrink limit ({search.shrink_limit:g} s)")
                     for failure in failures]
-    return "failed", "", failures
+    return "failed", "", failures + echoes
+
+
+def _echoes(search_name: str, search: Search, target: Target, profile: Profile, run_seed: int,
+            branches: str) -> list[Failure]:
+    """The first fact of each other property's bug the search set aside, unshrunk: each counts
+    against that property, and is its counterexample where no search shrank one (SPEC.md C5)."""
+    return [dataclasses.replace(failure_entry(search_name, divergence, False, target, profile, run_seed, branches),
+                                unshrunk=ECHO) for divergence in search.echoes.values()]
 
 
 def _beside_echo(search_name: str, search: Search, target: Target, profile: Profile, run_seed: int,
                  branches: str) -> tuple[str, str, list[Failure]]:
-    """How a search ended that found nothing new but met a bug found before (SPEC.md C5):
-    passed, if it ran to its end (its examples judged, or as many set aside) and judged at
-    least a quarter of the examples it was asked for; else stopped at that bug, unshrunk: its
-    echo.  An example that met it only in its calls after close() counts as judged."""
+    """How a search ended that found nothing of its own but met another property's bug
+    (SPEC.md C5): passed, if it ran to its end (its examples judged, or as many set aside) and
+    judged at least a quarter of the examples it was asked for; else stopped at that bug,
+    unshrunk: its echo.  An example that met it only in its calls after close() counts as judged."""
     judged = search.examples - search.set_aside
     if search.cut_short and judged >= search.wanted / 4:
         aside = f", {search.set_aside} of them set aside at {search.echo.kind}" if search.echo else ""
@@ -68,9 +80,9 @@ def _beside_echo(search_name: str, search: Search, target: Target, profile: Prof
     reason = f"{judged} examples, none diverged"
     if search.set_aside:
         reason += (f"; {search.set_aside} more set aside: they met {search.echo.kind}, a fact of "
-                   f"{owner(search.echo.kind)}'s, found before")
+                   f"{owner(search.echo.kind)}'s")
     if search.ended_at_echo:
-        reason += f"; in {search.ended_at_echo} of them the calls after close() met a bug found before"
+        reason += f"; in {search.ended_at_echo} of them the calls after close() met another property's bug"
     return "passed", reason, []
 
 

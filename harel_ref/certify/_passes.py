@@ -72,7 +72,10 @@ def _focused_passes(target: Target, context: dict[str, Any], task: Task, share: 
     (:func:`~._verdicts.anothers`), with those taken as known: each such failure is shrunk and
     reported, and the next pass sets aside the examples that meet a fact of its bug, until a
     pass passes, finds a fact of the property's own, or :data:`FOCUSED_PASSES` passes were made.
-    So the verdict is the property's own, not unknown for another's failure (SPEC.md C5)."""
+    So the verdict is the property's own, not unknown for another's failure (SPEC.md C5).  After
+    the shared search (a ``standby`` task) one pass does it: it sets aside every other
+    property's fact from the start, unshrunk, and tells the first of each as an echo; run again
+    to shrink one of them (``shrinks``), it makes one pass."""
     known: frozenset[str] = frozenset()
     earlier: list[Failure] = []
     reached: collections.Counter = collections.Counter()
@@ -84,7 +87,7 @@ def _focused_passes(target: Target, context: dict[str, Any], task: Task, share: 
             found.reason += f" (searched again with {', '.join(sorted(owners(known)))} taken as broken)"
         foreign = found.ended == "failed" and all(
             anothers(failure.fact, task.kind) and not failure.echo for failure in found.failures)
-        if not foreign or number == FOCUSED_PASSES or limits.broken is not None:
+        if not foreign or number == FOCUSED_PASSES or limits.broken is not None or task.shrinks:
             found.seconds, found.earlier = time.monotonic() - began, len(earlier)
             found.failures, found.reached = earlier + found.failures, dict(reached)
             return found
@@ -200,18 +203,14 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
     search.on_found = None if broken else found  # what a second shared pass finds is never reported
     if lockstep:
         machine = focus_machine(target.factory, kind, caps, is_async=target.is_async)
-        if kind == SHARED:
-            aside = functools.partial(shared_sets_aside, broken=broken, covers=task.covers)
-        else:
-            known = explained(context.get("shared_kinds", frozenset()) | ignore, kind)
-            aside = functools.partial(sets_aside, known=known, prop=kind)
-        run_search(machine, profile, context["seed"], search, total, aside)
+        run_search(machine, profile, context["seed"], search, total, _sets_aside(task, broken, ignore))
     else:
         run_parallel(target, caps, profile, context["seed"], search, judges=task.judges,
                       processes=pool, alternate=context["branches"] == "both", ignore=ignore)
-    ended, reason, failures = how_ended(kind, search, target, profile, context["seed"], context["branches"])
+    ended, reason, failures = how_ended(kind, search, target, profile, context["seed"], context["branches"],
+                                        tell_echoes=task.standby and not task.shrinks)
     if lockstep and not broken:  # what a second shared pass finds is never reported
-        failures = [with_regression(failure, target, machine) for failure in failures]
+        failures = [failure if failure.echo else with_regression(failure, target, machine) for failure in failures]
     if not lockstep and ended == "passed":
         judged = ["no call refused"] * ("refusals" in task.judges and facts.RAISED_UNDER_CONTENTION not in ignore) + [
             "every history linearizable"] * ("histories" in task.judges)
@@ -228,6 +227,22 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
     undecided = left_undecided(list(search.aside_facts.values()), broken, task.covers) if shared_passed else ()
     return Found(ended, reason, time.monotonic() - began, search.examples, failures, reached=dict(search.reached),
                   clean=search.clean if search.first is not None else None, undecided=undecided)
+
+
+def _sets_aside(task: Task, broken: frozenset[str], ignore: frozenset[str]) -> Callable[[facts.Fact], bool]:
+    """Whether a lockstep search sets aside, unshrunk, an example at a fact (SPEC.md C5): the
+    shared search's second pass, what its ``broken`` property's bug explains; a focused search
+    after the shared search, every other property's fact, but the one it runs again to shrink;
+    a focused search of a run of chosen properties, what the bugs its earlier passes found
+    (``ignore``) explain."""
+    kind = task.kind
+    if kind == SHARED:
+        return functools.partial(shared_sets_aside, broken=broken, covers=task.covers)
+    if task.shrinks:
+        return lambda fact: fact.kind != task.shrinks and anothers(fact, kind)
+    if task.standby:
+        return functools.partial(anothers, prop=kind)
+    return functools.partial(sets_aside, known=explained(ignore, kind), prop=kind)
 
 
 def clean_up_process(target: Target) -> None:

@@ -63,8 +63,8 @@ BRANCHES = {
 told, where the transport allows it."""
 
 
-ECHO = "the bug the shared search found explains it (SPEC.md C5)"
-"""Why a focused search's failure is left unshrunk when it is an echo of the shared search's bug."""
+ECHO = "another property's bug, met in this search and set aside: another search shrinks it (SPEC.md C5)"
+"""Why a focused search's failure is left unshrunk when it is an echo of another property's bug."""
 
 
 @dataclass(frozen=True)
@@ -87,8 +87,8 @@ class Failure(ShowsAFact):
 
     @property
     def echo(self) -> bool:
-        """Whether a focused search stopped at it, unshrunk, because the shared search's bug
-        explains it (SPEC.md C5): it counts against that bug's property, never its finder's."""
+        """Whether a focused search met it as another property's bug and told it unshrunk (SPEC.md
+        C5): it counts against that bug's property, never its finder's."""
         return self.unshrunk == ECHO
 
     def to_dict(self) -> dict[str, Any]:

@@ -24,13 +24,16 @@ class Task:
     ``prop``, the first property that needs it.  A ``standby`` search is a focused lockstep
     search that runs only if the shared lockstep search did not pass (SPEC.md C5).  The
     concurrent search ``judges`` ``refusals``, ``histories`` or both: what the chosen
-    properties need (SPEC.md C6).  ``covers``: the properties whose rules it runs."""
+    properties need (SPEC.md C6).  ``covers``: the properties whose rules it runs.  ``shrinks``:
+    a standby search run again once every search has ended, to shrink the fact of this kind it
+    met and set aside unshrunk (:meth:`Certification.shrink_echoes`)."""
 
     kind: str
     prop: str
     standby: bool = False
     judges: frozenset[str] = frozenset()
     covers: tuple[str, ...] = ()
+    shrinks: str = ""
 
 
 def ordered_tasks(chosen: list[str], applicable: list[str], soak: float | None, sharing: tuple[str, ...] = ()) -> list[Task]:

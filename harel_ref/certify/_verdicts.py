@@ -10,7 +10,7 @@ The checkers report facts (:mod:`harel_ref.stateful._facts`), each search ends a
    property that ``explains`` its kind found it in its own search, or found it in the shared
    search and failed in its own (a floor misapplied passes over a group whose lease lapsed: the
    priority-floor search sees it, the lease-expiry search does not), unless the search left it
-   unshrunk as an echo of the shared search's bug (SPEC.md C5; :attr:`Failure.echo`); a fault
+   unshrunk as an echo of another property's bug (SPEC.md C5; :attr:`Failure.echo`); a fault
    (an error the spec never asks for, a panic, a hang) counts against the property whose
    search met it (:func:`~harel_ref.stateful._properties.fault_owner`).
 2. **Which failures are consequences of another.**  One bug shows in many searches: a queue
@@ -205,7 +205,7 @@ def verdicts(chosen: Sequence[str], caps: Capabilities, searched: Sequence[Searc
 
 def _blame(failure: Failure, search: Searched, cleared: frozenset[str],
            convicted: frozenset[str] = frozenset()) -> str:
-    """:func:`blame` for a failure: an echo of the shared search's bug, which its finder did
+    """:func:`blame` for a failure: an echo of another property's bug, which its finder did
     not shrink (SPEC.md C5), counts against that bug's property, never its finder's own."""
     if failure.echo:
         return blame(failure.fact, search)
