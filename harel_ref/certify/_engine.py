@@ -80,7 +80,7 @@ from ._report import PropertyVerdict, Report
 from ._signals import raise_if_stopped
 from ._target import Target
 from ._tasks import Found, Task
-from ._verdicts import Searched, verdicts
+from ._verdicts import Searched, blame, verdicts
 
 __all__ = ["default_jobs"]
 
@@ -216,7 +216,8 @@ class Certification:
     def shared_ended(self) -> list[int]:
         """Once the shared search has ended: the standby searches to run now (all of them,
         unless it passed; then those of the properties it left undecided, and those it made
-        needless are recorded as found)."""
+        needless are recorded as found), first those of the properties its failures count
+        against, which run all their examples (SPEC.md C5)."""
         wanted = list(self.standby)
         if self.shared_passed():
             undecided = self.found[self.shared].undecided
@@ -225,8 +226,12 @@ class Certification:
                 self.found[number] = Found("covered", "the shared search passed", 0.0, 0)
         self.context["budgeted"] += len(wanted)  # their share of a time budget
         if self.shared in self.found and wanted:
+            covers = self.tasks[self.shared].covers
+            self.context["shared_blamed"] = frozenset(
+                blame(f.fact, Searched(SHARED, covers, "failed")) for f in self.found[self.shared].failures)
             self.context["shared_clean"] = self.found[self.shared].clean  # its clean examples count for theirs
-        return wanted
+        blamed = self.context.get("shared_blamed", ())
+        return sorted(wanted, key=lambda number: self.tasks[number].prop not in blamed)  # the longest first
 
     def shrink_echoes(self, started) -> None:
         """Once every search has ended: a property that failed only by echoes (facts of its bug
