@@ -207,6 +207,21 @@ def test_after_the_shared_search_a_focused_search_sets_another_bug_aside_unshrun
     aside = [v for v in report.verdicts if v.verdict == "passed" and "more set aside: they met" in v.reason]
     assert any("a fact of no-loss's" in v.reason for v in aside), report.to_markdown()
     assert not any("searched again" in v.reason for v in report.verdicts), report.to_markdown()  # one pass each
+    for verdict in report.verdicts:  # a consequence shows its own search's counterexample, shrunk
+        if verdict.reason.startswith("a consequence of"):
+            assert verdict.failure.found_by == verdict.property and verdict.failure.steps, report.to_markdown()
+
+
+def test_a_fact_met_while_a_search_shrinks_its_own_failure_is_no_echo():
+    """While a focused search shrinks its own failure, an example the shrinker made that meets
+    another property's fact is rejected, as before, and not told as an echo: told, tie-break's
+    shrinking of its own failure made fairness (whose own search passed) a consequence of
+    no-loss's bug, on the evidence of one such example, with no steps to show (SPEC.md C5)."""
+    backend = broken_backend("an event equal to one held is dropped")
+    report = certify(backend.factory, backend.capabilities, profile="quick")
+    assert report.verdict("no-loss").verdict == "failed", report.to_markdown()
+    assert report.verdict("fairness").verdict == "passed", report.to_markdown()
+    assert not [v.property for v in report.verdicts if v.failure is not None and v.failure.echo], report.to_markdown()
 
 
 def test_a_bug_only_other_searches_met_is_shrunk_once_every_search_has_ended():

@@ -214,9 +214,10 @@ class _Watching:
         judged if only its calls after close() met it."""
         search = self._search
         search.aside_facts.setdefault((divergence.kind, divergence.fact.after), divergence.fact)
-        search.echoes.setdefault(owner(divergence.kind), divergence)
         if search.first is self._crash:  # the call's error was filed as this fact
             search.first = self._crash = None
+        if search.first is None:  # met while it searched; while it shrinks its own, it is rejected as before
+            search.echoes.setdefault(owner(divergence.kind), divergence)
         if self._ending:
             search.ended_echo = search.ended_echo or divergence
             raise _EndedAtEcho from divergence
@@ -269,11 +270,12 @@ def run_search(machine: type, profile: Profile, run_seed: int, search: Search, e
         _run_examples(machine, profile, run_seed, search, examples, aside)
         return
     own = dataclasses.replace(search, reached=collections.Counter(search.reached),
-                              aside_facts=dict(search.aside_facts))
+                              aside_facts=dict(search.aside_facts), echoes=dict(search.echoes))
     try:
         hung = in_line_calls(lambda: _run_examples(machine, profile, run_seed, own, examples, aside), search.limits)
     finally:  # a stop too: the report shows what the search found so far
-        vars(search).update(vars(own), reached=collections.Counter(own.reached), aside_facts=dict(own.aside_facts))
+        vars(search).update(vars(own), reached=collections.Counter(own.reached), aside_facts=dict(own.aside_facts),
+                            echoes=dict(own.echoes))
         own.on_example = own.on_found = None  # a search thread abandoned to a call tells nobody anything
     if hung is not None:
         search.first = search.first or hung

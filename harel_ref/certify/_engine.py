@@ -69,7 +69,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from harel_ref.stateful._async import CallLimits
-from harel_ref.stateful._properties import PROPERTIES, SHARED, owner
+from harel_ref.stateful._properties import PROPERTIES, SHARED
 from harel_ref.stateful._processes import BranchProcesses
 
 from ._jobs import SearchProcesses
@@ -236,18 +236,18 @@ class Certification:
     def shrink_echoes(self, started) -> None:
         """Once every search has ended: a property that failed only by echoes (facts of its bug
         that other searches met after the shared search and set aside unshrunk: SPEC.md C5) has
-        no counterexample to show, as when its own search never meets its bug.  The first search
-        that met it runs again, here, setting aside everything else, and shrinks it; what it
+        no counterexample to show, as when its own search never meets its bug.  The search whose
+        echo the verdict shows runs again, here, setting aside every other kind of fact (its own
+        property's too), so it draws the same examples up to the echo, and shrinks it; what it
         shrank takes the echo's place and its time counts for that search."""
-        for verdict in self.verdicts().values():
-            echo = verdict.failure
-            if verdict.verdict != "failed" or echo is None or not echo.echo:
-                continue
+        echoes = [verdict.failure for verdict in self.verdicts().values()
+                  if verdict.verdict == "failed" and verdict.failure is not None and verdict.failure.echo]
+        self.context["budgeted"] += len(echoes)  # their share of a time budget
+        for echo in echoes:
             number = next(n for n in sorted(self.found) if any(f is echo for f in self.found[n].failures))
             task = dataclasses.replace(self.tasks[number], shrinks=echo.kind)
-            self.context["budgeted"] += 1  # its share of a time budget
             found = run_task(self.target, self.context, task, started, self._progress_only, self.pool)
-            shrunk = [f for f in found.failures if not f.echo and owner(f.kind) == owner(echo.kind)]
+            shrunk = [f for f in found.failures if f.kind == echo.kind and not f.echo]
             had = self.found[number]
             if shrunk:
                 had.failures = [shrunk[0] if f is echo else f for f in had.failures]

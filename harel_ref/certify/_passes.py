@@ -104,10 +104,7 @@ def _shared_passes(target: Target, context: dict[str, Any], task: Task, share: f
     property taken as broken: it sets aside the examples that meet its facts
     (:func:`~._verdicts.shared_sets_aside`).  If the second pass passes, the search passes with
     the first one's failure: it stands for the properties it covers but those its set-aside
-    facts could count against (``undecided``), whose own searches run, and the broken one, whose
-    own search runs for a counterexample in its own machine (fewer rules, so often fewer
-    steps: "leases in 32-bit milliseconds" shrank to 9 steps in the shared machine, 4 in
-    lease-expiry's; the verdict shows its own search's first).  If it finds anything,
+    facts could count against (``undecided``), whose own searches run.  If it finds anything,
     it stops there, unshrunk, and the search is the first pass's failure: every focused search
     runs, as it would have (SPEC.md C5).  In one machine a bug shows in more ways than the
     table's ``explains`` says (routing keys split at commas make a claim pass a group over),
@@ -132,10 +129,9 @@ def _shared_passes(target: Target, context: dict[str, Any], task: Task, share: f
         return dataclasses.replace(first, seconds=seconds)
     reached = collections.Counter(first.reached)
     tally(reached, second.reached)
-    undecided = tuple(prop for prop in covers if prop in broken or prop in second.undecided)
     return dataclasses.replace(
         second, seconds=seconds, failures=first.failures, earlier=len(first.failures), reached=dict(reached),
-        clean=first.clean, undecided=undecided, reason=f"{second.reason} (searched again with {', '.join(broken)} taken as broken, after "
+        clean=first.clean, reason=f"{second.reason} (searched again with {', '.join(broken)} taken as broken, after "
                                   f"{first.clean} examples before its failure)")
 
 
@@ -202,8 +198,10 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
     search = Search(deadline=began + share, grace=share, limits=limits, shrink_limit=shrink_limit,
                      on_example=lambda done: event("searching", task.prop, shown, done, total))
 
+    tell_echoes = task.standby and not task.shrinks  # after the shared search (_sets_aside)
+
     def found(seen: Search) -> None:  # the failure as found, for a report made while it is shrunk (a stopped run)
-        _, _, failures = how_ended(kind, seen, target, profile, context["seed"], context["branches"])
+        _, _, failures = how_ended(kind, seen, target, profile, context["seed"], context["branches"], tell_echoes)
         event("found", Found("failed", "", time.monotonic() - began, seen.examples, [*earlier, *failures],
                               earlier=len(earlier)))
 
@@ -215,7 +213,7 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
         run_parallel(target, caps, profile, context["seed"], search, judges=task.judges,
                       processes=pool, alternate=context["branches"] == "both", ignore=ignore)
     ended, reason, failures = how_ended(kind, search, target, profile, context["seed"], context["branches"],
-                                        tell_echoes=task.standby and not task.shrinks)
+                                        tell_echoes)
     if lockstep and not broken:  # what a second shared pass finds is never reported
         failures = [failure if failure.echo else with_regression(failure, target, machine) for failure in failures]
     if not lockstep and ended == "passed":
@@ -239,14 +237,15 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
 def _sets_aside(task: Task, broken: frozenset[str], ignore: frozenset[str]) -> Callable[[facts.Fact], bool]:
     """Whether a lockstep search sets aside, unshrunk, an example at a fact (SPEC.md C5): the
     shared search's second pass, what its ``broken`` property's bug explains; a focused search
-    after the shared search, every other property's fact, but the one it runs again to shrink;
+    after the shared search, every other property's fact; run again to shrink one kind of fact
+    it set aside, every other kind;
     a focused search of a run of chosen properties, what the bugs its earlier passes found
     (``ignore``) explain."""
     kind = task.kind
     if kind == SHARED:
         return functools.partial(shared_sets_aside, broken=broken, covers=task.covers)
-    if task.shrinks:
-        return lambda fact: fact.kind != task.shrinks and anothers(fact, kind)
+    if task.shrinks:  # its own property's facts too: they were shrunk when it first ran
+        return lambda fact: fact.kind != task.shrinks
     if task.standby:
         return functools.partial(anothers, prop=kind)
     return functools.partial(sets_aside, known=explained(ignore, kind), prop=kind)

@@ -238,12 +238,13 @@ def _verdict(prop: str, caps: Capabilities, searched: Sequence[Searched], found:
     scale = dict(largest=sizes, drawn=drawn(reached))
     if (reason := PROPERTIES[prop].needs(caps)) is not None:
         return PropertyVerdict(prop, "not applicable", reason, 0.0, 0)
+    # the counterexample shown: its own search's, of a kind it owns, shrunk, where there is one
+    failure = min(found, key=lambda item: (
+        item[1].search != prop, item[0].kind not in PROPERTIES[prop].owns, bool(item[0].unshrunk)))[0] if found else None
     if prop in follows:  # its counterexample stays in the report, under its reason
-        return PropertyVerdict(prop, "unknown", _consequence_reason(follows[prop], found, parts), seconds, examples,
-                               found[0][0] if found else None, counted, **scale)
-    if found:  # the counterexample shown: its own search's, of a kind it owns, shrunk, where there is one
-        failure = min(found, key=lambda item: (
-            item[1].search != prop, item[0].kind not in PROPERTIES[prop].owns, bool(item[0].unshrunk)))[0]
+        return PropertyVerdict(prop, "unknown", _consequence_reason(follows[prop], failure, parts), seconds, examples,
+                               failure, counted, **scale)
+    if found:
         shown = tuple(p for p, root in sorted(follows.items(), key=lambda item: list(PROPERTIES).index(item[0]))
                       if root == prop)
         return PropertyVerdict(prop, "failed", failure.summary(), seconds, examples, failure, counted, shown, **scale)
@@ -266,11 +267,10 @@ def _share(search: Searched, prop: str) -> float:
     return search.seconds / len(search.covers)
 
 
-def _consequence_reason(root: str, found: list[tuple[Failure, Searched]], parts: list[Searched]) -> str:
-    if not found:
+def _consequence_reason(root: str, failure: Failure | None, parts: list[Searched]) -> str:
+    if failure is None:
         how = next((s.reason for s in parts if s.ended == "failed" and s.reason), "stopped at it")
         return f"a consequence of {root}'s failure: its search {how} (see {root})"
-    failure = found[0][0]
     return (f"a consequence of {root}'s failure: its search saw {failure.kind}, which {root}'s bug explains "
             f"(see {root}): {failure.summary()}")
 
