@@ -79,8 +79,9 @@ def _beside_echo(search_name: str, search: Search, target: Target, profile: Prof
             [dataclasses.replace(echo, unshrunk=ECHO)]
     reason = f"{judged} examples, none diverged"
     if search.set_aside:
-        met = "; ".join(f"{echo.kind}, a fact of {whose}'s" for whose, echo in search.echoes.items())
-        reason += f"; {search.set_aside} more set aside: they met {met or f'{search.echo.kind}, a fact of {owner(search.echo.kind)}s'}"
+        met = "; ".join(f"{echo.kind}, a fact of {whose}'s" for whose, echo in search.echoes.items()) \
+            or f"{search.echo.kind}, a fact of {owner(search.echo.kind)}'s"
+        reason += f"; {search.set_aside} more set aside: they met {met}"
     if search.ended_at_echo:
         reason += f"; in {search.ended_at_echo} of them the calls after close() met another property's bug"
     return "passed", reason, []

@@ -238,9 +238,8 @@ def _sets_aside(task: Task, broken: frozenset[str], ignore: frozenset[str]) -> C
     """Whether a lockstep search sets aside, unshrunk, an example at a fact (SPEC.md C5): the
     shared search's second pass, what its ``broken`` property's bug explains; a focused search
     after the shared search, every other property's fact; run again to shrink one kind of fact
-    it set aside, every other kind;
-    a focused search of a run of chosen properties, what the bugs its earlier passes found
-    (``ignore``) explain."""
+    it set aside, every other kind; a focused search of a run of chosen properties, what the
+    bugs its earlier passes found (``ignore``) explain."""
     kind = task.kind
     if kind == SHARED:
         return functools.partial(shared_sets_aside, broken=broken, covers=task.covers)
