@@ -172,33 +172,41 @@ class Node:
         self._filler: socket.socket | None = None
         self._listener = socket.create_server(("127.0.0.1", 0))
         self._listener.settimeout(0.02)
-        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self._listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
+        self.port = self._listener.getsockname()[1]
+        self.url = f"{'https' if tls else 'http'}://127.0.0.1:{self.port}"
+        self._acceptor = threading.Thread(target=self._accept, daemon=True)
+        self._acceptor.start()
 
     def arm(self, fault: Fault, path: str | None = None) -> None:
         """Break the next request (to ``path``, if given) with ``fault``."""
         self._fault = (path, fault)
 
     def drop_connections(self) -> None:
-        """Close every open connection, so that the client's next request needs a new one."""
+        """Close every open connection, so that the client's next request needs a new one.
+
+        Returns once the client's end of each has seen the close: a pooled connection whose
+        close the client has not seen yet would be reused, and answer with a reset."""
+        clients = set()
         for conn in self._connections:
+            with contextlib.suppress(OSError):
+                clients.add(conn.getpeername()[1])
             with contextlib.suppress(OSError):
                 conn.shutdown(socket.SHUT_RDWR)  # now, whoever else holds the socket
             with contextlib.suppress(OSError):
                 conn.close()
         self._connections.clear()
-        time.sleep(0.02)  # let the client's pool see them closed before it picks one
+        _wait_until_closes_seen(clients, self.port)
 
     def stop(self) -> None:
         """Nothing listens any more: a connect is refused."""
-        self._accepting = False
+        self._stop_accepting()
         self._listener.close()
         self.drop_connections()
 
     def mute(self) -> None:
         """Still listening, never accepting: a connect completes in the kernel's accept queue
         and the request sent on it is never read."""
-        self._accepting = False
+        self._stop_accepting()
         self.drop_connections()
 
     def fill_backlog(self) -> None:
@@ -214,11 +222,18 @@ class Node:
 
     def close(self) -> None:
         self.released.set()
-        self._accepting = False
+        self._stop_accepting()
         for closable in (self._listener, self._filler):
             with contextlib.suppress(AttributeError, OSError):
                 closable.close()
         self.drop_connections()
+
+    def _stop_accepting(self) -> None:
+        """Return once the accepting thread has ended. Until then the listener lives on in the
+        kernel, even once closed here, while that thread waits in ``accept``: a connect would
+        complete, and be reset when that wait ends, instead of being refused."""
+        self._accepting = False
+        self._acceptor.join()
 
     def _accept(self) -> None:
         while self._accepting:
@@ -252,6 +267,28 @@ class Node:
         finally:
             with contextlib.suppress(OSError):
                 conn.close()
+
+
+_ESTABLISHED = "01"  # a TCP state in /proc/net/tcp
+
+
+def _wait_until_closes_seen(clients: set[int], port: int) -> None:
+    """Wait until no connection from one of the ports ``clients`` to ``port`` is still open at
+    the client's end: the close reached it (on loopback, under load, it can take a while)."""
+    deadline = time.monotonic() + 30
+    while clients & _established_from(port):
+        assert time.monotonic() < deadline, f"the client never saw the close of {sorted(clients)}"
+        time.sleep(0.002)
+
+
+def _established_from(port: int) -> set[int]:
+    """The local ports of the open TCP connections to 127.0.0.1:``port`` on this machine."""
+    ports = set()
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        local, remote, state = line.split()[1:4]
+        if state == _ESTABLISHED and int(remote.split(":")[1], 16) == port:
+            ports.add(int(local.split(":")[1], 16))
+    return ports
 
 
 def _read_request(reader) -> Request | None:
