@@ -9,7 +9,9 @@ What a transport author needs is importable from here::
   ``harel_ref.transport``;
 - certification: ``certify``, ``Report``, ``Profile``, ``CertificationError``
   (``harel_ref.certify`` has the rest);
-- the lockstep machine: ``Backend``, ``Capabilities``, ``make_machine``, ``Divergence``.
+- the lockstep machine: ``Backend``, ``Capabilities``, ``make_machine``, ``Divergence``;
+- ``check_at_once``: calls made at once, judged by harel-ref's checker (what a race's
+  regression test runs).
 
 ``harel_ref.model`` (the specification as a pure-Python model) and ``harel_ref.stateful`` (the
 checkers) are importable on their own too.  ``harel_ref`` is the only top-level name this
@@ -51,6 +53,7 @@ __all__ = [
     "TransportClosedError",
     "TransportError",
     "certify",
+    "check_at_once",
     "make_machine",
 ]
 __version__ = "0.1.0"
@@ -61,6 +64,7 @@ _LAZY = {
     "Capabilities": "harel_ref.stateful",
     "Divergence": "harel_ref.stateful",
     "make_machine": "harel_ref.stateful",
+    "check_at_once": "harel_ref.stateful._at_once",
     "CertificationError": "harel_ref.certify",
     "Profile": "harel_ref.certify",
     "Report": "harel_ref.certify",

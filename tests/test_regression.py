@@ -15,8 +15,9 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from broken import BROKEN, OF_VALUES, ONE_BUG_MANY_SEARCHES, broken_backend
+from broken import BROKEN, OF_VALUES, ONE_BUG_MANY_SEARCHES, WIDE, broken_backend, importable_factory
 
+from harel_ref import check_at_once
 from harel_ref.certify import certify
 from harel_ref.stateful.backends import load
 from harel_ref.transport import InMemoryTransport
@@ -42,7 +43,7 @@ def run_test(code: str, factory) -> BaseException | None:
     raised, or None."""
     lines = code.splitlines()
     start = lines.index("# The transport under test: the factory certified.") + 1
-    end = next(n for n in range(start, len(lines)) if lines[n].startswith("class Clock"))
+    end = next(n for n in range(start, len(lines)) if lines[n].startswith(("class Clock", "# A claim's lease")))
     namespace = {"__name__": "regression", "given_factory": factory}
     exec(compile("\n".join([*lines[:start], "factory = given_factory", *lines[end:]]), "<regression>", "exec"),
          namespace)  # noqa: S102 - the test harel-ref wrote
@@ -236,3 +237,36 @@ def test_steps_printed_over_several_lines_are_one_statement():
     assert failure.regression and any("\n" in step for step in failure.steps), (failure.no_regression, failure.steps)
     assert run_test(failure.regression, backend.factory) is not None
     assert run_test(failure.regression, load("memory")(None).factory) is None
+
+
+# --- A race's regression test: the program, run at once, and the checker's verdict ----------
+
+
+@pytest.mark.parametrize("name", WIDE)
+def test_a_races_regression_test_fails_on_the_variant_and_passes_on_the_transport_it_came_from(name):
+    """A WIDE variant breaks only when four callers are in progress at once: its failure is
+    the concurrent search's, judged for refusals (a server that takes 3 connections) or for
+    histories (claims marked in 3 slots), and its test asserts the checker's verdict."""
+    _, prop = WIDE[name]
+    backend = broken_backend(name)
+    report = certify(backend.factory, backend.capabilities, profile="quick", properties=[prop])
+    failure = report.verdict(prop).failure
+    assert failure is not None and failure.found_by == "concurrent", report.to_markdown()
+    code = failure.regression
+    assert code and "check_at_once(factory, PREFIX, BRANCHES" in code, (failure.no_regression, code)
+    assert not re.search(r"harel_ref\.(stateful|certify)", code)
+    failed = run_test(code, importable_factory(name))
+    assert failed is not None and failure.fact.expected in str(failed), (code, failed)
+    assert run_test(code, load("memory")(None).factory) is None, code
+
+
+def test_check_at_once_refuses_a_call_it_does_not_make_and_says_which():
+    memory = load("memory")(None).factory
+    for calls, said in [([("frob",)], "'frob' is no call check_at_once makes"),
+                        ([("claim", "w1")], "wrong arguments for claim"),
+                        (["claim"], "a call is a tuple that starts with the method's name"),
+                        ([("lapse", "later")], "lapse takes nothing, or 'exact'"),
+                        ([("ack", "p3")], "names no claim made before it")]:
+        with pytest.raises(ValueError, match=re.escape(said)):
+            check_at_once(memory, calls, [[("claim",)], [("claim",)]])
+    assert check_at_once(memory, [("publish", "g", "e"), ("claim",)], [[("ack", "p0")], [("claim",)]], runs=3) is None

@@ -19,6 +19,7 @@ from harel_ref.stateful.parallel import RAISES, ConcurrencyFailure
 
 from ._driver import Search, shrunk_steps
 from ._profiles import Profile
+from ._regression_race import race_regression
 from ._report import ECHO, Failure
 from ._target import Target
 
@@ -96,6 +97,9 @@ def failure_entry(search_name: str, error: BaseException, flaky: bool, target: T
     replay = target.command(profile.name, run_seed, only=only, branches=branches, soak=soak)
     if isinstance(error, ConcurrencyFailure):
         program = error.program
+        regression, no_regression = race_regression(target, program, error.fact, owner(error.kind),
+                                                    refusals=error.kind in RAISES, runs=profile.repeats,
+                                                    replay=replay or "", flaky=flaky)
         return Failure(
             error.fact, found_by=search_name,
             steps=tuple(str(program).splitlines()) if program is not None else (),
@@ -104,6 +108,7 @@ def failure_entry(search_name: str, error: BaseException, flaky: bool, target: T
                 repeats=profile.repeats, branches=branches),
             replay=replay, flaky=flaky, timeline=error.timeline, timeline_svg=error.svg,
             history=tuple(_jsonable(record) for record in error.shown),
+            regression=regression, no_regression=no_regression,
         )
     if not lockstep:  # the transport raised in a parallel search, outside any judged call
         steps = _program_note(error)

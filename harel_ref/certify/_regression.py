@@ -20,8 +20,8 @@ without harel-ref.  :func:`regression_test` makes one from a shrunk lockstep fai
 
 A failure it cannot write is said so, and why (its reproduction, the machine's steps, stays):
 one on a wall clock (no clock to set), one of harel's Protocol (its calls go through an
-adapter), a concurrent or soak failure (a history, not a sequence of calls), a transport that
-hung, crashed or panicked, and a few facts that no single call shows.
+adapter), a transport that hung, crashed or panicked, and a few facts that no single call
+shows.  A race's test is :mod:`._regression_race`'s.
 """
 
 from __future__ import annotations

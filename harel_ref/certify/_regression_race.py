@@ -1,0 +1,95 @@
+"""A concurrent search's failure as a regression test (issue 44, SPEC.md C14).
+
+A race has no single call whose answer a test can assert: the answers of calls made at once are
+right or wrong only together, by whether some order of the calls the specification allows gives
+them.  So the test holds the shrunk program as plain calls in the Protocol's terms and asserts
+the verdict of harel-ref's checker on it, through the one helper it imports,
+:func:`harel_ref.check_at_once` (``stateful/_at_once.py``): the prefix in order, the branches
+at once, each on a thread of its own (a task, for an asyncio transport), as many runs as the
+search made, each on a fresh queue.  It fails while the bug is there and passes once it is
+fixed; a race may need several runs to show, so the test makes them all.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import textwrap
+from typing import Any
+
+from harel_ref.stateful import Capabilities
+from harel_ref.stateful._at_once import plain_call
+from harel_ref.stateful._facts import Fact
+from harel_ref.stateful.parallel import Claim, Program
+
+from ._regression_text import _setup
+from ._target import Target
+
+__all__ = ["race_regression"]
+
+ABOUT = ("Found by harel-ref's concurrent search{replay}.  The calls below run as the search ran them: the "
+         "prefix in order, then the branches at once, each on {place} of its own, all started together, up to "
+         "{runs} times, each time on a fresh queue.  harel-ref's checker judges each run: {judged}.  It fails "
+         "while the bug is there (a race: one run in {runs} that shows it is enough), and passes once it is "
+         "fixed.  Run it with pytest from the directory you certified in.")
+
+IMPORT = ('from harel_ref import check_at_once  # runs calls at once and judges them (README: "A race as a '
+          'regression test")\n')
+
+
+def race_regression(target: Target, program: Program | None, fact: Fact, prop: str, *, refusals: bool, runs: int,
+                    replay: str = "", flaky: bool = False) -> tuple[str, str]:
+    """The regression test of the failure ``fact`` that ``program`` showed (None: a soak's),
+    judged for refusals (``refusals``) or histories (else), as a test module's text; or ``""``
+    and why there is none."""
+    if program is None:
+        return "", "a soak's failure is a history of many calls over minutes, not a program to run again"
+    if flaky:
+        return "", "the program did not fail again when Hypothesis ran it once more: a test of it may pass today"
+    summary = " ".join(f"{fact.step}: the specification allows {fact.expected}; the transport answered "
+                       f"{fact.answered}".split())
+    summary = (summary if len(summary) <= 300 else summary[:297] + "...").replace('"""', "'''").replace("\\", "\\\\")
+    judged = "no call refused where the specification allows no error" if refusals else \
+        "its answers fit some order of its calls that the specification allows"
+    name = f"test_{prop}_{fact.kind}".replace("-", "_")
+    about = ABOUT.format(replay=f" (`{replay}`)" * bool(replay), place="an asyncio task" if target.is_async else "a thread",
+                         runs=runs, judged=judged)
+    return "".join([
+        f'"""Regression test: {summary}\n\n{textwrap.fill(about, 95)}\n"""\n\n',
+        IMPORT,
+        _setup(target.setup),
+        _calls(program),
+        f"\nCAPABILITIES = {_declared(target.capabilities)!r}\n",
+        f"\n\ndef {name}():\n",
+        f"    verdict = check_at_once(factory, PREFIX, BRANCHES, runs={runs}, capabilities=CAPABILITIES,\n",
+        f"                            refusals={refusals}, histories={not refusals}"
+        f"{', is_async=True' * target.is_async})\n",
+        "    assert verdict is None, verdict\n",
+    ]), ""
+
+
+def _calls(program: Program) -> str:
+    """``PREFIX`` and ``BRANCHES`` as source, each claim with the name its lease goes by."""
+    lines = ["", "# A claim's lease is named for where it was made: p0, p1... in the prefix, b0.0, b0.1... in",
+             "# branch 0, b1.0... in branch 1 (an ack or nack names the lease it gives back).",
+             "PREFIX = [", *_listed(program.prefix, "p", "    "), "]", "BRANCHES = ["]
+    for number, branch in enumerate(program.branches):
+        lines += ["    [", *_listed(branch, f"b{number}.", "        "), "    ],"]
+    return "\n".join([*lines, "]"]) + "\n"
+
+
+def _listed(ops: tuple[Any, ...], prefix: str, indent: str) -> list[str]:
+    claims = 0
+    lines = []
+    for op in ops:
+        line = f"{indent}{plain_call(op)!r},"
+        if isinstance(op, Claim):
+            line, claims = f"{line}  # {prefix}{claims}", claims + 1
+        lines.append(line)
+    return lines
+
+
+def _declared(capabilities: Capabilities) -> dict[str, Any]:
+    """The capabilities that differ from the defaults, as keyword arguments."""
+    default = Capabilities()
+    return {field.name: getattr(capabilities, field.name) for field in dataclasses.fields(Capabilities)
+            if getattr(capabilities, field.name) != getattr(default, field.name)}

@@ -1,0 +1,90 @@
+"""Calls made at once, judged by harel-ref's checker: the one helper a race's regression test
+imports (issue 44, SPEC.md C14).
+
+A lockstep failure's regression test needs nothing of harel-ref: its calls and the answers the
+specification allows are written out.  A race's does: whether a run of calls made at once is
+right depends on the order they took effect in, which only a linearizability checker can tell.
+:func:`check_at_once` takes the calls as plain data, in the Protocol's terms, and runs them as
+the concurrent search did (:func:`~harel_ref.stateful.parallel.check_program`):
+
+- ``prefix``: calls made one after another first;
+- ``branches``: one list of calls per branch, each branch on a thread of its own (a task, for
+  an asyncio transport), all started together;
+- repeated ``runs`` times, each time on a fresh queue, until the checker refuses a run.
+
+A call is a tuple: ``("publish", group_id, event)``, ``("claim",)`` (a plain claim for the
+run's visibility), ``("ack", lease)``, ``("nack", lease)`` or ``("nack", lease, delay)``, and in
+the prefix only ``("lapse",)`` (the clock moves past every lease and park taken so far) or
+``("lapse", "exact")`` (to the end of the next one, where it is still live).  A lease is named
+after the claim that took it: ``"p0"``, ``"p1"``... in the prefix, ``"b0.0"``, ``"b0.1"``... in
+branch 0, ``"b1.0"``... in branch 1.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ._backend import Capabilities
+from .parallel import Ack, Claim, ConcurrencyFailure, Lapse, Nack, Op, Program, Publish, check_program
+
+__all__ = ["check_at_once", "plain_call"]
+
+Call = tuple[Any, ...]
+
+
+def check_at_once(factory: Callable, prefix: Sequence[Call], branches: Sequence[Sequence[Call]], *,
+                  runs: int = 30, capabilities: dict[str, Any] | None = None, refusals: bool = False,
+                  histories: bool = True, is_async: bool = False) -> str | None:
+    """Run ``prefix``, then ``branches`` at once, up to ``runs`` times; None if the checker
+    accepted every run, else what it found in the first run it refused (the call, what the
+    specification allows, what the transport answered, and the run's timeline).
+
+    ``factory(clock, namespace)`` builds the transport, as for ``harel-ref certify``;
+    ``capabilities``: what it declares (:class:`~harel_ref.stateful.Capabilities`'s fields);
+    ``refusals``: judge whether a call raised where the specification allows no error;
+    ``histories``: judge whether the answers fit some order of the calls the specification
+    allows; ``is_async``: the factory builds an asyncio transport."""
+    program = Program(prefix=tuple(_op(call) for call in prefix),
+                      branches=tuple(tuple(_op(call) for call in branch) for branch in branches))
+    try:
+        check_program(factory, program, Capabilities(**(capabilities or {})), is_async=is_async, repeats=runs,
+                      contention=refusals, histories=histories)
+    except ConcurrencyFailure as found:
+        fact = found.fact
+        return (f"{fact.step}: the specification allows {fact.expected}; the transport answered {fact.answered} "
+                f"(run {found.runs} of {runs})\n{found.timeline}")
+    return None
+
+
+_OPS = {"publish": Publish, "claim": Claim, "ack": Ack, "nack": Nack}
+
+
+def _op(call: Call) -> Op:
+    """The concurrent search's operation for the plain ``call``."""
+    if not (isinstance(call, (tuple, list)) and call and isinstance(call[0], str)):
+        raise ValueError(f"a call is a tuple that starts with the method's name, got {call!r}")
+    method, *args = call
+    if method == "lapse":
+        if args not in ([], ["exact"]):
+            raise ValueError(f"lapse takes nothing, or 'exact': got {call!r}")
+        return Lapse(exact=bool(args))
+    if method not in _OPS:
+        raise ValueError(f"{method!r} is no call check_at_once makes: publish, claim, ack, nack or lapse")
+    try:
+        return _OPS[method](*args)
+    except TypeError:
+        raise ValueError(f"wrong arguments for {method}: {call!r}") from None
+
+
+def plain_call(op: Op) -> Call:
+    """``op`` as the plain call :func:`check_at_once` takes (what a written test holds)."""
+    if isinstance(op, Publish):
+        return ("publish", op.group, op.event)
+    if isinstance(op, Ack):
+        return ("ack", op.lease)
+    if isinstance(op, Nack):
+        return ("nack", op.lease, op.delay) if op.delay else ("nack", op.lease)
+    if isinstance(op, Lapse):
+        return ("lapse", "exact") if op.exact else ("lapse",)
+    return ("claim",)
