@@ -1,10 +1,11 @@
 """Every broken variant's regression test, run against the variant and against its fixed self.
 
-For each lockstep broken variant of ``tests/broken.py`` (in-memory ones: their fixed self is
-``InMemoryTransport``), a focused certification of the property it breaks (``--profile``,
-quick by default, and standard where quick found nothing), then the regression test written
-for its failure (issue 44) run twice: against the variant (it must fail) and against the
-in-memory reference transport (it must pass).  A row per variant: the verdict, the seconds to
+For each broken in-memory variant of ``tests/broken.py`` (the lockstep ones, and ``WIDE``,
+whose races the concurrent search finds; their fixed self is ``InMemoryTransport``), a focused
+certification of the property it breaks (``--profile``, quick by default, and standard where
+quick found nothing), then the regression test written for its failure (issue 44) run twice:
+against the variant (it must fail) and against the in-memory reference transport (it must
+pass).  A row per variant: the verdict, the seconds to
 the report, the test's lines and calls, and the two outcomes, or why no test was written.
 The totals at the end count the variants whose test did both.
 
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -25,13 +27,13 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
-from broken import BROKEN, OF_VALUES, ONE_BUG_MANY_SEARCHES, SHARED_ONLY, broken_backend  # noqa: E402
+from broken import BROKEN, OF_VALUES, ONE_BUG_MANY_SEARCHES, SHARED_ONLY, WIDE, broken_backend  # noqa: E402
 
 from harel_ref.certify import certify  # noqa: E402
 from harel_ref.stateful.backends import load  # noqa: E402
 from harel_ref.transport import InMemoryTransport  # noqa: E402
 
-VARIANTS = {**BROKEN, **SHARED_ONLY, **ONE_BUG_MANY_SEARCHES, **OF_VALUES}
+VARIANTS = {**BROKEN, **SHARED_ONLY, **ONE_BUG_MANY_SEARCHES, **OF_VALUES, **WIDE}
 
 
 def outcome(code: str, factory) -> str:
@@ -61,8 +63,12 @@ def row(name: str, profiles: list[str]) -> dict:
     if failure is None or not failure.regression:
         return {**found, "why": failure.no_regression if failure else "no failure"}
     code = failure.regression
-    body = code[code.index("    try:"):]
-    found.update(lines=len(code.splitlines()), calls=body.count("q0.") + body.count("q1."),
+    if "check_at_once(" in code:  # a race's: its calls are the tuples of PREFIX and BRANCHES
+        calls = len(re.findall(r"^ +\('", code, flags=re.MULTILINE))
+    else:
+        body = code[code.index("    try:"):]
+        calls = body.count("q0.") + body.count("q1.")
+    found.update(lines=len(code.splitlines()), calls=calls,
                  on_variant=outcome(code, backend.factory), on_fixed=outcome(code, load("memory")(None).factory))
     return found
 

@@ -10,7 +10,7 @@ the concurrent search did (:func:`~harel_ref.stateful.parallel.check_program`):
 - ``prefix``: calls made one after another first;
 - ``branches``: one list of calls per branch, each branch on a thread of its own (a task, for
   an asyncio transport), all started together;
-- repeated ``runs`` times, each time on a fresh queue, until the checker refuses a run.
+- repeated ``runs`` times, each time on an empty queue, until the checker refuses a run.
 
 A call is a tuple: ``("publish", group_id, event)``, ``("claim",)`` (a plain claim for the
 run's visibility), ``("ack", lease)``, ``("nack", lease)`` or ``("nack", lease, delay)``, and in
@@ -22,6 +22,8 @@ branch 0, ``"b1.0"``... in branch 1.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -34,21 +36,26 @@ Call = tuple[Any, ...]
 
 
 def check_at_once(factory: Callable, prefix: Sequence[Call], branches: Sequence[Sequence[Call]], *,
-                  runs: int = 30, capabilities: dict[str, Any] | None = None, refusals: bool = False,
+                  runs: int = 30, capabilities: dict[str, Any] | Capabilities | None = None, refusals: bool = False,
                   histories: bool = True, is_async: bool = False) -> str | None:
     """Run ``prefix``, then ``branches`` at once, up to ``runs`` times; None if the checker
     accepted every run, else what it found in the first run it refused (the call, what the
     specification allows, what the transport answered, and the run's timeline).
 
     ``factory(clock, namespace)`` builds the transport, as for ``harel-ref certify``;
-    ``capabilities``: what it declares (:class:`~harel_ref.stateful.Capabilities`'s fields);
-    ``refusals``: judge whether a call raised where the specification allows no error;
-    ``histories``: judge whether the answers fit some order of the calls the specification
-    allows; ``is_async``: the factory builds an asyncio transport."""
+    ``capabilities``: what it declares (:class:`~harel_ref.stateful.Capabilities`, or a dict of
+    its fields); ``refusals``: judge whether a call raised where the specification allows no
+    error; ``histories``: judge whether the answers fit some order of the calls the
+    specification allows; ``is_async``: the factory builds an asyncio transport.  Anything
+    wrong with the arguments raises ValueError before the transport is opened."""
+    if not (isinstance(runs, int) and runs >= 1):
+        raise ValueError(f"runs must be a whole number >= 1, got {runs!r}")
+    if not (refusals or histories):
+        raise ValueError("judge something: refusals=True, histories=True, or both")
     program = Program(prefix=tuple(_op(call) for call in prefix),
                       branches=tuple(tuple(_op(call) for call in branch) for branch in branches))
     try:
-        check_program(factory, program, Capabilities(**(capabilities or {})), is_async=is_async, repeats=runs,
+        check_program(factory, program, _capabilities(capabilities), is_async=is_async, repeats=runs,
                       contention=refusals, histories=histories)
     except ConcurrencyFailure as found:
         fact = found.fact
@@ -57,7 +64,28 @@ def check_at_once(factory: Callable, prefix: Sequence[Call], branches: Sequence[
     return None
 
 
+def _capabilities(given: dict[str, Any] | Capabilities | None) -> Capabilities:
+    """``given`` as Capabilities; harel's Protocol implies no routing keys and acks by seq,
+    unless given too (as ``harel-ref certify --protocol harel`` does)."""
+    if given is None or isinstance(given, Capabilities):
+        return given or Capabilities()
+    if not isinstance(given, dict):
+        raise ValueError(f"capabilities are a Capabilities or a dict of its fields, got {given!r}")
+    if unknown := set(given) - {field.name for field in dataclasses.fields(Capabilities)}:
+        raise ValueError(f"no such capabilities: {sorted(unknown)}")
+    if given.get("protocol") == "harel":
+        given = {"routing": False, "acks": "by-seq", **given}
+    try:
+        return Capabilities(**given)
+    except (TypeError, ValueError) as exc:
+        raise ValueError(f"capabilities {given!r}: {exc}") from None
+
+
 _OPS = {"publish": Publish, "claim": Claim, "ack": Ack, "nack": Nack}
+
+_TEXTS = {"publish": 2, "claim": 0, "ack": 1, "nack": 1}
+"""How many str arguments each call starts with (a group id and an event; a lease's name); only
+a nack takes one more, its delay."""
 
 
 def _op(call: Call) -> Op:
@@ -71,10 +99,12 @@ def _op(call: Call) -> Op:
         return Lapse(exact=bool(args))
     if method not in _OPS:
         raise ValueError(f"{method!r} is no call check_at_once makes: publish, claim, ack, nack or lapse")
-    try:
-        return _OPS[method](*args)
-    except TypeError:
-        raise ValueError(f"wrong arguments for {method}: {call!r}") from None
+    texts, rest = args[:_TEXTS[method]], args[_TEXTS[method]:]
+    if len(texts) != _TEXTS[method] or not all(isinstance(text, str) for text in texts) or len(rest) > (method == "nack"):
+        raise ValueError(f"wrong arguments for {method}: {call!r} (check_at_once's module says each call's)")
+    if rest and not (type(rest[0]) in (int, float) and 0 <= rest[0] < math.inf):
+        raise ValueError(f"a nack's delay is a number of seconds >= 0, got {rest[0]!r}")
+    return _OPS[method](*args)
 
 
 def plain_call(op: Op) -> Call:

@@ -19,9 +19,10 @@ without harel-ref.  :func:`regression_test` makes one from a shrunk lockstep fai
   is made by hand before the transport handed one out).
 
 A failure it cannot write is said so, and why (its reproduction, the machine's steps, stays):
-one on a wall clock (no clock to set), one of harel's Protocol (its calls go through an
-adapter), a transport that hung, crashed or panicked, and a few facts that no single call
-shows.  A race's test is :mod:`._regression_race`'s.
+one on a wall clock (no clock to set), a transport that hung, crashed or panicked, and a few
+facts that no single call shows.  A transport of harel's Protocol gets harel's calls: its
+events as harel Events, made from the event texts as the checkers make them, no routing keys,
+and acks and nacks whose answers go unjudged, as harel ignores them (SPEC.md R20).  A race's test is :mod:`._regression_race`'s.
 """
 
 from __future__ import annotations
@@ -91,7 +92,7 @@ def regression_test(target: Target, machine: type, steps: list[str], fact: Fact,
         return "", "the failure came before any call of the transport"
     opens = _factory_call(target.factory)
     return written(calls, setup=target.setup, is_async=target.is_async, prop=prop, fact=calls[-1].diverged,
-                   replay=replay, opens=opens), ""
+                   replay=replay, opens=opens, harel=target.capabilities.protocol == "harel"), ""
 
 
 def _recorded(target: Target, machine: type, steps: list[str], fact: Fact) -> list[Call]:
@@ -145,8 +146,6 @@ def _unwritable(target: Target, fact: Any, steps: list[str]) -> str:
         return "its steps were not shrunk (a search cut short)"
     if target.capabilities.clock == "wall":
         return "the transport keeps its own time (a wall clock), which a test cannot set"
-    if target.capabilities.protocol == "harel":
-        return "written only for harel-ref's Protocol so far: its reproduction replays it"
     return UNWRITTEN.get(fact.kind, "")
 
 

@@ -6,7 +6,7 @@ them.  So the test holds the shrunk program as plain calls in the Protocol's ter
 the verdict of harel-ref's checker on it, through the one helper it imports,
 :func:`harel_ref.check_at_once` (``stateful/_at_once.py``): the prefix in order, the branches
 at once, each on a thread of its own (a task, for an asyncio transport), as many runs as the
-search made, each on a fresh queue.  It fails while the bug is there and passes once it is
+search made, each on an empty queue.  It fails while the bug is there and passes once it is
 fixed; a race may need several runs to show, so the test makes them all.
 """
 
@@ -21,45 +21,51 @@ from harel_ref.stateful._at_once import plain_call
 from harel_ref.stateful._facts import Fact
 from harel_ref.stateful.parallel import Claim, Program
 
-from ._regression_text import _setup
+from ._regression_text import _setup, docstring_text
 from ._target import Target
 
 __all__ = ["race_regression"]
 
-ABOUT = ("Found by harel-ref's concurrent search{replay}.  The calls below run as the search ran them: the "
+ABOUT = ("Found by harel-ref's concurrent search.  The calls below run as the search ran them: the "
          "prefix in order, then the branches at once, each on {place} of its own, all started together, up to "
-         "{runs} times, each time on a fresh queue.  harel-ref's checker judges each run: {judged}.  It fails "
+         "{runs} times, each time on an empty queue.  harel-ref's checker judges each run: {judged}.  It fails "
          "while the bug is there (a race: one run in {runs} that shows it is enough), and passes once it is "
          "fixed.  Run it with pytest from the directory you certified in.")
+
+RARE = ("Hypothesis ran this program once more and it did not fail again: the race is rare, so the test "
+        "may pass on some runs of it while the bug is there.  Raise runs to make it surer.")
 
 IMPORT = ('from harel_ref import check_at_once  # runs calls at once and judges them (README: "A race as a '
           'regression test")\n')
 
 
 def race_regression(target: Target, program: Program | None, fact: Fact, prop: str, *, refusals: bool, runs: int,
-                    replay: str = "", flaky: bool = False) -> tuple[str, str]:
+                    ran_as: str, replay: str = "", flaky: bool = False) -> tuple[str, str]:
     """The regression test of the failure ``fact`` that ``program`` showed (None: a soak's),
-    judged for refusals (``refusals``) or histories (else), as a test module's text; or ``""``
-    and why there is none."""
+    its branches run as ``ran_as`` (threads, tasks or processes), judged for refusals
+    (``refusals``) or histories (else), as a test module's text; or ``""`` and why there is none.
+    ``flaky``: Hypothesis could not make it fail again, which the test says."""
     if program is None:
         return "", "a soak's failure is a history of many calls over minutes, not a program to run again"
-    if flaky:
-        return "", "the program did not fail again when Hypothesis ran it once more: a test of it may pass today"
+    if ran_as == "processes":
+        return "", ("it showed with the branches in processes, and check_at_once runs them in threads, where it "
+                    "may not show: the reproduction runs them in processes")
     summary = " ".join(f"{fact.step}: the specification allows {fact.expected}; the transport answered "
                        f"{fact.answered}".split())
-    summary = (summary if len(summary) <= 300 else summary[:297] + "...").replace('"""', "'''").replace("\\", "\\\\")
+    summary = docstring_text(summary if len(summary) <= 300 else summary[:297] + "...")
     judged = "no call refused where the specification allows no error" if refusals else \
         "its answers fit some order of its calls that the specification allows"
-    name = f"test_{prop}_{fact.kind}".replace("-", "_")
-    about = ABOUT.format(replay=f" (`{replay}`)" * bool(replay), place="an asyncio task" if target.is_async else "a thread",
-                         runs=runs, judged=judged)
+    about = textwrap.fill(ABOUT.format(place="an asyncio task" if target.is_async else "a thread", runs=runs,
+                                       judged=judged), 95)
+    about += f"\n\n{textwrap.fill(RARE, 95)}" if flaky else ""
+    about += f"\n\nThe search again: `{docstring_text(replay)}`" if replay else ""
     return "".join([
-        f'"""Regression test: {summary}\n\n{textwrap.fill(about, 95)}\n"""\n\n',
+        f'"""Regression test: {summary}\n\n{about}\n"""\n\n',
         IMPORT,
         _setup(target.setup),
         _calls(program),
         f"\nCAPABILITIES = {_declared(target.capabilities)!r}\n",
-        f"\n\ndef {name}():\n",
+        f"\n\ndef test_{prop}_{fact.kind}():\n".replace("-", "_"),
         f"    verdict = check_at_once(factory, PREFIX, BRANCHES, runs={runs}, capabilities=CAPABILITIES,\n",
         f"                            refusals={refusals}, histories={not refusals}"
         f"{', is_async=True' * target.is_async})\n",

@@ -20,7 +20,7 @@ from typing import Any
 import harel_ref.stateful._facts as facts
 from harel_ref.stateful._values import TICK
 
-__all__ = ["Call", "OneShot", "Unwritable", "written"]
+__all__ = ["Call", "OneShot", "Unwritable", "docstring_text", "written"]
 
 
 @dataclass
@@ -120,38 +120,75 @@ def forged(lease, **fields):
 }
 """The helpers a test may use, each written into it only if it does."""
 
+HAREL_HELPERS = {
+    "event": '''
+
+def event(text):
+    """The harel Event harel-ref published for the event text ``text``: the same one every time."""
+    digest = hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()[:24]
+    return Event(id=f"harel-ref-{digest}", kind="harel-ref", data={"text": text})
+''',
+    "claimed": '''
+
+def claimed(lease):
+    """What a claim answered: None, or its lease's group and the text of its event (an Event
+    harel-ref did not publish as ``event(text)`` is shown as it is)."""
+    if lease is None:
+        return None
+    data = getattr(lease.event, "data", None)
+    text = data.get("text") if isinstance(data, dict) else None
+    return (lease.group_id, text if isinstance(text, str) and lease.event == event(text) else repr(lease.event))
+''',
+}
+"""For a transport of harel's Protocol (SPEC.md R20): its events are harel Events, each made from
+an event text as the checkers make it (``stateful/_harel.py``'s ``to_event``)."""
+
 LONG = 200
 """Lines past which REPORT.md and the pytest plugin show where the test is, not the test."""
 
 
 def written(calls: list[Call], *, setup: str, is_async: bool, prop: str, fact: Any, replay: str = "",
-            opens: str = "factory(clock, namespace)") -> str:
+            opens: str = "factory(clock, namespace)", harel: bool = False) -> str:
     """The test module for ``calls`` (the last one the call that diverged, with ``fact``).
-    ``opens``: the factory's call, as :func:`~harel_ref.stateful._harel.call_factory` makes it."""
+    ``opens``: the factory's call, as :func:`~harel_ref.stateful._harel.call_factory` makes it;
+    ``harel``: the transport speaks harel's Protocol (the calls were recorded in this package's)."""
     summary = " ".join(f"{fact.step}: the specification allows {fact.expected}; the transport answered "
                        f"{fact.answered}".split())
     summary = summary if len(summary) <= 300 else summary[:297] + "..."
-    writer = _Writer(is_async, _message(fact))
+    writer = _Writer(is_async, _message(fact), harel)
     body = writer.lines(calls)
     name = f"test_{prop}_{fact.kind}".replace("-", "_")
     return "".join([
-        DOCSTRING.format(summary=summary.replace('"""', "'''").replace("\\", "\\\\"), prop=prop,
-                         replay=f" (`{replay}`)" if replay else ""),
+        DOCSTRING.format(summary=docstring_text(summary), prop=prop,
+                         replay=f" (`{docstring_text(replay)}`)" if replay else ""),
         _imports(writer, is_async, "namespace" in opens),
         _setup(setup),
         CLOCK.format(tick=TICK),
-        *(HELPERS[helper] for helper in HELPERS if helper in writer.used),
+        *(writer.helpers[helper] for helper in writer.helpers if helper in writer.used),
         _test(name, body, is_async, opens, calls[0].now),
     ])
+
+
+def docstring_text(text: str) -> str:
+    """``text`` as it can stand in a docstring and read the same once compiled: a backslash
+    doubled, three double quotes as single ones, and a character that is not printable (a NUL,
+    a line break) spelled as its escape."""
+    text = text.replace("\\", "\\\\").replace('"""', "'''")
+    return "".join(char if char.isprintable() else repr(char)[1:-1].replace("\\", "\\\\") for char in text)
 
 
 def _imports(writer: _Writer, is_async: bool, named: bool) -> str:
     """The import lines the test needs: the standard library's, pytest where a call must raise,
     and the Protocol's Lease where one was made by hand."""
     standard = ["asyncio", "inspect"] * is_async + ["contextlib"] + ["dataclasses"] * ("forged" in writer.used)
+    standard += ["hashlib"] * writer.harel
     lines = [f"import {module}" for module in sorted(standard + ["uuid"] * named)]
     lines += ["", "import pytest"] if writer.raises else []
-    lines += ["", "from harel_ref import Lease  # the Protocol's, for a lease made by hand"] if writer.hand_made else []
+    if writer.harel:
+        lines += ["", "from harel.spec.states import Event"]
+        lines += ["from harel.engine.transport import Lease  # for a lease made by hand"] if writer.hand_made else []
+    elif writer.hand_made:
+        lines += ["", "from harel_ref import Lease  # the Protocol's, for a lease made by hand"]
     return "\n" + "\n".join(lines) + "\n"
 
 
@@ -208,8 +245,10 @@ class _Writer:
     """The statements of the test's body, a call at a time, naming each transport ``qN`` and
     each lease a claim answered ``leaseN``; what it used, for the module's imports and helpers."""
 
-    def __init__(self, is_async: bool, message: str) -> None:
+    def __init__(self, is_async: bool, message: str, harel: bool = False) -> None:
         self.awaited = "await " if is_async else ""
+        self.harel = harel  # harel's Protocol: Events for event texts, no routing keys, acks unjudged
+        self.helpers = {**HELPERS, **HAREL_HELPERS} if harel else HELPERS
         self.message = message
         self.names: dict[int, str] = {}  # id() of a lease the transport handed out -> its name
         self.kept: list[Any] = []  # those leases, so that their ids stay theirs
@@ -244,6 +283,8 @@ class _Writer:
         if call.method == "claim":
             return self.claim(call, made, diverged)
         why = f", {self.message!r}" if diverged else ""
+        if call.method in ("ack", "nack") and self.harel:
+            return [made]  # harel ignores what they answer (R20): what follows is judged
         if call.method in ("ack", "nack") and (call.raised is None or diverged):
             return [f"assert {made} is {_expected_answer(call)!r}{why}"]
         if call.method == "publish" and diverged and call.diverged.kind == facts.PUBLISH_ANSWERED:
@@ -269,7 +310,7 @@ class _Writer:
                 shown = f"claimed({name}) == {_literal(allowed[0], self)}"
             else:
                 shown = f"claimed({name}) in [{', '.join(_literal(outcome, self) for outcome in allowed)}]"
-            self.used.update(["claimed"] if "claimed(" in shown else [])
+            self.used.update((["claimed"] + ["event"] * self.harel) if "claimed(" in shown else [])
             out.append(f"assert {shown}{why}")
         return out
 
@@ -287,15 +328,35 @@ class _Writer:
         return out + ["else:", f"    pytest.fail({failed!r})"]
 
     def arguments(self, call: Call) -> str:
-        shown = [_literal(arg, self) for arg in call.args]
-        shown += [f"{name}={_literal(value, self)}" for name, value in call.kwargs.items()]
+        args, kwargs = (call.args, call.kwargs) if not self.harel else self.harel_arguments(call)
+        shown = [_literal(arg, self) for arg in args]
+        shown += [f"{name}={_literal(value, self)}" for name, value in kwargs.items()]
         return ", ".join(shown)
+
+    def harel_arguments(self, call: Call) -> tuple[tuple, dict]:
+        """The arguments of ``call`` in harel's Protocol: a published event text as its Event,
+        and no routing keys (the adapter refuses any but None, so the call had none)."""
+        args = list(call.args)
+        kwargs = {name: value for name, value in call.kwargs.items() if name not in ("routing_key", "routing_keys")}
+        routing_at = {"publish": 3, "claim": 3}.get(call.method)
+        if routing_at is not None and len(args) > routing_at and args[routing_at] is None:
+            del args[routing_at:]
+        if call.method == "publish" and len(args) > 1 and isinstance(args[1], str):
+            args[1] = _EventOf(args[1])
+            self.used.add("event")
+        return tuple(args), kwargs
 
     def lease_like(self, value: Any) -> str:
         """A lease the transport never handed out (a forged one): a copy of the last one it did,
-        with this one's fields; before it handed any out, the Protocol's own Lease."""
-        fields = ", ".join(f"{name}={_literal(getattr(value, name), self)}"
-                           for name in ("group_id", "event", "seq", "token"))
+        with this one's fields; before it handed any out, the Protocol's own Lease.  (Of harel's
+        Protocol: its event an Event, its token harel's, after the checkers' ``|``.)"""
+        given = {name: getattr(value, name) for name in ("group_id", "event", "seq", "token")}
+        if self.harel:
+            given["token"] = given["token"].partition("|")[2] if isinstance(given["token"], str) else given["token"]
+            if isinstance(given["event"], str):
+                given["event"] = _EventOf(given["event"])
+                self.used.add("event")
+        fields = ", ".join(f"{name}={_literal(given_value, self)}" for name, given_value in given.items())
         if not self.kept:
             self.hand_made = True
             return f"Lease({fields})"
@@ -318,10 +379,19 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and (a == b or (isinstance(a, float) and math.isnan(a) and math.isnan(b)))
 
 
+@dataclass(frozen=True)
+class _EventOf:
+    """An event text given to a transport of harel's Protocol as its Event: ``event(text)``."""
+
+    text: str
+
+
 def _literal(value: Any, writer: _Writer) -> str:
     """``value`` as Python source, a lease by its name."""
     if id(value) in writer.names:
         return writer.names[id(value)]
+    if isinstance(value, _EventOf):
+        return f"event({_text(value.text)})"
     if value is None or isinstance(value, (bool, int, bytes)):
         return repr(value)
     if isinstance(value, float):
