@@ -58,6 +58,7 @@ DRAIN_DIFFERS = "drain-differs"
 BAD_INPUT_ACCEPTED = "bad-input-accepted"
 CLOSED_CALL_ANSWERED = "closed-call-answered"
 CLOSED_WITHOUT_SAYING = "closed-without-saying"
+CLOSED_ANOTHER = "closed-another"
 
 # --- calls made at once ------------------------------------------------------------------------
 
@@ -111,6 +112,7 @@ KINDS: dict[str, str] = {
                         "R13 asks for",
     CLOSED_CALL_ANSWERED: "a call after close() answered instead of raising (R14)",
     CLOSED_WITHOUT_SAYING: "a call after close() raised an error that does not say the transport is closed (R14)",
+    CLOSED_ANOTHER: "a call on an instance still open raised once another instance on its storage was closed (R14)",
     RAISED_UNDER_CONTENTION: "a call raised while other callers ran, and not when the calls ran one after another (R19)",
     NONE_UNDER_CONTENTION: "a claim answered None while a group was claimable and other callers were touching it "
                            "(R19)",

@@ -65,7 +65,7 @@ WALL_SCALE = 0.05
 """In wall-clock mode every duration is scaled by this (1 s of spec time = 50 ms of real time)."""
 
 RULES = (
-    "publish", "publish_each", "backlog", "claim", "claim_other_keys", "claim_any", "claim_many", "ack", "nack_now",
+    "publish", "publish_anew", "publish_each", "backlog", "claim", "claim_other_keys", "claim_any", "claim_many", "ack", "nack_now",
     "nack_later", "advance", "advance_to_deadline", "claim_at_deadline", "open_second_instance", "reopen",
     "bad_input", "bad_release",
 )
@@ -73,11 +73,12 @@ RULES = (
 enable a subset of them, or add the focus rules below.  (The initial rules ``begin`` and
 ``choose_keys`` always run: they draw the example's ids and clock.)"""
 
-FOCUS_RULES = ("prefill", "release_stale", "step_back")
+FOCUS_RULES = ("prefill", "release_stale", "step_back", "step_back_to_deadline")
 """Rules that only a focused search enables (``make_machine(rules=...)``): an initial state
 that every example starts from, so a short search reaches deeper; acks and nacks of old
 leases whose message another worker now holds, the calls whose effect fencing is about; and
-a clock that steps back (R3), which the lease-expiry search adds."""
+a clock that steps back (R3), by a step or to the end of a lease or park that had lapsed,
+which the lease-expiry search adds."""
 
 PLAIN_ROUTING_KEYS = (None, "blue", "green")
 """The plain routing keys: :func:`prefill`'s where the example's keys are not drawn yet."""
@@ -555,6 +556,7 @@ class TransportMachine(RuleBasedStateMachine):
         self.backlogged = 0  # backlog groups made so far (backlog_group numbers them)
         self.nacked: collections.Counter[tuple[str, int]] = collections.Counter()  # (group, model seq) -> nacks
         self.workers: set[str] = set()  # every worker that claimed
+        self.published: dict[str, None] = {}  # every group id published to, in order
         self.reached: collections.Counter[str] = collections.Counter()  # situations met (_properties)
         self.draining = False
         self.refused = False  # a bad_input step has been refused
@@ -727,6 +729,27 @@ class TransportMachine(RuleBasedStateMachine):
             self._publish(group, event, priority, None if key is None else keys[key], 0)
         return multiple(*dict.fromkeys(group for group, *_ in messages))
 
+    @backend_rule(
+        which=st.integers(0, 3),
+        event=lambda choices: event_strategy(choices.event_bytes),
+        priority=st.integers(0, 4),
+        routing_key=st.none() | keys,
+        via=st.integers(0, 1),
+    )
+    @precondition(lambda self: self._emptied())
+    def publish_anew(self, which, event, priority, routing_key, via):
+        """Publish to a group that was emptied: a new group (R5, R12), with the priority and
+        routing key drawn, through either instance.  What an instance kept of the old one (its
+        priority, its key, its stamp, its place) no longer holds, which publishes drawn at
+        random seldom show."""
+        emptied = self._emptied()
+        self._publish(emptied[which % len(emptied)], event, priority, routing_key, via)
+
+    def _emptied(self) -> list[str]:
+        """The group ids published to that the queue holds no more (their last message acked)."""
+        held = self.model.contents()
+        return [group for group in self.published if group not in held]
+
     def _publish(self, group, event, priority, routing_key, via, *, counted=True):
         caps = self.backend.capabilities
         priority = priority if caps.priority else 0
@@ -736,6 +759,7 @@ class TransportMachine(RuleBasedStateMachine):
         if answer is not None:
             self._fail(facts.PUBLISH_ANSWERED, f"publish({group!r}, ...)", "None", answer)
         self.model.publish(group, event, priority, routing_key)
+        self.published[group] = None
         if counted:
             self._count_publish(group, event)
         self.in_step = False
@@ -1107,6 +1131,16 @@ class TransportMachine(RuleBasedStateMachine):
         self.clock.now = max(0.0, self.clock.now - seconds)
         self.stepped_back = True
 
+    @precondition(lambda self: not self.wall and self.model.deadlines() and self.model.deadlines()[0] < self.clock.now)
+    @rule(which=st.integers(0, 3))
+    def step_back_to_deadline(self, which):
+        """The clock steps back to the exact end of a lease or park that had lapsed (R3), the
+        latest first: it is live again there, however the transport marked it lapsed meanwhile
+        (a reaper, a cache of what expired)."""
+        lapsed = [t for t in self.model.deadlines() if t < self.clock.now]
+        self.clock.now = lapsed[-1 - which % len(lapsed)]
+        self.stepped_back = True
+
     @precondition(lambda self: not self.wall and self.model.deadlines())
     @rule(which=st.integers(0, 3), past=st.booleans())
     def advance_to_deadline(self, which, past):
@@ -1235,10 +1269,13 @@ class TransportMachine(RuleBasedStateMachine):
             )
 
     def _check_close(self) -> None:
-        """R14: close twice is harmless; then every call fails with an error saying so."""
+        """R14: close twice is harmless; then every call fails with an error saying so, and
+        an instance still open on the same storage goes on working."""
         for number, transport in enumerate(self.instances):
             transport.close()
             transport.close()
+            for other, still_open in enumerate(self.instances[number + 1:], number + 1):
+                self._check_still_open(still_open, f"claim on instance {other} after close() of instance {number}")
             for shown, (method, args, keywords) in self._after_close().items():
                 step = f"{shown} after close() of instance {number}"
                 try:
@@ -1250,6 +1287,17 @@ class TransportMachine(RuleBasedStateMachine):
                 if not _says_closed(answer):
                     self._fail(facts.CLOSED_WITHOUT_SAYING, step,
                                "TransportClosedError (or an error saying it is closed)", answer)
+
+    def _check_still_open(self, transport: Any, step: str) -> None:
+        """A claim on the drained queue through an instance nobody closed answers None: closing
+        one instance must not close the pool, connection or client the others share."""
+        try:
+            self._call(transport.claim, "w1", self._seconds(self.choices.visibilities[0]))
+        except Exception as exc:
+            answer = exc  # failed below, outside the handler (see divergence_class)
+        else:
+            return
+        self._fail(facts.CLOSED_ANOTHER, step, "an answer: this instance is open", answer)
 
     def _after_close(self) -> dict[str, tuple[str, tuple, dict]]:
         """Every method of the Protocol, with every shape of valid argument it takes (R13),

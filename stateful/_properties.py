@@ -195,7 +195,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         "a lease (or park) is live while now <= its end, and claimable one tick after, also when the clock "
         "steps back (R3, R9)",
         ("R3", "R9"), "contract",
-        rules=CORE | {"nack_later", "advance_to_deadline", "claim_at_deadline", "step_back"},
+        rules=CORE | {"nack_later", "advance_to_deadline", "claim_at_deadline", "step_back", "step_back_to_deadline"},
         # On a wall clock the boundary rules cannot run: leases lapse by sleeping, and each call
         # is judged at every moment between its invocation and its answer (R18).
         judges=frozenset({"exact time"}),
@@ -247,7 +247,9 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         "priority-floor",
         "claim(min_priority=p) only takes groups of priority >= p (R4, R12)",
         ("R4", "R12"), "contract",
-        rules=CORE | TIME | {"claim"},
+        # a second instance, and groups published anew: what one instance caches of a group (its
+        # priority) goes stale when the other empties it and publishes it again
+        rules=CORE | TIME | {"claim", "open_second_instance", "publish_anew"},
         needs=_declared("priority", "the transport does not declare priorities"),
         judges=frozenset({"priority"}), owns=frozenset({facts.BELOW_FLOOR, facts.MISSED_ABOVE_FLOOR}),
         # a floor misapplied passes over a group above it whose lease or park lapsed, too
@@ -257,7 +259,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         "routing",
         "claim(routing_keys=...) only takes groups with one of those keys (R4, R12)",
         ("R4", "R12"), "strict",
-        rules=CORE | TIME | {"publish_each", "claim", "claim_other_keys"},
+        rules=CORE | TIME | {"publish_each", "claim", "claim_other_keys", "open_second_instance", "publish_anew"},
         needs=_declared("routing", "the transport does not declare routing keys"),
         judges=frozenset({"routing"}), owns=frozenset({facts.OUTSIDE_KEYS, facts.MISSED_KEYED}),
         explains=frozenset({facts.MISSED_LAPSED_LEASE, facts.MISSED_ENDED_PARK}),
@@ -304,19 +306,19 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
     ),
     Property(
         "close",
-        "after close() every call raises; close() twice is harmless (R14)",
+        "after close() every call raises; close() twice is harmless; other instances go on (R14)",
         ("R14",), "strict",
-        rules=CORE | TIME, judges=frozenset({"close"}),
-        owns=frozenset({facts.CLOSED_CALL_ANSWERED, facts.CLOSED_WITHOUT_SAYING}),
+        rules=CORE | TIME | {"open_second_instance"}, judges=frozenset({"close"}),
+        owns=frozenset({facts.CLOSED_CALL_ANSWERED, facts.CLOSED_WITHOUT_SAYING, facts.CLOSED_ANOTHER}),
     ),
 )}
 """The verdict lines, in the order they are searched and reported."""
 
 MACHINE_RULES = frozenset({
-    "publish", "publish_each", "backlog", "claim", "claim_other_keys", "claim_any", "claim_many", "ack", "nack_now",
+    "publish", "publish_anew", "publish_each", "backlog", "claim", "claim_other_keys", "claim_any", "claim_many", "ack", "nack_now",
     "nack_later", "advance", "advance_to_deadline",
     "claim_at_deadline", "open_second_instance", "reopen", "bad_input", "bad_release", "prefill",
-    "release_stale", "step_back",
+    "release_stale", "step_back", "step_back_to_deadline",
 })
 """The lockstep machine's rules (``RULES`` and ``FOCUS_RULES`` of ``_machine``; a test checks
 that they agree)."""

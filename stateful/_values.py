@@ -55,9 +55,11 @@ GROUP_FAMILIES: dict[str, tuple[str, ...]] = {
     "Unicode normal forms": ("\u00e9", "e\u0301", "\u00c5", "\u212b"),  # é NFC and NFD, Å and the angstrom sign
     "numeric-looking": ("007", "7", "7.0", "1e3"),
     "long": ("x" * 255, "x" * 256, "x" * 1024 + "a", "x" * 1024 + "b"),
+    "equal 32-bit hashes": ("plumless", "buckeroo", "Aa", "BB"),  # CRC-32; Java's String.hashCode
 }
 """Group ids that a careless store merges (case, collation, normal form, a ``LIKE`` pattern, a
-C string cut at NUL, a column cut at 255 characters) or that break a statement (quotes)."""
+C string cut at NUL, a column cut at 255 characters, a lock or shard keyed by a 32-bit hash of
+the id) or that break a statement (quotes)."""
 
 KEY_FAMILIES: dict[str, tuple[str, ...]] = {
     "plain": ("blue", "green"),
@@ -104,8 +106,12 @@ def weighted(everyday: tuple, far: tuple) -> tuple:
     return tuple(everyday) * ODDS + tuple(far)
 
 
-VISIBILITIES = weighted((0.25, 0.5, 1, 2.0, 5), (TICK, 3600, 86_400.0, 10_000_000))
-DELAYS = weighted((0.125, 0.5, 1, 3.0), (TICK, 3600.0, 10_000_000))
+SUB_MS = 0.0013
+"""A duration that is no whole number of milliseconds, nor a power of two: every other is, so a
+store that keeps deadlines in whole milliseconds (or microseconds of a float's sum) would keep
+each of theirs exactly, and end this one's up to half a millisecond early."""
+VISIBILITIES = weighted((0.25, 0.5, 1, 2.0, 5), (TICK, SUB_MS, 3600, 86_400.0, 10_000_000))
+DELAYS = weighted((0.125, 0.5, 1, 3.0), (TICK, SUB_MS, 3600.0, 10_000_000))
 STEPS = weighted((TICK, 0.125, 0.5, 1.0, 4.0), (3600.0,))
 """Visibilities, delays and clock steps in seconds.  Some are ``int``: the Protocol takes both
 (R13).  The ones past a few seconds end only where a step jumps to a deadline."""

@@ -10,9 +10,11 @@ import math
 import random
 import re
 import struct
+import types
 import unicodedata
+import zlib
 
-from harel_ref.transport import InMemoryStore, InMemoryTransport, Lease
+from harel_ref.transport import InMemoryStore, InMemoryTransport, Lease, TransportClosedError
 from harel_ref.transport.memory import InMemoryCore
 from harel_ref.transport._base import check_claim_args, check_delay, check_lease, read_clock
 from harel_ref.transport._base import PARKED
@@ -657,6 +659,94 @@ class EightLeaseSlots(InMemoryTransport):
             return lease
 
 
+# --- Broken by time that steps back, by durations of no whole millisecond, by a close that
+# reaches other instances, by ids whose 32-bit hashes are equal: each found by a red team's
+# variant of its class that every search passed before (SPEC.md C13).
+
+
+class LapsedLeasesClearedForGood(InMemoryTransport):
+    """Every claim first clears the deadline of each lease that has lapsed (the housekeeping
+    ``UPDATE ... SET lock_expiry = 0 WHERE lock_expiry < now``), keeping its token so that it
+    still acks: once the clock steps back before such a lease's end, the lease should be live
+    again, and its group is claimable instead (R3)."""
+
+    class Core(InMemoryCore):
+        def claim(self, token, now, visibility, min_priority, routing_keys):
+            for group in self.store.groups.values():
+                head = group.messages[0]
+                if head.holder is not None and head.holder is not PARKED and head.until < now:
+                    head.until = 0.0
+            return super().claim(token, now, visibility, min_priority, routing_keys)
+
+
+class DeadlinesInWholeMilliseconds(InMemoryTransport):
+    """The end of a lease or park is kept as whole milliseconds, cut (``int(until * 1000)``, a
+    ``BIGINT`` column of epoch milliseconds): a lease of 1.3 ms ends 0.3 ms early, while the
+    durations of a few whole milliseconds and powers of two that tests usually draw end exactly
+    (R3, R9)."""
+
+    class Core(InMemoryCore):
+        def claim(self, token, now, visibility, min_priority, routing_keys):
+            lease = super().claim(token, now, visibility, min_priority, routing_keys)
+            if lease is not None:
+                head = self.store.groups[lease.group_id].messages[0]
+                head.until = int(head.until * 1000) / 1000
+            return lease
+
+        def nack(self, lease, now, delay):
+            done = super().nack(lease, now, delay)
+            if done and delay:
+                head = self.store.groups[lease.group_id].messages[0]
+                head.until = int(head.until * 1000) / 1000
+            return done
+
+
+class OneCloseClosesEveryInstance(InMemoryTransport):
+    """Instances opened on one storage share one client (a new one once it is closed), and
+    ``close()`` closes the client: every other instance still open on that storage then
+    refuses every call as closed (R14)."""
+
+    def __init__(self, clock=None, store=None):
+        super().__init__(*([clock] if clock is not None else []), store=store)
+        client = getattr(self.store, "client", None)
+        if client is None or client.closed:
+            client = self.store.client = types.SimpleNamespace(closed=False)
+        self._client = client
+
+    def _check_open(self):
+        super()._check_open()
+        if self._client.closed:
+            raise TransportClosedError("the storage client is closed")
+
+    def _release(self):
+        self._client.closed = True
+
+
+class InFlightLocksByCrc32(InMemoryTransport):
+    """A group in flight is locked under the CRC-32 of its id (an advisory lock on a 32-bit
+    key), and a claim passes over every group whose key is locked: a group whose id has the
+    same CRC-32 as one in flight (``plumless`` and ``buckeroo``) is never claimed while that
+    one is (R2, R4)."""
+
+    class Core(InMemoryCore):
+        def claim(self, token, now, visibility, min_priority, routing_keys):
+            locked = {_crc32(group_id) for group_id, group in self.store.groups.items()
+                      if self._in_flight(group.messages[0], now)}
+            for group_id, group in self._groups_in_claim_order():
+                if group.priority < min_priority or (routing_keys is not None and group.routing_key not in routing_keys):
+                    continue
+                if _crc32(group_id) in locked:  # in flight, or its key is another's in flight
+                    continue
+                head = group.messages[0]
+                head.holder, head.until = token, now + visibility
+                group.last_claimed_at = now
+                return Lease(group_id, head.event, head.seq, token)
+            return None
+
+
+def _crc32(group_id: str) -> int:
+    return zlib.crc32(group_id.encode("utf-8", "surrogatepass"))
+
 OF_VALUES = {
     # data: ids and events a careless store merges or cuts
     "group ids fold case": (GroupIdsFoldCase, "no-loss"),
@@ -686,6 +776,11 @@ OF_VALUES = {
     "gives up after 5 nacks": (GivesUpAfterFiveNacks, "no-loss"),
     "gives up after 100 nacks": (GivesUpAfter100Nacks, "no-loss"),
     "8 lease slots": (EightLeaseSlots, "fencing"),  # a live lease's release refused shows first
+    # time that steps back, durations of no whole millisecond, close, equal hashes
+    "lapsed leases cleared for good": (LapsedLeasesClearedForGood, "lease-expiry"),
+    "deadlines in whole milliseconds": (DeadlinesInWholeMilliseconds, "lease-expiry"),
+    "one close closes every instance": (OneCloseClosesEveryInstance, "close"),
+    "in-flight locks by CRC-32": (InFlightLocksByCrc32, "no-loss"),
 }
 """Broken variants that only the values of SPEC.md C13 show: each fails its property at the
 default profile (tests/test_certify.py, benchmarks/kill_times.py)."""

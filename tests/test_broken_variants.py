@@ -5,6 +5,7 @@ from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from broken import BROKEN, OF_VALUES, broken_backend
+from harel_ref.certify import focus_machine
 from harel_ref.certify._verdicts import Searched, blame
 from harel_ref.stateful import Divergence, make_machine
 from harel_ref.stateful._facts import REOPENED
@@ -32,12 +33,24 @@ CERTIFIER_ONLY = {"a re-created group keeps its place"}
 STREAMS = {"deadlines in float32": 3, "leases in 32-bit milliseconds": 3, "8 lease slots": 3}
 
 
+# Broken only where the clock steps back, which only the lease-expiry search's machine does (a
+# focus rule, FOCUS_RULES): that machine is searched instead of the whole one.
+FOCUSED = {"lapsed leases cleared for good": "lease-expiry"}
+
+
+def _machine(name: str, stream: int) -> type:
+    backend = broken_backend(name)
+    if name in FOCUSED:
+        return focus_machine(backend.factory, FOCUSED[name], backend.capabilities, is_async=backend.is_async)
+    return make_machine(backend, name=f"Broken{stream}Machine" if stream else None)
+
+
 @pytest.mark.parametrize("name", sorted(set(BROKEN) - CERTIFIER_ONLY) + sorted(OF_VALUES))
 def test_machine_catches_broken_variant(name):
     _, broken_property = {**BROKEN, **OF_VALUES}[name]
     for stream in range(STREAMS.get(name, 1)):
         try:
-            caught = _caught(make_machine(broken_backend(name), name=f"Broken{stream}Machine" if stream else None))
+            caught = _caught(_machine(name, stream))
             break
         except _Missed:
             continue

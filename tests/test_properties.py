@@ -40,7 +40,7 @@ def test_a_table_that_would_give_a_kind_of_fact_to_two_properties_or_none_is_ref
     broken["close"] = dataclasses.replace(PROPERTIES["close"], owns=frozenset({facts.CLOSED_CALL_ANSWERED}))
     assert problems(broken) == [
         "the kind 'lost' is owned by both 'fifo' and 'no-loss'",
-        "no row owns the kinds ['closed-without-saying']",
+        "no row owns the kinds ['closed-another', 'closed-without-saying']",
         "'fifo': level 'core' is neither 'contract' nor 'strict'",
     ]
 

@@ -44,7 +44,8 @@ def test_a_search_of_a_few_hundred_examples_draws_every_family_about_as_often():
     draw()
     others = [name for name in FAMILIES if name != "plain"]
     assert drawn["plain"] >= examples / 8, drawn
-    assert min(drawn[name] for name in others) >= examples / 25, drawn
+    # each at least about a third of an even share (16 of 400 with nine families besides plain)
+    assert min(drawn[name] for name in others) >= examples / (2.75 * len(others)), drawn
 
 
 def _machine(cls, keys=("blue", "green"), ids=("Job", "job", "JOB")):
