@@ -39,7 +39,7 @@ def test_bundled_transport_passes_every_property(name, tmp_path):
 
 
 LUCKY = {"a re-created group keeps its place": range(3), "a bad delay frees the lease": range(3),
-         "a later publish sets the priority": range(3)}
+         "a later publish sets the priority": range(3), "nack reads the clock twice": range(3)}
 """Variants the quick search finds at some seeds only; each gets several, and one must do.
 Measured at seeds 0-7 once the searches drew the values of SPEC.md C13 (half the examples
 with plain ids, everyday durations three to one): a re-created group keeping its place (claim
@@ -49,7 +49,9 @@ reads the clock twice at 6, a parked group claimable early and a priority floor 
 the other twelve at 8 of 8 (135 of 144 runs).  Drawn with the far values as often as the
 everyday ones, 111 of 144, and a re-created group at none of 8.  Once ids came from 1 or 2
 families at once, a re-created group at 2 of 24 (3 of 24 before, seeds 0-23): it is searched at
-the standard profile (:data:`STANDARD`), where it was found at 5 of 6."""
+the standard profile (:data:`STANDARD`), where it was found at 5 of 6.  Once a delay of 1.3 ms
+and a step back to a lapsed lease's end were drawn too, a nack that reads the clock twice was
+still found at 6 of 8, but no longer at seed 0."""
 
 STANDARD = {"a re-created group keeps its place"}
 
@@ -219,12 +221,13 @@ def test_after_the_shared_search_a_focused_search_sets_another_bug_aside_unshrun
 
 def test_a_bug_only_other_searches_met_is_shrunk_once_every_search_has_ended():
     """Where no search shrank a counterexample for a property that failed only by echoes (at
-    seed 5 of a small profile, no-loss's own search misses a store that folds the case of group
+    seed 4 of a small profile, no-loss's own search misses a store that folds the case of group
     ids, and single-in-flight's sets it aside), the search whose echo the verdict shows runs
     again, alone, to shrink it (SPEC.md C5): the verdict has steps and a regression test, not an
-    echo."""
+    echo.  (Without the rerun: the echo, 0 steps.  The seed moves whenever the searches draw
+    other values: it was 5 before the values of a step back to a deadline and of 1.3 ms.)"""
     backend = broken_backend("group ids fold case")
-    report = certify(backend.factory, backend.capabilities, profile=SMALL, seed=5)
+    report = certify(backend.factory, backend.capabilities, profile=SMALL, seed=4)
     failure = report.verdict("no-loss").failure
     assert report.verdict("no-loss").verdict == "failed", report.to_markdown()
     assert failure.found_by != "no-loss", report.to_markdown()  # its own search passed: another shrank it
@@ -236,8 +239,8 @@ def test_the_property_the_shared_search_blames_searches_all_its_examples():
     """The shared search's clean examples count for each focused search's, but for the
     property its failure counts against: that one's own search runs all its examples, for a
     counterexample in its own machine (SPEC.md C5; "leases in 32-bit milliseconds" shrank to 9
-    steps in the shared machine, to 4 in lease-expiry's).  At seed 4 of a small profile the
-    shared search finds routing broken on a store that folds the case of group ids."""
+    steps in the shared machine, to 4 in lease-expiry's).  At seed 1 of a small profile the
+    shared search finds routing broken on a store that splits routing keys at commas."""
     from harel_ref.certify._progress import Progress
 
     class Totals(Progress):
@@ -247,8 +250,8 @@ def test_the_property_the_shared_search_blames_searches_all_its_examples():
         def searching(self, prop, search, done, total):
             self.totals[prop, search] = total
 
-    backend, progress = broken_backend("group ids fold case"), Totals()
-    report = certify(backend.factory, backend.capabilities, profile=SMALL, seed=4, progress=progress)
+    backend, progress = broken_backend("routing keys split at commas"), Totals()
+    report = certify(backend.factory, backend.capabilities, profile=SMALL, seed=1, progress=progress)
     assert report.verdict("routing").verdict == "failed", report.to_markdown()
     assert report.verdict("routing").failure.found_by == "shared", report.to_markdown()
     assert progress.totals["routing", "lockstep"] == SMALL.max_examples, progress.totals

@@ -230,7 +230,9 @@ def test_steps_printed_over_several_lines_are_one_statement():
                                   "state.teardown()"]
     _, prop = VARIANTS["group ids cut at 255 characters"]
     backend = broken_backend("group ids cut at 255 characters")
-    report = certify(backend.factory, backend.capabilities, profile="quick", properties=[prop])
+    # a seed whose quick search finds it (of seeds 0-5, 3 and 5, once ids of equal hashes were a
+    # family too, and so the long ids drawn less often)
+    report = certify(backend.factory, backend.capabilities, profile="quick", properties=[prop], seed=3)
     failure = report.verdict(prop).failure
     assert failure.regression and any("\n" in step for step in failure.steps), (failure.no_regression, failure.steps)
     assert run_test(failure.regression, backend.factory) is not None

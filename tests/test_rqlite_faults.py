@@ -439,10 +439,14 @@ def assert_not_vacuous(notes: dict[str, Any]) -> list[str]:
     claim, ack = held[len(held) // 2]
     group = claim.result["group_id"]
 
-    # 1. An ack that returned True struck out: its message was neither acked nor drained.
+    # 1. An ack that returned True struck out: its message was neither acked nor drained.  The
+    #    checker says so as the message lost, or (what it found first: at load 9 its search cut
+    #    at 200,000 steps) as the message still held under its lease when the group was
+    #    claimed again, an overlap on the group.
     mine, left = _of_group(records, drained, group)
     report = judge([r for r in mine if r is not ack], left)
-    assert (group, claim.result["event"]) in {(v.group_id, v.records[0].args["event"]) for v in report.lost}, report
+    lost = {(v.group_id, v.records[0].args["event"]) for v in report.lost}
+    assert (group, claim.result["event"]) in lost or any(v.group_id == group for v in report.overlaps), report
     tried.append("ack struck out: lost")
 
     # 2. A second lease on the same message, forged inside the real one's surely-held window.
