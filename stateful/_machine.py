@@ -747,8 +747,7 @@ class TransportMachine(RuleBasedStateMachine):
 
     def _emptied(self) -> list[str]:
         """The group ids published to that the queue holds no more (their last message acked)."""
-        held = self.model.contents()
-        return [group for group in self.published if group not in held]
+        return [group for group in self.published if self.model.group_info(group) is None]
 
     def _publish(self, group, event, priority, routing_key, via, *, counted=True):
         caps = self.backend.capabilities
