@@ -27,7 +27,7 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from ._backend import Capabilities
+from ._backend import HAREL_IMPLIES, Capabilities
 from .parallel import Ack, Claim, ConcurrencyFailure, Lapse, Nack, Op, Program, Publish, check_program
 
 __all__ = ["check_at_once", "plain_call"]
@@ -74,7 +74,7 @@ def _capabilities(given: dict[str, Any] | Capabilities | None) -> Capabilities:
     if unknown := set(given) - {field.name for field in dataclasses.fields(Capabilities)}:
         raise ValueError(f"no such capabilities: {sorted(unknown)}")
     if given.get("protocol") == "harel":
-        given = {"routing": False, "acks": "by-seq", **given}
+        given = {**HAREL_IMPLIES, **given}
     try:
         return Capabilities(**given)
     except (TypeError, ValueError) as exc:

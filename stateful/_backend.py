@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-__all__ = ["Backend", "Capabilities", "Factory", "GROUPS", "STAND_INS", "accepted_groups"]
+__all__ = ["Backend", "Capabilities", "Factory", "GROUPS", "HAREL_IMPLIES", "STAND_INS", "accepted_groups"]
 
 Factory = Callable[[Callable[[], float], str], Any]
 
@@ -29,6 +29,11 @@ GROUPS = ("g1", "g2", "g3", "grüppe-✓")
 STAND_INS = ("g-4.~", "g4", "G4", "4", "1", "2", "3", "a", "b", "c")
 """Group ids used instead of those of ``GROUPS`` that a transport does not accept
 (``Capabilities.group_ids``), the first it accepts of them."""
+
+
+HAREL_IMPLIES = {"routing": False, "acks": "by-seq"}
+"""What declaring harel's Protocol implies, unless declared too: its calls take no routing keys,
+and harel's own transports ack by seq (R20)."""
 
 
 @dataclass(frozen=True)

@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from harel_ref.stateful import Capabilities
+from harel_ref.stateful._backend import HAREL_IMPLIES
 from harel_ref.stateful._harel import call_factory, takes_namespace
 from harel_ref.stateful._processes import FactoryRecipe
 
@@ -275,7 +276,7 @@ def resolve(declared: Capabilities, overrides: Mapping[str, Any] | None) -> Capa
     if unknown := set(changes) - fields:
         raise CertificationError(f"unknown capabilities {sorted(unknown)}; choose from {sorted(fields)}")
     if changes.get("protocol") == "harel" and declared.protocol != "harel":
-        changes = {"routing": False, "acks": "by-seq", **changes}
+        changes = {**HAREL_IMPLIES, **changes}
     try:
         return dataclasses.replace(declared, **changes)
     except (TypeError, ValueError) as exc:
