@@ -90,19 +90,19 @@ def test_broken_variant_fails_the_property_it_breaks(name):
 
 @pytest.mark.parametrize("name", ["events cut at 64 KiB"])
 def test_a_variant_of_values_the_focused_search_catches_the_default_run_catches(name):
-    """SPEC.md C5 and C13, on a sample of one, at the quick profile (benchmarks/kill_times.py
+    """SPEC.md C5 and C13, on a sample of one, at a small profile (benchmarks/kill_times.py
     runs every variant both ways at standard): a bug of data that ``--only`` its property
     finds, the run of every property at once finds too, within 8 steps.  The sample is the
     cheapest of five tried (quick, quiet machine, focused and default): events cut at 64 KiB
     6.6 s and 9.3 s; a closed nack with a delay parks 0.2 s and 5.6 s but a close bug, no data;
     routing keys read twice 1.3 s and 17 s; group ids fold case 5.8 s and 29 s; routing keys
     split at commas 4 s and 24 s (69 s in the suite; tests/test_broken_variants.py keeps its
-    machine test)."""
+    machine test).  At the small profile both runs take 14.5 s of CPU (46 s at quick)."""
     _, prop = OF_VALUES[name]
     backend = broken_backend(name)
-    focused = certify(backend.factory, backend.capabilities, profile="quick",
+    focused = certify(backend.factory, backend.capabilities, profile=SMALL,
                       properties=[prop, *ALSO_BREAKS.get(name, ())])
-    default = certify(backend.factory, backend.capabilities, profile="quick")
+    default = certify(backend.factory, backend.capabilities, profile=SMALL)
     for report in (focused, default):
         verdict = report.verdict(prop)
         assert verdict.verdict == "failed", report.to_markdown()
@@ -164,7 +164,7 @@ def test_one_bug_fails_one_property_and_the_searches_it_disturbed_go_on_without_
     nearly every example met it, names it as the cause (SPEC.md C5).  Before, that default run
     failed eight properties, and then left them unknown."""
     backend = broken_backend("an event equal to one held is dropped")
-    report = certify(backend.factory, backend.capabilities, profile="quick",
+    report = certify(backend.factory, backend.capabilities, profile=SMALL,
                      properties=["fairness", "routing", "no-loss", "close"])
     made = {v.property: v for v in report.verdicts}
     assert [p for p, v in made.items() if v.verdict == "failed"] == ["no-loss"], report.to_markdown()
@@ -175,8 +175,9 @@ def test_one_bug_fails_one_property_and_the_searches_it_disturbed_go_on_without_
         else:
             assert made[prop].verdict == "unknown" and made[prop].reason.startswith("a consequence of no-loss's failure")
             assert prop in made["no-loss"].consequences
-    # all three at seed 0, routing at its third pass (a change that cut that pass, reverted in
-    # da80a2d, left routing unknown and passed this test while it asked for two)
+    # all three at seed 0 (and 1) of the small profile, 12 s of CPU (55 s at quick); at quick,
+    # routing at its third pass (a change that cut that pass, reverted in da80a2d, left routing
+    # unknown and passed this test while it asked for two)
     assert decided == ["fairness", "routing", "close"], report.to_markdown()
     assert report.exit_code == 1
 
@@ -203,9 +204,10 @@ def test_after_the_shared_search_a_focused_search_sets_another_bug_aside_unshrun
     not told: told, tie-break's shrinking made fairness, whose own search passed, a consequence
     of no-loss's bug with no steps to show.  A consequence shows its own search's shrunk
     counterexample.  (A kind a search's own property owns or explains is never set aside:
-    ``anothers``, tests/test_properties.py.)"""
+    ``anothers``, tests/test_properties.py.)  The small profile shows all this at seeds 0 and 1
+    (25 s of CPU, 72 s at quick)."""
     backend = broken_backend("an event equal to one held is dropped")
-    report = certify(backend.factory, backend.capabilities, profile="quick")
+    report = certify(backend.factory, backend.capabilities, profile=SMALL)
     no_loss = report.verdict("no-loss")
     assert no_loss.verdict == "failed" and not no_loss.failure.unshrunk, report.to_markdown()
     assert report.verdict("fairness").verdict == "passed", report.to_markdown()
@@ -278,9 +280,10 @@ def test_a_stale_release_that_raises_fails_fencing_alone():
     nack (fifo), as it found harel's SQS stale receipt handle."""
     backend = broken_backend("a stale ack or nack raises")
     # without priorities, routing keys and parking, whose searches nack no stale lease: the
-    # shared search still covers every property that applies (SPEC.md C5), at two thirds the cost
+    # shared search still covers every property that applies (SPEC.md C5), at two thirds the
+    # cost; the small profile shows it at seeds 0 and 1 (10 s of CPU, 32 s at quick)
     caps = dataclasses.replace(backend.capabilities, priority=False, routing=False, parking=False)
-    report = certify(backend.factory, caps, profile="quick")
+    report = certify(backend.factory, caps, profile=SMALL)
     assert [v.property for v in report.verdicts if v.verdict == "failed"] == ["fencing"], report.to_markdown()
     assert report.verdict("fencing").failure.kind == facts.STALE_RAISED
     # a search that met the bug too (durability's, which nacks stale leases after a reopen) is
@@ -348,15 +351,15 @@ leaves."""
 def test_a_bug_only_the_shared_search_sees_fails_its_property():
     """A reopen that forgets priorities: durability's own search publishes at priority 0 only,
     and priority-floor's never reopens, so neither sees it; the shared search does, and the
-    priority-floor check that trips after a reopen is durability's (seed 1: quick finds it
-    at 2 of seeds 0-2, standard at 3 of 3)."""
+    priority-floor check that trips after a reopen is durability's (quick finds it at 2 of seeds
+    0-2, standard at 3 of 3; the small profile at seed 1, in 10 s of CPU where quick took 46)."""
     backend = broken_backend("a reopen forgets priorities")
-    alone = certify(backend.factory, backend.capabilities, profile="quick", seed=1,
+    alone = certify(backend.factory, backend.capabilities, profile=SMALL, seed=1,
                     properties=["durability", "priority-floor"])
     assert _verdicts(alone) == {"durability": "passed", "priority-floor": "passed"}
     assert alone.shared == ()  # not every lockstep property was chosen
     for run_seed in range(1, 5):  # one must do: quick finds it at some seeds only
-        report = certify(backend.factory, backend.capabilities, profile="quick", seed=run_seed)
+        report = certify(backend.factory, backend.capabilities, profile=SMALL, seed=run_seed)
         if report.verdict("durability").verdict == "failed":
             break
     assert _verdicts(report) == {**dict.fromkeys(PROPERTIES, "passed"), "durability": "failed"}, report.to_markdown()
