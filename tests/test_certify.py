@@ -904,6 +904,23 @@ def test_a_message_out_of_order_is_fifos_though_a_message_of_the_same_text_was_a
     assert failed.value.kind == facts.NOT_HEAD and "'a'" in failed.value.answered, failed.value
 
 
+def test_a_certification_keeps_nothing_of_the_transport_once_it_returned():
+    """What a certification made lives no longer than it: Hypothesis kept every machine class
+    a search ran, and with it the factory and every store its transports made (an in-memory
+    queue per namespace), so a pytest worker that certified many transports grew to 1.3
+    million objects and spent a third of its time in the garbage collector walking them."""
+    import gc
+    import weakref
+
+    backend = broken_backend("fairness ignored")
+    factory = weakref.ref(backend.factory)
+    report = certify(backend.factory, backend.capabilities, profile=SMALL, properties=["fifo", "fairness"])
+    assert report.verdict("fairness").verdict == "failed", report.to_markdown()  # shrunk and replayed
+    del backend
+    gc.collect()
+    assert factory() is None, [type(r).__name__ for r in gc.get_referrers(factory())]
+
+
 def test_memory_limit_must_be_a_whole_number_of_bytes():
     from broken import slow_nack_to_back
 

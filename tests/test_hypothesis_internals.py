@@ -115,6 +115,30 @@ def test_while_a_search_runs_hypothesis_has_no_local_constants_and_a_home_of_its
     assert len(providers._get_local_constants()) > 0  # this project's modules are local
 
 
+def test_hypothesis_keeps_each_machine_class_it_ran_where_the_certifier_forgets_it(tmp_path):
+    """Hypothesis keeps every state machine class it ran (``_setup_state_per_class``) and the
+    last 128 in ``RuleStrategy._setup_for``'s cache; hypothesis_apart removes what a search
+    added there, and only that."""
+    from hypothesis.stateful import RuleStrategy
+
+    from harel_ref.certify._driver import hypothesis_apart
+
+    kept = RuleBasedStateMachine._setup_state_per_class
+
+    class Earlier(FailsOnTheThirdPoke):
+        pass
+
+    Earlier.setup_state()
+    with hypothesis_apart(str(tmp_path / "home")):
+        class Searched(FailsOnTheThirdPoke):
+            pass
+
+        with pytest.raises(RuntimeError):
+            run_state_machine_as_test(Searched, settings=settings(database=None, max_examples=20))
+        assert Searched in kept and RuleStrategy._setup_for.cache_info().currsize > 0  # what Hypothesis does
+    assert Searched not in kept and Earlier in kept and RuleStrategy._setup_for.cache_info().currsize == 0
+
+
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_a_certification_leaves_nothing_in_the_current_or_temporary_directory(tmp_path, jobs):
     import os

@@ -433,16 +433,25 @@ def hypothesis_apart(home: str) -> Iterator[None]:
       in the current directory.  While a search runs, its home is ``home``, inside a scratch
       directory that the certification removes when it ends (whatever became of the process
       that searched).
+    - Machines: Hypothesis keeps every state machine class it ran, with its rules, for the
+      life of the process (and the last 128 in a cache of their rules).  A search's classes are its own (:func:`watched_machine`), and they
+      hold its factory, so every store its transports made (an in-memory transport's whole
+      queue per namespace).  A pytest worker that certified many transports held 1.3 million
+      objects so, and spent a third of its time in the garbage collector walking them; the
+      classes a search added are forgotten as it ends.
 
-    Both reach into Hypothesis beyond its documented API (``set_hypothesis_home_dir`` is
-    documented; ``providers._get_local_constants`` is not): tests/test_hypothesis_internals.py
-    checks what this relies on."""
+    All three reach into Hypothesis beyond its documented API (``set_hypothesis_home_dir`` is
+    documented; ``providers._get_local_constants``, ``_setup_state_per_class`` and ``RuleStrategy`` are not):
+    tests/test_hypothesis_internals.py checks what this relies on."""
     from hypothesis import configuration
     from hypothesis.internal.conjecture import providers
     from hypothesis.internal.constants_ast import Constants
+    from hypothesis.stateful import RuleBasedStateMachine, RuleStrategy
 
     before = configuration.storage_directory(intent_to_write=False).home_directory
     found = providers._get_local_constants
+    machines = RuleBasedStateMachine._setup_state_per_class
+    known = set(machines)
     configuration.set_hypothesis_home_dir(home)
     providers._get_local_constants = Constants  # called with no arguments: none
     providers.CONSTANTS_CACHE.cache.clear()
@@ -452,3 +461,6 @@ def hypothesis_apart(home: str) -> Iterator[None]:
         providers._get_local_constants = found
         providers.CONSTANTS_CACHE.cache.clear()
         configuration.set_hypothesis_home_dir(before)
+        for machine in set(machines) - known:
+            machines.pop(machine, None)
+        RuleStrategy._setup_for.cache_clear()  # it keeps the last 128 machine classes run
