@@ -82,6 +82,21 @@ def pytest_xdist_auto_num_workers(config):
     return min(2 * cores, cores + 8)
 
 
+# --- machine classes: forgotten after each test ------------------------------------------------
+# Hypothesis keeps every state machine class it ran for the life of the process, and the tests
+# make many (a focused machine per broken variant), each holding its factory and the stores its
+# transports made: a worker's heap grew to well over a million objects, which the garbage
+# collector walks again and again.  The certifier forgets its own (hypothesis_apart); the tests
+# that run machines themselves are forgotten here.
+
+@pytest.fixture(autouse=True)
+def _machine_classes_forgotten():
+    from harel_ref.certify._driver import machines_forgotten
+
+    with machines_forgotten():
+        yield
+
+
 # --- counts: what the fault and bad-input tests measured, printed once at the end -------------
 # A test appends ("counts", "one line") or ("fault_counts", "one line") to
 # request.node.user_properties; xdist carries them to the controller with the report, so the

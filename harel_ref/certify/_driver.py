@@ -446,21 +446,31 @@ def hypothesis_apart(home: str) -> Iterator[None]:
     from hypothesis import configuration
     from hypothesis.internal.conjecture import providers
     from hypothesis.internal.constants_ast import Constants
-    from hypothesis.stateful import RuleBasedStateMachine, RuleStrategy
 
     before = configuration.storage_directory(intent_to_write=False).home_directory
     found = providers._get_local_constants
-    machines = RuleBasedStateMachine._setup_state_per_class
-    known = set(machines)
     configuration.set_hypothesis_home_dir(home)
     providers._get_local_constants = Constants  # called with no arguments: none
     providers.CONSTANTS_CACHE.cache.clear()
     try:
-        yield
+        with machines_forgotten():
+            yield
     finally:
         providers._get_local_constants = found
         providers.CONSTANTS_CACHE.cache.clear()
         configuration.set_hypothesis_home_dir(before)
-        for machine in set(machines) - known:
-            machines.pop(machine, None)
+
+
+@contextlib.contextmanager
+def machines_forgotten() -> Iterator[None]:
+    """Hypothesis forgets the state machine classes run inside (see :func:`hypothesis_apart`)."""
+    from hypothesis.stateful import RuleBasedStateMachine, RuleStrategy
+
+    kept = RuleBasedStateMachine._setup_state_per_class
+    known = set(kept)
+    try:
+        yield
+    finally:
+        for machine in set(kept) - known:
+            kept.pop(machine, None)
         RuleStrategy._setup_for.cache_clear()  # it keeps the last 128 machine classes run
