@@ -308,7 +308,6 @@ def in_line_calls(body: Callable[[], None], limits: CallLimits) -> TransportHung
     Only one thread runs at a time: this one waits."""
     watch, context, ended, done = _Watch(), contextvars.copy_context(), [], threading.Event()
     context.run(_WATCH.set, watch)
-    stop = _Stop()
 
     def search() -> None:
         try:
@@ -321,12 +320,6 @@ def in_line_calls(body: Callable[[], None], limits: CallLimits) -> TransportHung
         except _Stopped:
             pass  # raised in it as it ended
         finally:
-            while True:  # a stop still pending may be raised at any call until it is refused
-                try:
-                    stop.refuse()
-                    break
-                except _Stopped:
-                    pass
             done.set()
 
     thread = threading.Thread(target=search, name=f"harel-ref-search-{threading.current_thread().name}",
@@ -342,7 +335,8 @@ def in_line_calls(body: Callable[[], None], limits: CallLimits) -> TransportHung
                 stuck = sys._current_frames().get(thread.ident)
                 return _hung(limits, watch.what).with_traceback(_traceback_of(stuck))
     except BaseException:
-        stop.raise_in(thread)
+        if not done.is_set():
+            _raise_in(thread, _Stopped)
         if done.wait(STOP_WAIT):
             _end(thread)
         watch.abandoned = True
@@ -358,29 +352,6 @@ def _end(thread: threading.Thread) -> None:
     moment after (under load, long enough to be listed by ``threading.enumerate`` once the
     certification has returned).  A join that no signal interrupted is safe on 3.11 too."""
     thread.join(STOP_WAIT)
-
-
-class _Stop:
-    """A stop raised in a search thread at most once, and only while its body runs.  Raised
-    after the body ended, it would land in threading's own code as the thread ends (under load,
-    between ``done.set()`` and the thread's removal from ``threading.enumerate``, which then
-    listed it for good), so the search thread refuses it first: from then on none is raised,
-    and one raised just before, still pending, is cleared."""
-
-    def __init__(self) -> None:
-        self._lock, self._refused = threading.Lock(), False
-
-    def raise_in(self, thread: threading.Thread) -> None:
-        with self._lock:
-            if not self._refused:
-                _raise_in(thread, _Stopped)
-                self._refused = True  # once
-
-    def refuse(self) -> None:
-        """Called by the search thread as its body ends: no stop is raised in it from now on."""
-        with self._lock:
-            self._refused = True
-            ctypes.pythonapi.PyThreadState_SetAsyncExc(ctypes.c_ulong(threading.get_ident()), None)
 
 
 class _Stopped(KeyboardInterrupt):
