@@ -907,8 +907,8 @@ def test_a_message_out_of_order_is_fifos_though_a_message_of_the_same_text_was_a
 def test_a_certification_keeps_nothing_of_the_transport_once_it_returned():
     """What a certification made lives no longer than it: Hypothesis kept every machine class
     a search ran, and with it the factory and every store its transports made (an in-memory
-    queue per namespace), so a pytest worker that certified many transports grew to 1.3
-    million objects and spent a third of its time in the garbage collector walking them."""
+    queue per namespace), so a pytest worker that certified many transports grew to 1.8
+    million objects and spent up to a third of a test's time in the garbage collector walking them."""
     import gc
     import weakref
 

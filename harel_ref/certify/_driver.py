@@ -434,15 +434,17 @@ def hypothesis_apart(home: str) -> Iterator[None]:
       directory that the certification removes when it ends (whatever became of the process
       that searched).
     - Machines: Hypothesis keeps every state machine class it ran, with its rules, for the
-      life of the process (and the last 128 in a cache of their rules).  A search's classes are its own (:func:`watched_machine`), and they
-      hold its factory, so every store its transports made (an in-memory transport's whole
-      queue per namespace).  A pytest worker that certified many transports held 1.3 million
-      objects so, and spent a third of its time in the garbage collector walking them; the
-      classes a search added are forgotten as it ends.
+      life of the process (and the last 128 in a cache of their rules).  A search's classes
+      are its own (:func:`watched_machine`), and they hold its factory, so every store its
+      transports made (an in-memory transport's whole queue per namespace).  A pytest worker
+      that certified many transports held up to 1.8 million objects so, and spent up to a
+      third of a test's time in the garbage collector walking them; the classes a search
+      added are forgotten as it ends (:func:`machines_forgotten`).
 
     All three reach into Hypothesis beyond its documented API (``set_hypothesis_home_dir`` is
-    documented; ``providers._get_local_constants``, ``_setup_state_per_class`` and ``RuleStrategy`` are not):
-    tests/test_hypothesis_internals.py checks what this relies on."""
+    documented; ``providers._get_local_constants``, ``_setup_state_per_class`` and
+    ``RuleStrategy._setup_for`` are not): tests/test_hypothesis_internals.py checks what this
+    relies on."""
     from hypothesis import configuration
     from hypothesis.internal.conjecture import providers
     from hypothesis.internal.constants_ast import Constants
