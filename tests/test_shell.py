@@ -67,3 +67,60 @@ def test_the_shell_checks_arguments_then_open_then_reads_the_clock_once(tmp_path
     with pytest.raises(transports.TransportClosedError):
         queue.claim("w1", 5.0)
     assert len(readings) == 4
+
+
+def _sends(path) -> list[int]:
+    """The lines of ``path`` that send an answer into steps (``x.send(...)``): a step loop."""
+    import ast
+
+    tree = ast.parse(path.read_text())
+    return [node.lineno for node in ast.walk(tree)
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "send"]
+
+
+def test_the_step_loop_is_written_once_per_direction_in_the_shell():
+    """Every driver carries its steps out through run_steps, run_steps_async or
+    run_steps_within (_shell.py), with a perform of its own; no backend writes the loop again."""
+    import pathlib
+
+    import harel_ref.transport._shell as shell
+
+    folder = pathlib.Path(shell.__file__).parent
+    loops = {path.name: lines for path in sorted(folder.glob("*.py")) if path.name != "_shell.py"
+             if (lines := _sends(path))}
+    assert not loops, f"step loops written outside _shell.py (file: lines): {loops}"
+    assert len(_sends(pathlib.Path(shell.__file__))) == 3  # run_steps, run_steps_async, run_steps_within
+
+
+def test_the_step_loop_check_finds_a_loop_written_again(tmp_path):
+    """The check above fails on a backend that writes its own loop."""
+    written = tmp_path / "backend.py"
+    written.write_text("def drive(steps):\n    answer = None\n    while True:\n        answer = perform(steps.send(answer))\n")
+    assert _sends(written) == [4]
+
+
+def _opener(cls):
+    """What opens an asyncio twin: its classmethod ``create`` or ``from_url``, else the class."""
+    return next((getattr(cls, name) for name in ("create", "from_url") if name in vars(cls)), cls)
+
+
+@pytest.mark.parametrize("name", [n for n in CLASSES if not n.startswith("Async")])
+def test_each_asyncio_twin_opens_with_every_argument_of_its_sync_class(name):
+    """A pair stays in step: the asyncio twin takes each argument its sync class takes, with the
+    same default (or passes them on, as libsql's **options do), and may take more of its own
+    (a pool's size, a loop's budget).  A transport with no twin is one only the process uses
+    (the in-memory store; harel-ref's checkers call it from a thread)."""
+    import inspect
+
+    twin = getattr(transports, "Async" + name, None)
+    if twin is None:
+        assert name == "InMemoryTransport"
+        return
+    sync = inspect.signature(getattr(transports, name).__init__).parameters
+    opener = inspect.signature(_opener(twin)).parameters
+    if any(p.kind is p.VAR_KEYWORD for p in opener.values()):
+        return
+    missing = [p for p in sync if p != "self" and p not in opener]
+    assert not missing, f"Async{name} does not take {missing}"
+    differ = [p for p in sync if p != "self" and sync[p].default != opener[p].default]
+    assert not differ, f"Async{name} has other defaults for {differ}"

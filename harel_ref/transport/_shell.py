@@ -20,9 +20,13 @@ So a backend is its own three pieces, and nothing else:
   driver library's errors into R17's classes; :meth:`Shell._release` closes the connection;
 - **an async driver**: the same two, awaited, in :class:`AsyncShell`.
 
-:func:`run_steps` and :func:`run_steps_async` are the loop of a driver that performs one step
-at a time (Redis's scripts); by default ``_drive`` is that loop, and a backend implements
-``_perform``, one step's request (Mongo's, SQS's).
+:func:`run_steps` and :func:`run_steps_async` are the one loop that carries steps out, once per
+direction: every driver is that loop with a ``perform`` of its own, which takes one step and
+answers it (an SQL statement run on the connection, a script called, a request sent).  By
+default ``_drive`` is that loop, and a backend implements ``_perform`` (Mongo's, SQS's).  A
+plan carried out inside the steps of another kind (SQLite's statements between ``BEGIN`` and
+``COMMIT``, a pause before each retry) goes through :func:`run_steps_within`.  No backend writes
+the loop again (``tests/test_transport_shell.py`` greps for it).
 
 ``_serial`` is what a call holds from step 2 to step 5: a lock when the connection serves one
 call at a time (an SQLite connection, whose transaction belongs to the connection, not the
@@ -49,7 +53,7 @@ from ._base import (
     read_clock,
 )
 
-__all__ = ["AsyncShell", "Core", "Shell", "Steps", "run_steps", "run_steps_async"]
+__all__ = ["AsyncShell", "Core", "Shell", "Steps", "run_steps", "run_steps_async", "run_steps_within"]
 
 T = TypeVar("T")
 
@@ -74,6 +78,18 @@ async def run_steps_async(steps: Steps[T], perform: Callable[[Any], Awaitable[An
     try:
         while True:
             answer = await perform(steps.send(answer))
+    except StopIteration as done:
+        return done.value
+
+
+def run_steps_within(steps: Steps[T], perform: Callable[[Any], Steps[Any]]) -> Steps[T]:
+    """:func:`run_steps` as steps of another kind: each step of ``steps`` is carried out by the
+    steps ``perform`` makes of it (yielded out, for the caller's driver), and their result is
+    the answer sent back."""
+    answer = None
+    try:
+        while True:
+            answer = yield from perform(steps.send(answer))
     except StopIteration as done:
         return done.value
 

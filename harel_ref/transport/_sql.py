@@ -97,7 +97,7 @@ from ._base import (
     StorageError,
     check_clock,
 )
-from ._shell import AsyncShell, Shell, run_steps, run_steps_async
+from ._shell import AsyncShell, Shell, run_steps, run_steps_async, run_steps_within
 from ._thread import ConnectionThread
 
 __all__ = [
@@ -659,21 +659,11 @@ def _carried_out(conn: Any, plan: Plan[T], transaction: bool, lock_wait: float) 
     """The work of :func:`run` as steps: each step yielded is a pause (seconds) to sleep before
     retrying a statement that found the database locked; the driver sleeps it its own way."""
     try:
-        if transaction:
-            yield from _alone(conn, _BEGIN, lock_wait)
-        answer = None
-        while True:
-            try:
-                statement = plan.send(answer)
-            except StopIteration as done:
-                result = done.value
-                break
-            if transaction:
-                answer = _execute(conn, statement)
-            else:
-                answer = yield from _alone(conn, statement, lock_wait)
-        if transaction:
-            _execute(conn, _COMMIT)
+        if not transaction:
+            return (yield from run_steps_within(plan, lambda statement: _alone(conn, statement, lock_wait)))
+        yield from _alone(conn, _BEGIN, lock_wait)
+        result = run_steps(plan, lambda statement: _execute(conn, statement))
+        _execute(conn, _COMMIT)
         return result
     except GeneratorExit:
         # Closed at a pause, by a caller that stopped waiting: a pause comes only before BEGIN
@@ -695,9 +685,14 @@ def _execute(conn: Any, statement: Statement) -> Any:
     progress")."""
     cursor = conn.execute(statement.sql, statement.params)
     try:
-        return cursor.fetchall() if statement.fetch else None
+        return _answer(cursor, statement)
     finally:
         cursor.close()
+
+
+def _answer(cursor: Any, statement: Statement) -> Any:
+    """What a statement answers its plan: its rows if ``fetch``, else None."""
+    return cursor.fetchall() if statement.fetch else None
 
 
 def _alone(conn: Any, statement: Statement, lock_wait: float) -> Generator[float, None, Any]:
@@ -854,15 +849,10 @@ class SyncSqlTransport(Shell):
             return self._run(operation, steps, transaction=operation in SqlCore.TRANSACTIONS)
         # A claim, an ack or a nack: each statement alone, straight to the driver.  This is every
         # call's path, where run() and its helpers would add a few microseconds to each.
-        conn, answer = self._conn, None
+        execute = self._conn.execute
         try:
             self._set_level(operation)
-            while True:
-                statement = steps.send(answer)
-                cursor = conn.execute(statement.sql, statement.params)
-                answer = cursor.fetchall() if statement.fetch else None
-        except StopIteration as done:
-            return done.value
+            return run_steps(steps, lambda statement: _answer(execute(statement.sql, statement.params), statement))
         except StorageError:
             raise
         except self._driver_errors as exc:

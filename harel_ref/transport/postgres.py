@@ -72,7 +72,7 @@ from ._base import (
     default_clock,
     without_password,
 )
-from ._shell import AsyncShell, Shell, Steps, T
+from ._shell import AsyncShell, Shell, Steps, T, run_steps, run_steps_async
 from ._sql import Plan, Statement, Tables
 
 __all__ = ["AsyncPostgresTransport", "PostgresTransport", "PgNames", "SCHEMA_VERSION"]
@@ -460,26 +460,20 @@ class PostgresTransport(Shell):
 
 def _run_plan(conn: Any, plan: Plan[T]) -> T:
     """Run ``plan`` on a psycopg connection, statement by statement; its result."""
-    answer = None
-    try:
-        while True:
-            statement = plan.send(answer)
-            cursor = conn.execute(statement.sql, statement.params)
-            answer = cursor.fetchall() if statement.fetch else None
-    except StopIteration as done:
-        return done.value
+    def perform(statement: Statement) -> Any:
+        cursor = conn.execute(statement.sql, statement.params)
+        return cursor.fetchall() if statement.fetch else None
+
+    return run_steps(plan, perform)
 
 
 async def _run_plan_async(conn: Any, plan: Plan[T]) -> T:
     """:func:`_run_plan` on a psycopg ``AsyncConnection``."""
-    answer = None
-    try:
-        while True:
-            statement = plan.send(answer)
-            cursor = await conn.execute(statement.sql, statement.params)
-            answer = await cursor.fetchall() if statement.fetch else None
-    except StopIteration as done:
-        return done.value
+    async def perform(statement: Statement) -> Any:
+        cursor = await conn.execute(statement.sql, statement.params)
+        return await cursor.fetchall() if statement.fetch else None
+
+    return await run_steps_async(plan, perform)
 
 
 class AsyncPostgresTransport(AsyncShell):

@@ -87,7 +87,7 @@ from ._base import (
     check_clock,
     default_clock,
 )
-from ._shell import AsyncShell, Shell
+from ._shell import AsyncShell, Shell, run_steps, run_steps_async, run_steps_within
 from ._sql import (
     Plan,
     Statement,
@@ -375,14 +375,14 @@ def _statements(plan: Plan[Any]) -> list[Statement]:
     Each statement is answered with 1 ("one row changed"), which is what the plan would see if
     every step succeeded; the transaction itself decides, server-side, what really happens.
     """
-    statements = []
-    try:
-        statement = next(plan)
-        while True:
-            statements.append(statement)
-            statement = plan.send(1)
-    except StopIteration:
-        return statements
+    statements: list[Statement] = []
+
+    def succeeded(statement: Statement) -> int:
+        statements.append(statement)
+        return 1
+
+    run_steps(plan, succeeded)
+    return statements
 
 
 def _plain(statement: Statement) -> list[Any]:
@@ -529,24 +529,24 @@ class _Cluster:
         and go out together in one request before its next read and at its end: new tables
         cost two requests, not sixteen.  An ``ALTER TABLE`` goes out alone, so that a race to
         add a column is told apart (:func:`_raced_upgrade`)."""
-        plan, answer, writes = open_plan(self.tables), None, []
-        try:
-            while True:
-                statement = plan.send(answer)
-                answer = None
-                if statement.fetch:
-                    yield from self._write_all(writes)
-                    answer = yield from self._exchange(self._read_call(statement))
-                elif statement.sql.startswith("ALTER TABLE"):
-                    yield from self._write_all(writes)
-                    try:
-                        yield from self._exchange(self._write_call([statement]))
-                    except StorageError as exc:
-                        _raced_upgrade(exc)
-                else:
-                    writes.append(statement)
-        except StopIteration:
-            yield from self._write_all(writes)
+        writes: list[Statement] = []
+
+        def perform(statement: Statement) -> _Steps:
+            if statement.fetch:
+                yield from self._write_all(writes)
+                return (yield from self._exchange(self._read_call(statement)))
+            if statement.sql.startswith("ALTER TABLE"):
+                yield from self._write_all(writes)
+                try:
+                    yield from self._exchange(self._write_call([statement]))
+                except StorageError as exc:
+                    _raced_upgrade(exc)
+            else:
+                writes.append(statement)
+            return None
+
+        yield from run_steps_within(open_plan(self.tables), perform)
+        yield from self._write_all(writes)
 
     def _write_all(self, writes: list[Statement]) -> _Steps:
         """Send the writes waiting, if any, and forget them."""
@@ -700,20 +700,15 @@ class RqliteTransport(Shell):
     def _drive(self, operation: str, steps: _Steps) -> Any:
         """Carry out the steps: send each request, sleep each pause; return the answer (the
         steps classify every failure themselves)."""
-        reply = None
-        while True:
-            try:
-                step = steps.send(reply)
-            except StopIteration as done:
-                return done.value
+        def perform(step: _Request | _Sleep) -> _Reply | None:
             if isinstance(step, _Sleep):
-                time.sleep(step.seconds)
-                reply = None
-                continue
+                return time.sleep(step.seconds)
             try:
-                reply = self.client.request(step.method, step.url, json=step.statements, **self._core.options())
+                return self.client.request(step.method, step.url, json=step.statements, **self._core.options())
             except _FAILED as exc:
-                reply = exc
+                return exc
+
+        return run_steps(steps, perform)
 
 
 # --- The asyncio transport --------------------------------------------------------------------
@@ -767,17 +762,12 @@ class AsyncRqliteTransport(AsyncShell):
 
     async def _drive(self, operation: str, steps: _Steps) -> Any:
         """Carry out the steps: send each request, sleep each pause; return the answer."""
-        reply = None
-        while True:
-            try:
-                step = steps.send(reply)
-            except StopIteration as done:
-                return done.value
+        async def perform(step: _Request | _Sleep) -> _Reply | None:
             if isinstance(step, _Sleep):
-                await asyncio.sleep(step.seconds)
-                reply = None
-                continue
+                return await asyncio.sleep(step.seconds)
             try:
-                reply = await self.client.request(step.method, step.url, json=step.statements, **self._core.options())
+                return await self.client.request(step.method, step.url, json=step.statements, **self._core.options())
             except _FAILED as exc:
-                reply = exc
+                return exc
+
+        return await run_steps_async(steps, perform)
