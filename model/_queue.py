@@ -154,6 +154,7 @@ class QueueModel:
         self._holdings: dict[str, Holding] = {}  # token -> the worker's view of its lease (R20)
         self._last_seq = 0
         self._arrivals = 0
+        self._published: set[str] = set()  # every event given to publish (R1), shared by copies
 
     def copy(self) -> QueueModel:
         """An independent copy (the linearizability checker branches on copies)."""
@@ -162,6 +163,7 @@ class QueueModel:
         twin._groups = {group_id: group.copy() for group_id, group in self._groups.items()}
         twin._holdings = dict(self._holdings)
         twin._last_seq, twin._arrivals = self._last_seq, self._arrivals
+        twin._published = self._published  # what was given to publish is history, on every branch
         return twin
 
     def key(self) -> tuple:
@@ -182,6 +184,13 @@ class QueueModel:
             group = self._groups[group_id] = _Group(group_id, priority, routing_key, self._arrivals)
         self._last_seq += 1
         group.messages.append((self._last_seq, event))
+        self._published.add(event)
+
+    def was_published(self, event: object) -> bool:
+        """R1: whether some publish was given ``event``, as given.  A transport stores events
+        unchanged, so a claim answers no other text: not one cut short, re-encoded, stripped of
+        its NUL characters or given back as bytes."""
+        return isinstance(event, str) and event in self._published
 
     # --- R2-R6: claim --------------------------------------------------------------------------
 

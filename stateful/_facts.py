@@ -37,6 +37,7 @@ BELOW_FLOOR = "below-floor"
 OUTSIDE_KEYS = "outside-keys"
 NOT_HEAD = "not-head"
 UNKNOWN_MESSAGE = "unknown-message"
+EVENT_CHANGED = "event-changed"
 PASSED_OVER = "passed-over"
 TIE_ORDER = "tie-order"
 TOKEN_REUSED = "token-reused"
@@ -96,6 +97,8 @@ KINDS: dict[str, str] = {
     OUTSIDE_KEYS: "a claim took a group without one of its routing keys (R4, R12)",
     NOT_HEAD: "a claim took a message of a claimable group that is not its head (R6)",
     UNKNOWN_MESSAGE: "a claim answered a message the queue does not hold: never published, or acked (R1, R7)",
+    EVENT_CHANGED: "a claim answered a group's message with an event no publish was given: cut short, re-encoded, "
+                   "changed in type (R1)",
     PASSED_OVER: "a claim took a claimable group while one serviced less recently was claimable too (R4, R5)",
     TIE_ORDER: "a claim took one of several claimable groups stamped alike, not the first of them to arrive (R4)",
     TOKEN_REUSED: "a claim handed out a token handed out before (R16)",

@@ -288,6 +288,18 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         evidence=(OVERLAP, NEAR_GROUPS, LONG_EVENT, MANY_GROUPS, LONG_GROUP, MANY_NACKS),
     ),
     Property(
+        "event-integrity",
+        "a claim answers each event as it was published: empty, long, with NUL characters or text that "
+        "JSON or an encoding would change (R1)",
+        ("R1",), "contract",
+        rules=CORE | {"publish_each", "nack_now"},
+        owns=frozenset({facts.EVENT_CHANGED}),
+        # a changed event is, to a history, a message never published and one lost; to a claim
+        # whose answer's text another group holds, a message of that group
+        explains=frozenset({facts.UNKNOWN_MESSAGE, facts.UNEXPECTED, facts.LOST}),
+        evidence=(LONG_EVENT,),
+    ),
+    Property(
         "contention",
         "callers that run at once get answers, not errors: no call fails only because others ran at the "
         "same time, such as SQLite's 'database is locked' (R19)",

@@ -6,6 +6,7 @@ names the right property.  ``BROKEN[name] = (transport class, property it breaks
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 import re
@@ -457,6 +458,23 @@ class EventsCutAt64KiB(InMemoryTransport):
         return super().publish(group_id, event, priority, routing_key)
 
 
+class EventsTrimmed(InMemoryTransport):
+    """Events stripped of the blanks around them, as a form field or a CSV cell is."""
+
+    def publish(self, group_id, event, priority=0, routing_key=None):
+        return super().publish(group_id, event.strip() if isinstance(event, str) else event, priority, routing_key)
+
+
+class EventsReadAsBytes(InMemoryTransport):
+    """Events read back as the UTF-8 bytes a ``BLOB`` column holds, not as text."""
+
+    def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
+        lease = super().claim(worker_id, visibility, min_priority, routing_keys)
+        if lease is None:
+            return None
+        return dataclasses.replace(lease, event=lease.event.encode("utf-8", "surrogatepass"))
+
+
 def _has_surrogate(text: str) -> bool:
     return any("\ud800" <= c <= "\udfff" for c in text)
 
@@ -756,7 +774,9 @@ OF_VALUES = {
     "group ids cut at NUL": (GroupIdsCutAtNul, "no-loss"),
     "group ids cut at 255 characters": (GroupIdsCutAt255, "no-loss"),
     "routing keys split at commas": (RoutingKeysSplitAtCommas, "routing"),
-    "events cut at 64 KiB": (EventsCutAt64KiB, "no-loss"),
+    "events cut at 64 KiB": (EventsCutAt64KiB, "event-integrity"),
+    "events trimmed": (EventsTrimmed, "event-integrity"),
+    "events read as bytes": (EventsReadAsBytes, "event-integrity"),
     # magnitudes: clocks and durations far from 1000 and a few seconds
     "deadlines in float32": (DeadlinesInFloat32, "single-in-flight"),
     "leases in 32-bit milliseconds": (LeasesIn32BitMilliseconds, "lease-expiry"),

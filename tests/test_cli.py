@@ -22,6 +22,7 @@ from harel_ref.pytest_plugin import pytest_addoption
 from harel_ref.certify import certify
 from harel_ref.certify._signals import stopped_by
 from harel_ref.stateful import Capabilities
+from harel_ref.stateful._properties import PROPERTIES
 from harel_ref.stateful.backends.memory import memory
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -154,7 +155,7 @@ def test_cli_and_pytest_plugin_agree_on_the_seeds_example(tmp_path):
     # the same of these properties.
     committed = (ROOT / "examples" / "seeds_sqlite" / "REPORT.md").read_text()
     table = dict(re.findall(r"^\| ([a-z-]+) \| (?:contract|strict) \| \*\*([a-z ]+)\*\* \|", committed, re.M))
-    assert len(table) == 14
+    assert len(table) == len(PROPERTIES)
     assert {prop: table[prop] for prop in AGREE_ON} == cli_verdicts
 
 

@@ -30,7 +30,7 @@ def test_the_table_knows_the_machines_rules_and_the_specs():
         assert all(rule in row.what for rule in row.spec), row.name  # the line names its rules
     assert problems(PROPERTIES) == []
     assert CONTRACT == {"single-in-flight", "fifo", "lease-expiry", "parking", "fairness", "priority-floor",
-                        "durability", "no-loss", "contention"}
+                        "durability", "no-loss", "event-integrity", "contention"}
 
 
 def test_a_table_that_would_give_a_kind_of_fact_to_two_properties_or_none_is_refused():
@@ -378,3 +378,46 @@ def test_the_time_column_shares_each_search_among_the_verdicts_it_stands_for():
         assert abs(sum(column.values()) - sum(s.seconds for s in searched)) < 1e-9, (name, column)
         assert column["contention"] == 10.0 / len(concurrent), name
         assert len({column[p] for p in lockstep if p not in concurrent and p != "fencing"}) == 1, (name, column)
+
+
+def test_an_event_changed_into_another_groups_text_is_a_consequence_of_event_integrity():
+    """A store that trims events turns '\\r' into '', which another group holds: the no-loss
+    search sees a claim answer a message of another group (unknown-message), the event-integrity
+    search a text no message has.  One bug: no-loss is event-integrity's consequence."""
+    other_groups = Fact(facts.UNKNOWN_MESSAGE, "claim('w2', visibility=0.25, min_priority=0, routing_keys=None)")
+    changed = Fact(facts.EVENT_CHANGED, "claim('drain', visibility=60.0, min_priority=0, routing_keys=None)")
+    made = verdicts(["no-loss", "event-integrity"], Capabilities(),
+                    [_searched("no-loss", other_groups), _searched("event-integrity", changed)])
+    assert made["event-integrity"].verdict == "failed" and made["event-integrity"].consequences == ("no-loss",)
+    assert made["no-loss"].verdict == "unknown", made["no-loss"].reason
+    # a lost message is no changed event: event-integrity is no root of what no-loss owns alone
+    lost = Fact(facts.DRAIN_DIFFERS, "drain: claim until None")
+    made = verdicts(["no-loss", "event-integrity"], Capabilities(),
+                    [_searched("no-loss", lost), _searched("event-integrity", changed)])
+    assert made["no-loss"].verdict == made["event-integrity"].verdict == "failed"
+
+
+def test_a_claim_answer_with_a_text_no_message_has_is_an_event_changed():
+    """claim_fact tells a changed event (R1) from the other wrong messages of a claimable
+    group: its head or another of its messages, one acked, one another group holds."""
+    from harel_ref.model import QueueModel, When
+    from harel_ref.stateful._machine import claim_fact
+    from harel_ref.transport import Lease
+
+    model = QueueModel()
+    model.publish("g1", " e")
+    model.publish("g1", "f")
+    model.publish("g2", "")
+    now = When.of(1000.0)
+    allowed = model.claim_outcomes(now)
+
+    def kind(event, acked=False):
+        return claim_fact(allowed, Lease("g1", event, 1, "w:1"), model, now, 0, None, acked=acked)
+
+    assert kind("e") == facts.EVENT_CHANGED  # trimmed: no publish was given it
+    assert kind(b" e") == facts.EVENT_CHANGED  # given back as bytes
+    assert kind("f") == facts.NOT_HEAD
+    assert kind("") == facts.UNKNOWN_MESSAGE  # g2's text: a message of another group, or one changed into it
+    assert kind("e", acked=True) == facts.UNKNOWN_MESSAGE  # a message acked, handed out again
+    model.publish("g3", "e")
+    assert kind("e") == facts.UNKNOWN_MESSAGE
