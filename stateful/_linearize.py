@@ -662,8 +662,9 @@ def _explain(calls: list[_Call], call: _Call, model: QueueModel) -> Linearizabil
         group = _field(lease, "group_id")
         if group in model.holds():
             holder = model.holds()[group][0]
-    if call.record.worker == DRAIN_WORKER and not (kind == facts.NOT_HEAD and _drained_later(call, calls, allowed)):
-        kind = facts.DRAIN_DIFFERS  # the final drain gave something else than what was left
+    if call.record.worker == DRAIN_WORKER and kind != facts.EVENT_CHANGED \
+            and not (kind == facts.NOT_HEAD and _drained_later(call, calls, allowed)):
+        kind = facts.DRAIN_DIFFERS  # the final drain gave something else than what was left (a changed text says so)
     elif call.op == "claim" and answer is None and kind == facts.MISSED_CLAIMABLE and _raced(call, calls, allowed):
         kind = facts.NONE_UNDER_CONTENTION  # if the rest is linearizable without it (check_linearizable)
     culprits = [call.record]

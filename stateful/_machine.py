@@ -548,7 +548,6 @@ class TransportMachine(RuleBasedStateMachine):
         self.seqs: dict[str, SeqsSeen] = collections.defaultdict(SeqsSeen)  # group -> the seqs its claims gave
         self.model_seqs: dict[str, int] = {}  # token -> the model's seq of the message it leased
         self.acked: set[tuple[str, tuple]] = set()  # (group, _identity(lease)) of every message acked
-        self.acked_seqs: set[tuple] = set()  # the identities by seq among them, whatever the group
         self.in_step = False
         self.reopened = False
         self.stepped_back = False
@@ -1022,8 +1021,6 @@ class TransportMachine(RuleBasedStateMachine):
         expected = self.model.ack(lease.token, when)
         if expected and (identity := self._identity(lease)) is not None:
             self.acked.add((lease.group_id, identity))
-            if identity[0] == "seq" and not self.answerless:  # a seq names one message of the queue (R1)
-                self.acked_seqs.add(identity)
         if not self._answered(answer, expected):
             self._fail(release_fact("ack", expected, 0), f"ack({_lease_ref(lease)})", repr(expected), answer)
         if expected and others and facts.ACKED_HELD_MESSAGE in self.holdings:
@@ -1077,14 +1074,10 @@ class TransportMachine(RuleBasedStateMachine):
             return ("text", event)
         return None
 
-    def _acked_before(self, lease) -> bool | None:
-        """Whether a claim's answer is a message acked before (by :meth:`_identity`), in its
-        group or, by a seq that names one message of the queue (R1), in any; None if the
-        answer names no message."""
+    def _acked_before(self, lease) -> bool:
+        """Whether a claim's answer is a message acked before (by :meth:`_identity`)."""
         group, identity = getattr(lease, "group_id", None), self._identity(lease)
-        if not isinstance(group, str) or identity is None:
-            return None
-        return (group, identity) in self.acked or identity in self.acked_seqs
+        return isinstance(group, str) and identity is not None and (group, identity) in self.acked
 
     def _model_seq(self, lease) -> int | None:
         """The model's seq of the message ``lease`` is for."""
@@ -1488,14 +1481,13 @@ def show_outcomes(allowed) -> str:
 
 
 def claim_fact(allowed, lease, model: QueueModel, now: When, min_priority, routing_keys, *,
-               acked: bool | None = None, judged_at: float | When | None = None) -> str:
+               acked: bool = False, judged_at: float | When | None = None) -> str:
     """The kind of fact a wrong claim answer shows, by what the model's state says went wrong
-    (a lapsed lease not seen, a group below the floor, the wrong message of the right group, its
-    event changed, a group taken out of its turn, ...).  ``acked``: whether the answer is a
+    (a lapsed lease not seen, a group below the floor, the wrong message of the right group, an
+    event no publish was given, a group taken out of its turn, ...).  ``acked``: the answer is a
     message acked before (by its seq, or its text where seqs name nothing), handed out again,
-    though a later message of its group may have the same text; None if the caller cannot tell.
-    ``judged_at``: the moment ``allowed`` was computed at, if not ``now`` (a window around
-    it)."""
+    though a later message of its group has the same text.  ``judged_at``: the moment
+    ``allowed`` was computed at, if not ``now`` (a window around it)."""
     holds = model.holds()
     if lease is None:  # something was claimable: why did the transport not see it?
         missed = [c.group_id for c in allowed if c is not None]
@@ -1517,14 +1509,14 @@ def claim_fact(allowed, lease, model: QueueModel, now: When, min_priority, routi
     if routing_keys is not None and routing_key not in routing_keys:
         return facts.OUTSIDE_KEYS
     if any(c is not None and c.group_id == group_id for c in allowed):
-        event, contents = getattr(lease, "event", None), model.contents()
-        if acked or event in contents.get(group_id, []):
-            # a message the group no longer holds, handed out again; or one it holds, not its head
-            return facts.UNKNOWN_MESSAGE if acked else facts.NOT_HEAD
-        if any(event in held for held in contents.values()) or (acked is None and model.was_published(event)):
-            # another group's message (or one changed into its text); or, for all one can tell, one acked
-            return facts.UNKNOWN_MESSAGE
-        return facts.EVENT_CHANGED  # the group's message, with a text no message has (R1)
+        event = getattr(lease, "event", None)
+        if not acked and event in model.contents().get(group_id, []):
+            return facts.NOT_HEAD  # the right group, not its head
+        if not model.was_published(event):
+            return facts.EVENT_CHANGED  # a text no publish was given: cut, trimmed, re-encoded (R1)
+        # a message the group no longer holds (one acked, handed out again; one stored twice),
+        # another group's, or one changed into the text of another
+        return facts.UNKNOWN_MESSAGE
     if group_id in holds and now.lo <= holds[group_id][1].hi:  # still held when claimed
         token, until = holds[group_id]
         if token is None:

@@ -294,9 +294,9 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         ("R1",), "contract",
         rules=CORE | {"publish_each", "nack_now"},
         owns=frozenset({facts.EVENT_CHANGED}),
-        # a changed event is, to a history, a message never published and one lost; to a claim
-        # whose answer's text another group holds, a message of that group
-        explains=frozenset({facts.UNKNOWN_MESSAGE, facts.UNEXPECTED, facts.LOST}),
+        # an event changed into the text of another message looks like that message: one acked,
+        # another group's, one behind the head; to a history, a message never published and one lost
+        explains=frozenset({facts.UNKNOWN_MESSAGE, facts.NOT_HEAD, facts.UNEXPECTED, facts.LOST}),
         evidence=(LONG_EVENT,),
     ),
     Property(

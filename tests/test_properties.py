@@ -397,9 +397,11 @@ def test_an_event_changed_into_another_groups_text_is_a_consequence_of_event_int
     assert made["no-loss"].verdict == made["event-integrity"].verdict == "failed"
 
 
-def test_a_claim_answer_with_a_text_no_message_has_is_an_event_changed():
-    """claim_fact tells a changed event (R1) from the other wrong messages of a claimable
-    group: its head or another of its messages, one acked, one another group holds."""
+def test_a_claim_answer_with_a_text_no_publish_was_given_is_an_event_changed():
+    """claim_fact tells a changed event (R1: a text no publish was given) from the other wrong
+    messages of a claimable group: another of its messages, one acked or stored twice, one
+    another group holds (a text changed into a published one looks like these: the row explains
+    them)."""
     from harel_ref.model import QueueModel, When
     from harel_ref.stateful._machine import claim_fact
     from harel_ref.transport import Lease
@@ -418,6 +420,11 @@ def test_a_claim_answer_with_a_text_no_message_has_is_an_event_changed():
     assert kind(b" e") == facts.EVENT_CHANGED  # given back as bytes
     assert kind("f") == facts.NOT_HEAD
     assert kind("") == facts.UNKNOWN_MESSAGE  # g2's text: a message of another group, or one changed into it
-    assert kind("e", acked=True) == facts.UNKNOWN_MESSAGE  # a message acked, handed out again
+    assert kind("f", acked=True) == facts.UNKNOWN_MESSAGE  # a message acked, handed out again
+    # a message acked, or stored twice, comes back with its own text: no changed event
+    model.publish("g4", "gone")
+    model.take(model.head("g4"), "w:2", now, 5.0)
+    assert model.ack("w:2", now)
+    assert kind("gone") == facts.UNKNOWN_MESSAGE
     model.publish("g3", "e")
     assert kind("e") == facts.UNKNOWN_MESSAGE

@@ -124,3 +124,23 @@ def test_each_asyncio_twin_opens_with_every_argument_of_its_sync_class(name):
     assert not missing, f"Async{name} does not take {missing}"
     differ = [p for p in sync if p != "self" and sync[p].default != opener[p].default]
     assert not differ, f"Async{name} has other defaults for {differ}"
+
+
+def test_a_stop_iteration_raised_by_perform_is_no_end_of_the_steps():
+    """Only the steps' own end ends the loop: a driver whose perform raises StopIteration (a
+    client built on next()) raises, instead of answering None for an operation half done."""
+    from harel_ref.transport._shell import run_steps
+
+    def steps():
+        yield "first"
+        yield "second"
+        return "done"
+
+    def perform(step):
+        if step == "second":
+            raise StopIteration
+        return step
+
+    with pytest.raises(StopIteration):
+        run_steps(steps(), perform)
+    assert run_steps(steps(), lambda step: step) == "done"

@@ -26,7 +26,7 @@ answers it (an SQL statement run on the connection, a script called, a request s
 default ``_drive`` is that loop, and a backend implements ``_perform`` (Mongo's, SQS's).  A
 plan carried out inside the steps of another kind (SQLite's statements between ``BEGIN`` and
 ``COMMIT``, a pause before each retry) goes through :func:`run_steps_within`.  No backend writes
-the loop again (``tests/test_transport_shell.py`` greps for it).
+the loop again (``tests/test_shell.py`` looks for one).
 
 ``_serial`` is what a call holds from step 2 to step 5: a lock when the connection serves one
 call at a time (an SQLite connection, whose transaction belongs to the connection, not the
@@ -65,21 +65,23 @@ def run_steps(steps: Steps[T], perform: Callable[[Any], Any]) -> T:
     """Carry ``steps`` out: each step it yields goes to ``perform``, whose answer is sent back;
     the operation's result is what the steps return.  A driver's loop, for ``_drive``."""
     answer = None
-    try:
-        while True:
-            answer = perform(steps.send(answer))
-    except StopIteration as done:
-        return done.value
+    while True:
+        try:
+            step = steps.send(answer)
+        except StopIteration as done:  # the steps' own end, never one raised by perform
+            return done.value
+        answer = perform(step)
 
 
 async def run_steps_async(steps: Steps[T], perform: Callable[[Any], Awaitable[Any]]) -> T:
     """:func:`run_steps` with ``perform`` awaited."""
     answer = None
-    try:
-        while True:
-            answer = await perform(steps.send(answer))
-    except StopIteration as done:
-        return done.value
+    while True:
+        try:
+            step = steps.send(answer)
+        except StopIteration as done:
+            return done.value
+        answer = await perform(step)
 
 
 def run_steps_within(steps: Steps[T], perform: Callable[[Any], Steps[Any]]) -> Steps[T]:
@@ -87,11 +89,12 @@ def run_steps_within(steps: Steps[T], perform: Callable[[Any], Steps[Any]]) -> S
     steps ``perform`` makes of it (yielded out, for the caller's driver), and their result is
     the answer sent back."""
     answer = None
-    try:
-        while True:
-            answer = yield from perform(steps.send(answer))
-    except StopIteration as done:
-        return done.value
+    while True:
+        try:
+            step = steps.send(answer)
+        except StopIteration as done:
+            return done.value
+        answer = yield from perform(step)
 
 
 class Core(Protocol):
