@@ -17,6 +17,9 @@ RACING = ["fencing", "contention"]
 it covers chosen); the lockstep searches of the other two add nothing about processes (on
 Postgres they were half of this test's 79 s)."""
 SMALL = Profile("small", max_examples=10, step_count=10, programs=12, repeats=12)
+RACES = Profile("races", max_examples=10, step_count=10, programs=8, repeats=8)
+"""The concurrent searches of a transport that passes, with branches in processes: 64 runs of
+programs, not SMALL's 144 (two twins of a server took up to 120 s of the suite's wall time)."""
 
 
 def require_server(variable: str, binary: str, package: str) -> None:
@@ -44,7 +47,7 @@ def require_mongo(*, motor: bool = True) -> None:
     require_server("HAREL_MONGO_URL", "mvn", "maven")
 
 
-def assert_concurrent_properties_pass_in_processes(names: list[str], directory, profile: Profile = SMALL) -> None:
+def assert_concurrent_properties_pass_in_processes(names: list[str], directory, profile: Profile = RACES) -> None:
     """The concurrent searches of each bundled transport in ``names``, with the branches of
     every program in separate processes racing on one server: no call refused, every history
     linearizable."""

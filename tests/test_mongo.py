@@ -35,8 +35,15 @@ from harel_ref.stateful.backends.mongo import CAPABILITIES, _opened_prefix, mong
 from harel_ref.transport import AsyncMongoTransport, Lease, MongoTransport, StorageError  # noqa: E402
 from harel_ref.transport import mongo as mongo_module  # noqa: E402
 
+# mongo-java-server answers each call in about a millisecond of its own CPU, and an example's
+# backlogs make hundreds of calls: 30 examples, not the profile's 60 (each twin took 38 s of the
+# suite's CPU and 130 s of wall time at 60, the server's CPU beside it).
+_MACHINE_SETTINGS = settings(parent=settings.default, max_examples=min(settings.default.max_examples, 30))
+
 TestMongoMachine = make_machine(mongo()).TestCase
+TestMongoMachine.settings = _MACHINE_SETTINGS
 TestAsyncMongoMachine = make_machine(mongo_async()).TestCase
+TestAsyncMongoMachine.settings = _MACHINE_SETTINGS
 
 
 def _queue(name: str, **kwargs) -> MongoTransport:
