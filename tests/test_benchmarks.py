@@ -81,8 +81,8 @@ def test_servers_prints_every_peer_at_every_worker_count_and_both_scenarios():
 
     require_mongo(motor=False)
     result = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "servers.py"), "--rounds", "1", "--seconds", "0.3",
-         "--messages", "800", "--groups", "200", "--samples", "5", "--scale", "0.002"],
+        [sys.executable, str(ROOT / "benchmarks" / "servers.py"), "--rounds", "1", "--seconds", "0.2",
+         "--messages", "200", "--groups", "50", "--samples", "3", "--scale", "0.002"],
         capture_output=True, text=True, timeout=600, cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -106,7 +106,7 @@ def test_certify_speed_prints_both_tables_before_and_after():
     worktrees = _worktrees()
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "certify_speed.py"), "--before", "HEAD", "--transports", "memory",
-         "--profiles", "quick/10", "--jobs", "2", "--kill-seeds", "1", "--variants", "2"],
+         "--profiles", "quick/10", "--jobs", "2", "--kill-seeds", "1", "--variants", "1"],
         capture_output=True, text=True, timeout=900, cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr[-3000:]
@@ -116,7 +116,7 @@ def test_certify_speed_prints_both_tables_before_and_after():
     rows = [line for line in out.splitlines() if re.search(r"^\S.* (bad-input|fifo|fencing|no-loss|fairness|"
                                                           r"lease-expiry|parking|single-in-flight|priority-floor|"
                                                           r"routing|durability|close|tie-break|contention) ", line)]
-    assert len(rows) == 2 and all(re.search(r"[\d.]+ / +[\d.]+|never", row) for row in rows), out
+    assert len(rows) == 1 and all(re.search(r"[\d.]+ / +[\d.]+|never", row) for row in rows), out
     assert "median over the variants" in out and "load average at the end" in out
     assert not {tree for tree in _worktrees() - worktrees if "certify-speed-before" in tree}  # its own, removed
     assert "median of every kill (a miss counts as never)" in out
