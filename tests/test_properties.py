@@ -160,7 +160,10 @@ def test_the_verdicts_name_one_root_and_list_its_consequences():
         "bad-input": "failed"}
     assert made["no-loss"].consequences == ("fifo", "durability")
     assert made["fifo"].reason.startswith("a consequence of no-loss's failure: its search saw not-head")
-    assert made["close"].reason == "a consequence of bad-input's failure: its search stopped at it (see bad-input)"
+    # close's own search stopped at bad-input's fact: its counterexample is shown under its reason
+    assert made["close"].reason.startswith(
+        "a consequence of bad-input's failure: its search saw bad-input-accepted, a fact of bad-input's (see bad-input)")
+    assert made["close"].failure.kind == facts.BAD_INPUT_ACCEPTED
     assert made["bad-input"].consequences == ("close",)
 
 

@@ -242,6 +242,8 @@ def _verdict(prop: str, caps: Capabilities, searched: Sequence[Searched], found:
     failure = min(found, key=lambda item: (
         item[1].search != prop, item[0].kind not in PROPERTIES[prop].owns, bool(item[0].unshrunk)))[0] if found else None
     if prop in follows:  # its counterexample stays in the report, under its reason
+        # one its own search stopped at, where no fact counts against it: the root's, found its way
+        failure = failure or next((f for s in parts if s.search == prop for f in s.stopped()), None)
         return PropertyVerdict(prop, "unknown", _consequence_reason(follows[prop], failure, parts), seconds, examples,
                                failure, counted, **scale)
     if found:
@@ -271,8 +273,8 @@ def _consequence_reason(root: str, failure: Failure | None, parts: list[Searched
     if failure is None:
         how = next((s.reason for s in parts if s.ended == "failed" and s.reason), "stopped at it")
         return f"a consequence of {root}'s failure: its search {how} (see {root})"
-    return (f"a consequence of {root}'s failure: its search saw {failure.kind}, which {root}'s bug explains "
-            f"(see {root}): {failure.summary()}")
+    whose = f"a fact of {root}'s" if failure.kind in PROPERTIES[root].owns else f"which {root}'s bug explains"
+    return f"a consequence of {root}'s failure: its search saw {failure.kind}, {whose} (see {root}): {failure.summary()}"
 
 
 def _combined(prop: str, parts: list[Searched], why: str | None) -> tuple[str, str]:
