@@ -9,7 +9,8 @@ the concurrent search did (:func:`~harel_ref.stateful.parallel.check_program`):
 
 - ``prefix``: calls made one after another first;
 - ``branches``: one list of calls per branch, each branch on a thread of its own (a task, for
-  an asyncio transport), all started together;
+  an asyncio transport), or with ``processes=True`` in a process of its own, all started
+  together;
 - repeated ``runs`` times, each time on an empty queue, until the checker refuses a run.
 
 A call is a tuple: ``("publish", group_id, event)``, ``("claim",)`` (a plain claim for the
@@ -22,12 +23,16 @@ branch 0, ``"b1.0"``... in branch 1.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
+import os
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._backend import HAREL_IMPLIES, Capabilities
+from ._processes import BranchProcesses, FactoryRecipe
 from .parallel import Ack, Claim, ConcurrencyFailure, Lapse, Nack, Op, Program, Publish, check_program
 
 __all__ = ["check_at_once", "plain_call"]
@@ -37,7 +42,7 @@ Call = tuple[Any, ...]
 
 def check_at_once(factory: Callable, prefix: Sequence[Call], branches: Sequence[Sequence[Call]], *,
                   runs: int = 30, capabilities: dict[str, Any] | Capabilities | None = None, refusals: bool = False,
-                  histories: bool = True, is_async: bool = False) -> str | None:
+                  histories: bool = True, is_async: bool = False, processes: bool | str = False) -> str | None:
     """Run ``prefix``, then ``branches`` at once, up to ``runs`` times; None if the checker
     accepted every run, else what it found in the first run it refused (the call, what the
     specification allows, what the transport answered, and the run's timeline).
@@ -46,22 +51,51 @@ def check_at_once(factory: Callable, prefix: Sequence[Call], branches: Sequence[
     ``capabilities``: what it declares (:class:`~harel_ref.stateful.Capabilities`, or a dict of
     its fields); ``refusals``: judge whether a call raised where the specification allows no
     error; ``histories``: judge whether the answers fit some order of the calls the
-    specification allows; ``is_async``: the factory builds an asyncio transport.  Anything
-    wrong with the arguments raises ValueError before the transport is opened."""
+    specification allows; ``is_async``: the factory builds an asyncio transport.
+    ``processes``: each branch runs in a process of its own, as the concurrent search ran them
+    when it found a race that threads may not show (a lock of the process, a connection per
+    process).  The processes import the factory: ``"module:attribute"`` names it (as
+    ``harel-ref certify`` took it), and ``True`` finds its name, for a factory defined at a
+    module's top level.
+    Anything wrong with the arguments raises ValueError before the transport is opened."""
     if not (isinstance(runs, int) and runs >= 1):
         raise ValueError(f"runs must be a whole number >= 1, got {runs!r}")
     if not (refusals or histories):
         raise ValueError("judge something: refusals=True, histories=True, or both")
+    recipe = _recipe(factory, processes)
     program = Program(prefix=tuple(_op(call) for call in prefix),
                       branches=tuple(tuple(_op(call) for call in branch) for branch in branches))
+    declared = _capabilities(capabilities)
+    if processes and not declared.shared:
+        raise ValueError("processes=True needs capabilities with shared=True: only instances that share one "
+                         "storage see one queue from processes of their own")
     try:
-        check_program(factory, program, _capabilities(capabilities), is_async=is_async, repeats=runs,
-                      contention=refusals, histories=histories)
+        with contextlib.ExitStack() as stack:
+            pool = None if recipe is None else stack.enter_context(
+                BranchProcesses(recipe, branches=max(2, len(program.branches)), is_async=is_async,
+                                protocol=declared.protocol))
+            check_program(factory, program, declared, is_async=is_async, repeats=runs, contention=refusals,
+                          histories=histories, processes=pool)
     except ConcurrencyFailure as found:
         fact = found.fact
         return (f"{fact.step}: the specification allows {fact.expected}; the transport answered {fact.answered} "
                 f"(run {found.runs} of {runs})\n{found.timeline}")
     return None
+
+
+def _recipe(factory: Callable, processes: bool | str) -> FactoryRecipe | None:
+    """How the branch processes build the factory (None: the branches run on threads)."""
+    if isinstance(processes, str):
+        if not re.fullmatch(r"[\w.]+:[\w.]+", processes):
+            raise ValueError(f"processes names the factory as module:attribute, got {processes!r}")
+        return FactoryRecipe(spec=processes, path=os.getcwd())
+    if not isinstance(processes, bool):
+        raise ValueError(f"processes is True, False or 'module:attribute', got {processes!r}")
+    recipe = FactoryRecipe.by_name(factory) if processes else None
+    if processes and recipe is None:
+        raise ValueError(f"processes=True needs a factory other processes can import by name (one defined "
+                         f"at a module's top level), and {factory!r} is not: name it, processes='module:attribute'")
+    return recipe
 
 
 def _capabilities(given: dict[str, Any] | Capabilities | None) -> Capabilities:

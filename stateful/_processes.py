@@ -73,6 +73,20 @@ class FactoryRecipe:
             found = getattr(found, part)
         return found
 
+    @classmethod
+    def by_name(cls, factory: Callable) -> FactoryRecipe | None:
+        """The recipe that imports ``factory`` as ``module:name`` (from the current directory
+        too), or None when importing that name would not give back this very factory (a
+        closure, a lambda, a method, anything defined in ``__main__``)."""
+        module_name = getattr(factory, "__module__", None)
+        qualname = getattr(factory, "__qualname__", "")
+        if not module_name or "<" in qualname or "." in qualname or module_name == "__main__":
+            return None
+        module = sys.modules.get(module_name)
+        if module is None or getattr(module, qualname, None) is not factory:
+            return None
+        return cls(spec=f"{module_name}:{qualname}", path=os.getcwd())
+
 
 class BranchProcesses:
     """``branches`` worker processes (by default as many as a program of the concurrent search

@@ -11,6 +11,8 @@ import math
 import random
 import re
 import struct
+import threading
+import time
 import types
 import unicodedata
 import zlib
@@ -1098,6 +1100,35 @@ CONCURRENCY_BROKEN = {
 }
 
 
+_CLAIMS_OF_THIS_PROCESS = threading.Lock()
+
+
+class ClaimKeptApartByItsProcess(_SqliteClaimVariant):
+    """The select-then-lease claim, without a transaction, kept apart from other claims by a
+    lock of the process it runs in (a module-level mutex, as a connection pool of one would
+    be), and slow between its read and its write (a round trip).  In one process no two claims
+    meet, so branches on threads never show it; claims of two processes both read the same
+    head, and both lease it (R2).  The wait makes every such pair meet."""
+
+    def _run_claim(self, plan):
+        with _CLAIMS_OF_THIS_PROCESS:
+            return self._run("claim", _slow_after_the_read(plan), transaction=False)
+
+
+def _slow_after_the_read(plan):
+    """``plan``, with a 20 ms wait after its first statement's answer (the head it read)."""
+    statement, answer, first = next(plan), None, True
+    while True:
+        answer = yield statement
+        if first:
+            time.sleep(0.02)
+            first = False
+        try:
+            statement = plan.send(answer)
+        except StopIteration as done:
+            return done.value
+
+
 class _CallsInProgress:
     """What a store keeps of the calls in progress at once: how many, and (for a claim) the
     group each one marked, in a table of :attr:`SLOTS` slots."""
@@ -1238,9 +1269,10 @@ WIDE_RACE = {"ack checks the token, waits, then deletes by seq": (AckCheckWaitTh
 """A race that shows in nearly every run of a program that has it: what shrinking is tested on."""
 
 
-def _in_broken_dir(cls):
+def _in_broken_dir(cls, name=None):
     """A factory of ``cls`` that branch processes can import by name: a file per namespace in
-    the directory named by ``$HAREL_BROKEN_DIR``."""
+    the directory named by ``$HAREL_BROKEN_DIR``.  ``name``: the module attribute it is bound
+    to, where the factory itself must be found under its own name (``check_at_once``)."""
     def factory(clock, namespace):
         import os
 
@@ -1248,7 +1280,7 @@ def _in_broken_dir(cls):
 
         return cls(database_path(os.environ["HAREL_BROKEN_DIR"], namespace, "sqlite"), clock=clock)
 
-    factory.__qualname__ = factory.__name__ = f"{cls.__name__}_factory"
+    factory.__qualname__ = factory.__name__ = name or f"{cls.__name__}_factory"
     factory.capabilities = Capabilities(durable=True, shared=True)
     return factory
 
@@ -1261,6 +1293,8 @@ publish_group_first_over_a_network = _in_broken_dir(PublishGroupFirstOverANetwor
 ack_drops_its_group_apart = _in_broken_dir(AckDropsItsGroupApart)
 claim_rereads_the_clock_after_waiting = _in_broken_dir(ClaimRereadsTheClockAfterWaiting)
 ack_check_then_delete_a_quarter_of_the_time = _in_broken_dir(AckCheckThenDeleteAQuarterOfTheTime)
+claim_kept_apart_by_its_process = _in_broken_dir(ClaimKeptApartByItsProcess, "claim_kept_apart_by_its_process")
+sqlite_in_broken_dir = _in_broken_dir(SqliteTransport, "sqlite_in_broken_dir")  # the fixed self of those above
 
 IMPORTABLE = {
     "claim without a transaction": "broken:claim_without_transaction",
@@ -1317,8 +1351,6 @@ import _thread  # noqa: E402
 import asyncio  # noqa: E402
 import collections  # noqa: E402
 import queue  # noqa: E402
-import threading  # noqa: E402
-import time  # noqa: E402
 
 from harel_ref.stateful.backends.memory import AsyncInMemoryTransport  # noqa: E402
 

@@ -363,4 +363,45 @@ def test_a_races_test_compiles_whatever_its_failure_says_and_none_is_written_for
         exec(compile(code.replace("import pytest", "import pytest\nfactory = 1  #"), "<race>", "exec"), namespace)
     assert replay in namespace["__doc__"] and "a\\x00b \\N{x} '''" in namespace["__doc__"]
     code, why = race_regression(target, program, fact, "contention", refusals=True, runs=3, ran_as="processes")
-    assert not code and "branches in processes" in why
+    assert not why and f"processes={target.recipe.spec!r})" in code and "each on a process of its own" in " ".join(code.split())
+    unnamed = Target.from_factory(lambda clock, namespace: None, None, False)
+    code, why = race_regression(unnamed, program, fact, "contention", refusals=True, runs=3, ran_as="processes")
+    assert not code and "branches in processes" in why and "import by name" in why
+
+
+def test_a_race_only_processes_show_gets_a_test_that_runs_its_branches_in_processes(tmp_path, monkeypatch):
+    """A race the concurrent search saw with its branches in processes (claims kept apart by a
+    lock of their process, so no two in one process meet): its test runs them in processes too,
+    where it fails on the variant and passes on the transport it came from.  Run in threads, the
+    same test passes on the variant: why a race seen so gets a test that runs so."""
+    import broken
+    from harel_ref.stateful import Capabilities
+
+    monkeypatch.setenv("HAREL_BROKEN_DIR", str(tmp_path))  # the processes spawned inherit it
+    variant, fixed = broken.claim_kept_apart_by_its_process, broken.sqlite_in_broken_dir
+    report = certify(variant, Capabilities(durable=True, shared=True), profile="quick",
+                     properties=["single-in-flight"], processes=True)
+    failure = report.verdict("single-in-flight").failure
+    assert failure is not None and failure.found_by == "concurrent", report.to_markdown()
+    code = failure.regression
+    named = "processes='broken:claim_kept_apart_by_its_process')"
+    assert code and named in code and "from broken import claim_kept_apart_by_its_process" in code, \
+        failure.no_regression
+    assert not re.search(r"harel_ref\.(stateful|certify)", code)
+    failed = run_test(code, variant)
+    assert failed is not None and failure.fact.expected in str(failed), (code, failed)
+    assert run_test(code.replace(named, "processes='broken:sqlite_in_broken_dir')"), fixed) is None
+    assert run_test(code.replace(named, "processes=True)"), fixed) is None  # the factory's own name
+    assert run_test(code.replace(", " + named, ")"), variant) is None  # on threads it never shows
+
+
+def test_check_at_once_in_processes_refuses_a_factory_it_cannot_import_or_a_store_not_shared():
+    memory = load("memory")(None).factory
+    with pytest.raises(ValueError, match="import by name"):
+        check_at_once(memory, [], [[("claim",)], [("claim",)]], processes=True, capabilities={"shared": True})
+    import broken
+
+    with pytest.raises(ValueError, match="shared=True"):
+        check_at_once(broken.sqlite_in_broken_dir, [], [[("claim",)], [("claim",)]], processes=True)
+    with pytest.raises(ValueError, match="module:attribute, got 'broken'"):
+        check_at_once(broken.sqlite_in_broken_dir, [], [[("claim",)], [("claim",)]], processes="broken")

@@ -5,8 +5,9 @@ right or wrong only together, by whether some order of the calls the specificati
 them.  So the test holds the shrunk program as plain calls in the Protocol's terms and asserts
 the verdict of harel-ref's checker on it, through the one helper it imports,
 :func:`harel_ref.check_at_once` (``stateful/_at_once.py``): the prefix in order, the branches
-at once, each on a thread of its own (a task, for an asyncio transport), as many runs as the
-search made, each on an empty queue.  It fails while the bug is there and passes once it is
+at once, each on a thread of its own (a task, for an asyncio transport; a process, where the
+search saw the race with its branches in processes), as many runs as the search made, each on
+an empty queue.  It fails while the bug is there and passes once it is
 fixed; a race may need several runs to show, so the test makes them all.
 """
 
@@ -47,16 +48,17 @@ def race_regression(target: Target, program: Program | None, fact: Fact, prop: s
     ``flaky``: Hypothesis could not make it fail again, which the test says."""
     if program is None:
         return "", "a soak's failure is a history of many calls over minutes, not a program to run again"
-    if ran_as == "processes":
-        return "", ("it showed with the branches in processes, and check_at_once runs them in threads, where it "
-                    "may not show: the reproduction runs them in processes")
+    in_processes = ran_as == "processes"
+    if in_processes and (target.recipe is None or target.recipe.spec is None):
+        return "", ("it showed with the branches in processes, which check_at_once runs only for a factory it can "
+                    "import by name (a module-level one), and this one is not: the reproduction runs them")
     summary = " ".join(f"{fact.step}: the specification allows {fact.expected}; the transport answered "
                        f"{fact.answered}".split())
     summary = docstring_text(summary if len(summary) <= 300 else summary[:297] + "...")
     judged = "no call refused where the specification allows no error" if refusals else \
         "its answers fit some order of its calls that the specification allows"
-    about = textwrap.fill(ABOUT.format(place="an asyncio task" if target.is_async else "a thread", runs=runs,
-                                       judged=judged), 95)
+    place = "a process" if in_processes else "an asyncio task" if target.is_async else "a thread"
+    about = textwrap.fill(ABOUT.format(place=place, runs=runs, judged=judged), 95)
     about += f"\n\n{textwrap.fill(RARE, 95)}" if flaky else ""
     about += f"\n\nThe search again: `{docstring_text(replay)}`" if replay else ""
     return "".join([
@@ -68,7 +70,8 @@ def race_regression(target: Target, program: Program | None, fact: Fact, prop: s
         f"\n\ndef test_{prop}_{fact.kind}():\n".replace("-", "_"),
         f"    verdict = check_at_once(factory, PREFIX, BRANCHES, runs={runs}, capabilities=CAPABILITIES,\n",
         f"                            refusals={refusals}, histories={not refusals}"
-        f"{', is_async=True' * target.is_async})\n",
+        f"{', is_async=True' * target.is_async}"
+        f"{f', processes={target.recipe.spec!r}' if in_processes else ''})\n",
         "    assert verdict is None, verdict\n",
     ]), ""
 

@@ -464,14 +464,8 @@ def _import_as_factory(module_name: str, attribute: str) -> str:
 
 def _importable_spec(factory: Callable) -> str | None:
     """``module:name`` if importing it gives back this very factory."""
-    module_name = getattr(factory, "__module__", None)
-    qualname = getattr(factory, "__qualname__", "")
-    if not module_name or "<" in qualname or "." in qualname or module_name == "__main__":
-        return None
-    module = sys.modules.get(module_name)
-    if module is None or getattr(module, qualname, None) is not factory:
-        return None
-    return f"{module_name}:{qualname}"
+    recipe = FactoryRecipe.by_name(factory)
+    return None if recipe is None else recipe.spec
 
 
 RAM_DIRECTORY = "/dev/shm"
