@@ -1,11 +1,13 @@
 """Every broken variant's regression test, run against the variant and against its fixed self.
 
 For each broken in-memory variant of ``tests/broken.py`` (the lockstep ones, and ``WIDE``,
-whose races the concurrent search finds; their fixed self is ``InMemoryTransport``), a focused
-certification of the property it breaks (``--profile``, quick by default, and standard where
-quick found nothing), then the regression test written for its failure (issue 44) run twice:
-against the variant (it must fail) and against the in-memory reference transport (it must
-pass).  A row per variant: the verdict, the seconds to
+whose races the concurrent search finds; their fixed self is ``InMemoryTransport``) and each
+SQLite race (``CONCURRENCY_BROKEN`` and the claims kept apart by their process, certified by
+their ``module:factory`` name, so that the branches run in processes as well as threads; their
+fixed self is ``SqliteTransport``), a focused certification of the property it breaks
+(``--profile``, quick by default, and standard where quick found nothing), then the regression
+test written for its failure (issue 44) run twice: against the variant (it must fail) and
+against the fixed transport (it must pass).  A row per variant: the verdict, the seconds to
 the report, the test's lines and calls, and the two outcomes, or why no test was written.
 The totals at the end count the variants whose test did both.
 
@@ -20,20 +22,29 @@ from __future__ import annotations
 import argparse
 import os
 import re
+import shutil
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
+import broken  # noqa: E402
 from broken import BROKEN, OF_VALUES, ONE_BUG_MANY_SEARCHES, SHARED_ONLY, WIDE, broken_backend  # noqa: E402
 
 from harel_ref.certify import certify  # noqa: E402
+from harel_ref.certify._target import Target  # noqa: E402
 from harel_ref.stateful.backends import load  # noqa: E402
 from harel_ref.transport import InMemoryTransport  # noqa: E402
 
-VARIANTS = {**BROKEN, **SHARED_ONLY, **ONE_BUG_MANY_SEARCHES, **OF_VALUES, **WIDE}
+SQLITE_RACES = {**broken.CONCURRENCY_BROKEN,
+                "claims kept apart by their process": (broken.ClaimKeptApartByItsProcess, "single-in-flight")}
+SPECS = {**broken.IMPORTABLE, "claims kept apart by their process": "broken:claim_kept_apart_by_its_process"}
+FIXED_SPEC = "broken:sqlite_in_broken_dir"
+VARIANTS = {**BROKEN, **SHARED_ONLY, **ONE_BUG_MANY_SEARCHES, **OF_VALUES, **WIDE, **SQLITE_RACES}
 
 
 def outcome(code: str, factory) -> str:
@@ -48,12 +59,21 @@ def outcome(code: str, factory) -> str:
     return "passed" if failed is None else "failed"
 
 
+def under_test(name: str) -> tuple[Any, dict[str, Any], Any]:
+    """The variant's factory, how to certify it, and its fixed self's factory."""
+    if name in SPECS:  # by name: branch processes import it
+        target = Target.from_spec(SPECS[name])
+        return target.factory, {"_target": target}, broken.sqlite_in_broken_dir
+    backend = broken_backend(name)
+    return backend.factory, {"capabilities": backend.capabilities}, load("memory")(None).factory
+
+
 def row(name: str, profiles: list[str]) -> dict:
     cls, prop = VARIANTS[name]
-    backend = broken_backend(name)
+    factory, how, fixed = under_test(name)
     began = time.monotonic()
     for profile in profiles:
-        report = certify(backend.factory, backend.capabilities, profile=profile, properties=[prop])
+        report = certify(factory, profile=profile, properties=[prop], **how)
         verdict = report.verdict(prop)
         if verdict.verdict == "failed":
             break
@@ -68,27 +88,43 @@ def row(name: str, profiles: list[str]) -> dict:
     else:
         body = code[code.index("    try:"):]
         calls = body.count("q0.") + body.count("q1.")
-    found.update(lines=len(code.splitlines()), calls=calls,
-                 on_variant=outcome(code, backend.factory), on_fixed=outcome(code, load("memory")(None).factory))
+    # a race seen in processes: its test names the factory the processes import
+    fixed_code = code.replace(repr(SPECS.get(name)), repr(FIXED_SPEC))
+    found.update(lines=len(code.splitlines()), calls=calls, branches="processes" if "processes=" in code else "",
+                 on_variant=outcome(code, factory), on_fixed=outcome(fixed_code, fixed))
     return found
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--variants", nargs="*", help="these variants only (default: every in-memory lockstep one)")
+    parser.add_argument("--variants", nargs="*", help="these variants only (default: every in-memory one, and the "
+                                                      "SQLite races)")
     parser.add_argument("--profile", default="quick", help="the focused search's profile (then standard if it passes)")
     args = parser.parse_args()
-    names = args.variants or [n for n, (cls, _) in VARIANTS.items() if issubclass(cls, InMemoryTransport)]
+    names = args.variants or [n for n, (cls, _) in VARIANTS.items() if issubclass(cls, InMemoryTransport) or n in SPECS]
     profiles = [args.profile] + (["standard"] if args.profile != "standard" else [])
+    made = None if "HAREL_BROKEN_DIR" in os.environ else tempfile.mkdtemp(prefix="harel-ref-regression-")
+    os.environ.setdefault("HAREL_BROKEN_DIR", made or "")  # the SQLite variants' files
+    try:
+        table(names, profiles)
+    finally:
+        if made:
+            shutil.rmtree(made, ignore_errors=True)
+
+
+def table(names: list[str], profiles: list[str]) -> None:
+    """Certify each variant, run its test both ways, print a row per variant and the totals."""
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
-    print("| variant | property | verdict (profile) | seconds | test lines | calls | on the variant | on the fixed | why no test |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| variant | property | verdict (profile) | seconds | test lines | calls | branches | on the variant | on the fixed "
+          "| why no test |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     for name in names:
         found = row(name, profiles)
         rows.append(found)
         print(f"| {name} | {found['property']} | {found['verdict']} ({found['profile']}) | {found['seconds']:.1f} | "
-              f"{found.get('lines', '')} | {found.get('calls', '')} | {found.get('on_variant', '')} | "
+              f"{found.get('lines', '')} | {found.get('calls', '')} | {found.get('branches', '')} | "
+              f"{found.get('on_variant', '')} | "
               f"{found.get('on_fixed', '')} | {found.get('why', '')} |", flush=True)
     written = [r for r in rows if "lines" in r]
     both = [r for r in written if r["on_variant"] != "passed" and r["on_fixed"] == "passed"]

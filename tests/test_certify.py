@@ -963,6 +963,40 @@ def test_the_memory_limit_counts_what_the_certification_started_not_what_was_the
     assert report.verdict("close").verdict == report.verdict("fifo").verdict == "passed"
 
 
+def test_a_certifications_processes_are_found_the_same_by_children_files_and_by_every_processs_parent():
+    """The memory watch follows ``/proc/PID/task/*/children`` from the certifying process (a
+    few reads); a kernel without those files gets the scan of every process's parent.  Both
+    find the same processes: children and grandchildren, but none under one left out."""
+    import subprocess
+    from harel_ref.certify import _memory
+
+    parents = [subprocess.Popen([sys.executable, "-c", "import subprocess, sys; subprocess.Popen(['sleep', '30']);"
+                                 " print('started', flush=True); sys.stdin.readline()"],
+                                stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for _ in range(2)]
+    try:
+        assert [parent.stdout.readline() for parent in parents] == ["started\n"] * 2
+        grandchildren = [set(_memory._children(parent.pid)) for parent in parents]
+        assert all(len(found) == 1 for found in grandchildren)
+        everyone = _memory._children_of_all()
+        for leaving in (set(), {parents[0].pid}):
+            by_files = _memory.descendants(os.getpid(), leaving)
+            found, pending = set(), everyone(os.getpid())
+            while pending:
+                if (pid := pending.pop()) not in leaving:
+                    found.add(pid)
+                    pending += everyone(pid)
+            assert by_files == found
+            assert {parents[1].pid, *grandchildren[1]} <= by_files
+            assert ({parents[0].pid, *grandchildren[0]} <= by_files) == (not leaving)
+            assert not ({parents[0].pid, *grandchildren[0]} & by_files) == bool(leaving)
+    finally:
+        for parent in parents:
+            for pid in _memory._children(parent.pid):
+                os.kill(pid, 9)
+            parent.kill()
+            parent.wait()
+
+
 GROWER = """
 import os, sys, time
 sys.stdin.readline()

@@ -32,9 +32,8 @@ __all__ = ["DEFAULT_MEMORY_LIMIT", "MemoryLimitReached", "descendants", "memory_
 
 POLL = 0.25
 """Seconds between two readings of the memory: a transport that takes a gigabyte a second is
-stopped a quarter of a gigabyte past its limit.  A reading scans ``/proc`` for the processes'
-parents, about 1 ms with 75 processes on the machine: a quarter of a second keeps that under
-half a percent of a core."""
+stopped a quarter of a gigabyte past its limit.  A reading follows the processes' ``children``
+files from this one, about 0.2 ms of CPU for a certification's dozen processes."""
 
 _PROC = Path("/proc")
 
@@ -86,6 +85,36 @@ _UNITS = {"": 1, "K": 1 << 10, "M": 1 << 20, "G": 1 << 30}
 def descendants(root: int, leaving: Set[int] = frozenset()) -> set[int]:
     """The processes under process ``root``: its children, theirs, and so on; but not those in
     ``leaving``, nor any process under them."""
+    children = _children if os.path.exists(f"/proc/{root}/task/{root}/children") else _children_of_all()
+    found, pending = set(), children(root)
+    while pending:
+        if (pid := pending.pop()) not in leaving:
+            found.add(pid)
+            pending += children(pid)
+    return found
+
+
+def _children(pid: int) -> list[int]:
+    """The children of process ``pid``, from the ``children`` file of each of its threads
+    (Linux 3.5 and later): a few reads, where scanning every process's ``stat`` took about
+    7 ms a reading with 95 processes on the machine, four times a second, in the GIL."""
+    found: list[int] = []
+    try:
+        threads = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return found  # it ended meanwhile
+    for thread in threads:
+        try:
+            with open(f"/proc/{pid}/task/{thread}/children", "rb") as listed:
+                found += map(int, listed.read().split())
+        except OSError:
+            continue  # the thread ended meanwhile
+    return found
+
+
+def _children_of_all() -> Callable[[int], list[int]]:
+    """:func:`_children` where the kernel has no ``children`` files: every process's parent,
+    read from its ``stat``."""
     children: dict[int, list[int]] = {}
     for stat in _PROC.glob("[0-9]*/stat"):
         try:
@@ -93,12 +122,7 @@ def descendants(root: int, leaving: Set[int] = frozenset()) -> set[int]:
         except (OSError, IndexError):
             continue  # it ended meanwhile
         children.setdefault(int(fields[1]), []).append(int(stat.parent.name))
-    found, pending = set(), list(children.get(root, []))
-    while pending:
-        if (pid := pending.pop()) not in leaving:
-            found.add(pid)
-            pending += children.get(pid, [])
-    return found
+    return lambda pid: list(children.get(pid, []))
 
 
 def resident_bytes(root: int, leaving: Set[int] = frozenset()) -> int | None:
