@@ -923,6 +923,36 @@ def test_a_certification_keeps_nothing_of_the_transport_once_it_returned():
     assert factory() is None, [type(r).__name__ for r in gc.get_referrers(factory())]
 
 
+def test_the_concurrent_searchs_passes_share_its_time_not_each_take_all_of_it(monkeypatch):
+    """Each pass of the concurrent search after a failure gets what is left of the search's
+    share, as the focused searches' passes do: a review found that every pass was given the
+    whole share, so four passes could take four times the time the budget gave the search."""
+    from harel_ref.certify import _passes
+    from harel_ref.certify._report import Failure
+    from harel_ref.certify._tasks import Found, Task
+    from harel_ref.stateful._async import CallLimits
+
+    now = [0.0]
+    given = []
+
+    def search_once(target, context, task, share, limits, event, pool, ignore, earlier):
+        given.append(share)
+        now[0] += 30.0  # each pass takes 30 s
+        prop = ("single-in-flight", "fencing", None)[len(given) - 1]
+        if prop is None:
+            return Found("passed", "", 30.0, 10)
+        fact = facts.Fact(sorted(PROPERTIES[prop].owns)[0], "b0: claim")
+        return Found("failed", "", 30.0, 3, [Failure(fact, "concurrent", (), "", None)])
+
+    monkeypatch.setattr(_passes, "_search_once", search_once)
+    monkeypatch.setattr(_passes.time, "monotonic", lambda: now[0])
+    task = Task("concurrent", "single-in-flight", judges=frozenset({"histories"}),
+                covers=("single-in-flight", "fencing", "no-loss"))
+    found = _passes._concurrent_passes(None, {}, task, 100.0, CallLimits(30.0), lambda *args: None, None, 0.0)
+    assert given == [100.0, 70.0, 40.0]
+    assert found.ended == "passed" and len(found.failures) == 2 and found.seconds == 90.0
+
+
 def test_memory_limit_must_be_a_whole_number_of_bytes():
     from broken import slow_nack_to_back
 

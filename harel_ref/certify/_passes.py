@@ -151,7 +151,8 @@ def _concurrent_passes(target: Target, context: dict[str, Any], task: Task, shar
     earlier: list[Failure] = []
     reached: collections.Counter = collections.Counter()
     for number in range(1, CONCURRENT_PASSES + 1):
-        found = _search_once(target, context, task, share, limits, event, pool, ignore, earlier)
+        left = share - (time.monotonic() - began)  # the passes share the search's time
+        found = _search_once(target, context, task, left, limits, event, pool, ignore, earlier)
         seen = frozenset(failure.kind for failure in found.failures)
         if ignore and found.ended == "passed":
             found.reason += f" (searched again with {', '.join(sorted(owners(ignore)))} taken as broken)"
