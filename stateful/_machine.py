@@ -32,7 +32,7 @@ from hypothesis.stateful import (
 )
 
 from harel_ref.transport import Lease
-from harel_ref.transport._base import PARKED
+from harel_ref.transport._base import PARKED, PRIORITIES
 from harel_ref.model import Claimed, QueueModel, When
 
 import harel_ref.stateful._facts as facts
@@ -88,6 +88,11 @@ WALL_STEPS = (TICK, 0.125, 0.5, 1.0, 4.0)
 """On a wall clock durations stay short: each one is slept through, scaled (:data:`WALL_SCALE`)."""
 IN_RESOLUTIONS = ((1.0, 2.0, 3.0), (1.0, 2.0), (0.5, 1.0, 2.0))
 """The visibilities, delays and wall-clock steps, in multiples of a declared resolution."""
+
+
+ANEW_THEN = ("nothing", "claim at its floor", "claim above its floor", "claim by its key")
+"""What :meth:`TransportMachine.publish_anew` does after its publish (the first is what a
+failure shrinks to)."""
 
 
 def backlog_group(groups: tuple[str, ...], number: int) -> str:
@@ -730,20 +735,41 @@ class TransportMachine(RuleBasedStateMachine):
         return multiple(*dict.fromkeys(group for group, *_ in messages))
 
     @backend_rule(
+        target=leases,
         which=st.integers(0, 3),
         event=lambda choices: event_strategy(choices.event_bytes),
         priority=st.integers(0, 4),
         routing_key=st.none() | keys,
         via=st.integers(0, 1),
+        then=st.sampled_from(ANEW_THEN),
+        visibility=lambda choices: st.sampled_from(choices.visibilities),
     )
     @precondition(lambda self: self._emptied())
-    def publish_anew(self, which, event, priority, routing_key, via):
+    def publish_anew(self, which, event, priority, routing_key, via, then, visibility):
         """Publish to a group that was emptied: a new group (R5, R12), with the priority and
-        routing key drawn, through either instance.  What an instance kept of the old one (its
-        priority, its key, its stamp, its place) no longer holds, which publishes drawn at
-        random seldom show."""
+        routing key drawn, through either instance; ``then`` claim through the other instance
+        (opened first, if there is none, and the publish made through it), at the new group's
+        floor, just above it, or by its key.  What an instance kept of the
+        old group (its priority, its key, its stamp, its place) no longer holds, and a claim
+        through the instance that kept it, filtered where the old and the new settings differ,
+        is where that shows: publishes and claims drawn one by one seldom meet so."""
         emptied = self._emptied()
-        self._publish(emptied[which % len(emptied)], event, priority, routing_key, via)
+        group = emptied[which % len(emptied)]
+        caps = self.backend.capabilities
+        if then != "nothing" and caps.shared and len(self.instances) == 1:
+            self.open_second_instance()  # the other instance: the first one kept the old group
+            via = 1
+        self._publish(group, event, priority, routing_key, via)
+        if then == "nothing":
+            return multiple()
+        floor = 0
+        if caps.priority and then != "claim by its key":  # above the highest priority there is no floor
+            floor = min(priority + (then == "claim above its floor"), PRIORITIES[-1])
+        keyed = then == "claim by its key" and caps.routing and routing_key is not None
+        self.in_step = True
+        lease = self._claim(self._instance(via + 1), WORKERS[0], visibility, floor, [routing_key] if keyed else None)
+        self.in_step = False
+        return multiple() if lease is None else lease
 
     def _emptied(self) -> list[str]:
         """The group ids published to that the queue holds no more (their last message acked)."""

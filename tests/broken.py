@@ -764,6 +764,51 @@ class InFlightLocksByCrc32(InMemoryTransport):
             return None
 
 
+class GroupSettingsKeptByEachInstance(InMemoryTransport):
+    """Each instance keeps the priority and routing key of every group it has published to
+    (what it wrote when it made the group, else what it found), and filters its claims by
+    what it keeps: once another instance has emptied that group and made it anew with other
+    settings (R5, R12), this one claims it by the old ones, below a floor or outside its keys,
+    or passes it over.  One instance alone never shows it."""
+
+    class Core(InMemoryCore):
+        def __init__(self, store):
+            super().__init__(store)
+            self.kept = {}
+
+        def publish(self, group_id, event, priority, routing_key):
+            made = group_id not in self.store.groups
+            super().publish(group_id, event, priority, routing_key)
+            group = self.store.groups[group_id]
+            if made or group_id not in self.kept:
+                self.kept[group_id] = (group.priority, group.routing_key)
+
+        keeps_priority = True
+
+        def claim(self, token, now, visibility, min_priority, routing_keys):
+            for group_id, group in self._groups_in_claim_order():
+                priority, key = self.kept.get(group_id, (group.priority, group.routing_key))
+                priority = priority if self.keeps_priority else group.priority
+                if priority < min_priority or (routing_keys is not None and key not in routing_keys):
+                    continue
+                head = group.messages[0]
+                if self._in_flight(head, now):
+                    continue
+                head.holder, head.until = token, now + visibility
+                group.last_claimed_at = now
+                return Lease(group_id, head.event, head.seq, token)
+            return None
+
+
+class RoutingKeysKeptByEachInstance(GroupSettingsKeptByEachInstance):
+    """:class:`GroupSettingsKeptByEachInstance` keeping only the routing key: a claim by keys
+    through the instance that kept a group's old key takes the new group outside the keys
+    asked, or passes it over (R12)."""
+
+    class Core(GroupSettingsKeptByEachInstance.Core):
+        keeps_priority = False
+
+
 def _crc32(group_id: str) -> int:
     return zlib.crc32(group_id.encode("utf-8", "surrogatepass"))
 
@@ -803,6 +848,9 @@ OF_VALUES = {
     "deadlines in whole milliseconds": (DeadlinesInWholeMilliseconds, "lease-expiry"),
     "one close closes every instance": (OneCloseClosesEveryInstance, "close"),
     "in-flight locks by CRC-32": (InFlightLocksByCrc32, "no-loss"),
+    # what one instance keeps of a group, stale once another empties it and makes it anew
+    "group settings kept by each instance": (GroupSettingsKeptByEachInstance, "priority-floor"),
+    "routing keys kept by each instance": (RoutingKeysKeptByEachInstance, "routing"),
 }
 """Broken variants that only the values of SPEC.md C13 show: each fails its property at the
 default profile (tests/test_certify.py, benchmarks/kill_times.py)."""

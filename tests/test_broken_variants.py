@@ -46,6 +46,9 @@ FOCUSED = {
     "8 lease slots": "single-in-flight",  # a live lease's ack refused once a ninth evicted it
     "a later publish sets the priority": "priority-floor",
     "never-claimed groups first": "tie-break",
+    # a second instance, a group emptied and made anew through it, a claim through the first
+    "group settings kept by each instance": "priority-floor",
+    "routing keys kept by each instance": "routing",
 }
 
 
