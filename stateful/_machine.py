@@ -90,7 +90,8 @@ IN_RESOLUTIONS = ((1.0, 2.0, 3.0), (1.0, 2.0), (0.5, 1.0, 2.0))
 """The visibilities, delays and wall-clock steps, in multiples of a declared resolution."""
 
 
-ANEW_THEN = ("nothing", "claim at its floor", "claim above its floor", "claim by its key")
+ANEW_THEN = ("nothing", "claim at its floor", "claim above its floor", "claim at its old floor", "claim by its key",
+             "claim by its old key")
 """What :meth:`TransportMachine.publish_anew` does after its publish (the first is what a
 failure shrinks to)."""
 
@@ -561,7 +562,8 @@ class TransportMachine(RuleBasedStateMachine):
         self.backlogged = 0  # backlog groups made so far (backlog_group numbers them)
         self.nacked: collections.Counter[tuple[str, int]] = collections.Counter()  # (group, model seq) -> nacks
         self.workers: set[str] = set()  # every worker that claimed
-        self.published: dict[str, None] = {}  # every group id published to, in order
+        # every group id published to, in order, with its last settings: (priority, routing key)
+        self.published: dict[str, tuple[int, str | None]] = {}
         self.reached: collections.Counter[str] = collections.Counter()  # situations met (_properties)
         self.draining = False
         self.refused = False  # a bad_input step has been refused
@@ -749,12 +751,13 @@ class TransportMachine(RuleBasedStateMachine):
         """Publish to a group that was emptied: a new group (R5, R12), with the priority and
         routing key drawn, through either instance; ``then`` claim through the other instance
         (opened first, if there is none, and the publish made through it), at the new group's
-        floor, just above it, or by its key.  What an instance kept of the
+        floor, just above it or at the old group's, or by the new group's key or the old one's.  What an instance kept of the
         old group (its priority, its key, its stamp, its place) no longer holds, and a claim
         through the instance that kept it, filtered where the old and the new settings differ,
         is where that shows: publishes and claims drawn one by one seldom meet so."""
         emptied = self._emptied()
         group = emptied[which % len(emptied)]
+        old_priority, old_key = self.published[group]
         caps = self.backend.capabilities
         if then != "nothing" and caps.shared and len(self.instances) == 1:
             self.open_second_instance()  # the other instance: the first one kept the old group
@@ -762,12 +765,12 @@ class TransportMachine(RuleBasedStateMachine):
         self._publish(group, event, priority, routing_key, via)
         if then == "nothing":
             return multiple()
-        floor = 0
-        if caps.priority and then != "claim by its key":  # above the highest priority there is no floor
-            floor = min(priority + (then == "claim above its floor"), PRIORITIES[-1])
-        keyed = then == "claim by its key" and caps.routing and routing_key is not None
+        new_priority, new_key = self.published[group]
+        floor = {"claim at its floor": new_priority, "claim above its floor": min(new_priority + 1, PRIORITIES[-1]),
+                 "claim at its old floor": old_priority}.get(then, 0)  # no floor above the highest priority
+        key = {"claim by its key": new_key, "claim by its old key": old_key}.get(then)
         self.in_step = True
-        lease = self._claim(self._instance(via + 1), WORKERS[0], visibility, floor, [routing_key] if keyed else None)
+        lease = self._claim(self._instance(via + 1), WORKERS[0], visibility, floor, None if key is None else [key])
         self.in_step = False
         return multiple() if lease is None else lease
 
@@ -784,7 +787,7 @@ class TransportMachine(RuleBasedStateMachine):
         if answer is not None:
             self._fail(facts.PUBLISH_ANSWERED, f"publish({group!r}, ...)", "None", answer)
         self.model.publish(group, event, priority, routing_key)
-        self.published[group] = None
+        self.published[group] = self.model.group_info(group)
         if counted:
             self._count_publish(group, event)
         self.in_step = False

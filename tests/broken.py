@@ -863,6 +863,7 @@ ALSO_BREAKS = {
     "gives up after 5 nacks": ("fifo",),  # the nacked head is gone: the next claim takes the one after it (R8)
     "gives up after 100 nacks": ("fifo",),  # likewise
     "deadlines in float32": ("lease-expiry",),  # a lease cut to a coarse end lapses before it (R3)
+    "group settings kept by each instance": ("routing",),  # it keeps the routing key too
 }
 """Variants whose bug breaks other properties as directly as the one named in
 :data:`OF_VALUES`: whichever the first example that shows it reaches, the failure is the
