@@ -25,12 +25,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import inspect
 import math
 import os
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from ._async import open_transport
 from ._backend import HAREL_IMPLIES, Capabilities
 from ._processes import BranchProcesses, FactoryRecipe
 from .parallel import Ack, Claim, ConcurrencyFailure, Lapse, Nack, Op, Program, Publish, check_program
@@ -66,14 +68,14 @@ def check_at_once(factory: Callable, prefix: Sequence[Call], branches: Sequence[
     program = Program(prefix=tuple(_op(call) for call in prefix),
                       branches=tuple(tuple(_op(call) for call in branch) for branch in branches))
     declared = _capabilities(capabilities)
-    if processes and not declared.shared:
-        raise ValueError("processes=True needs capabilities with shared=True: only instances that share one "
+    if recipe is not None and not declared.shared:
+        raise ValueError("processes needs capabilities with shared=True: only instances that share one "
                          "storage see one queue from processes of their own")
+    is_async = is_async or inspect.iscoroutinefunction(factory)
     try:
         with contextlib.ExitStack() as stack:
             pool = None if recipe is None else stack.enter_context(
-                BranchProcesses(recipe, branches=max(2, len(program.branches)), is_async=is_async,
-                                protocol=declared.protocol))
+                _processes(recipe, factory, len(program.branches), is_async, declared.protocol))
             check_program(factory, program, declared, is_async=is_async, repeats=runs, contention=refusals,
                           histories=histories, processes=pool)
     except ConcurrencyFailure as found:
@@ -83,19 +85,43 @@ def check_at_once(factory: Callable, prefix: Sequence[Call], branches: Sequence[
     return None
 
 
-def _recipe(factory: Callable, processes: bool | str) -> FactoryRecipe | None:
+def _recipe(factory: Callable, processes: bool | str | None) -> FactoryRecipe | None:
     """How the branch processes build the factory (None: the branches run on threads)."""
     if isinstance(processes, str):
         if not re.fullmatch(r"[\w.]+:[\w.]+", processes):
             raise ValueError(f"processes names the factory as module:attribute, got {processes!r}")
-        return FactoryRecipe(spec=processes, path=os.getcwd())
-    if not isinstance(processes, bool):
+        recipe = FactoryRecipe(spec=processes, path=os.getcwd())
+        try:
+            named = recipe.load()
+        except Exception as exc:
+            raise ValueError(f"processes={processes!r} cannot be imported here: {type(exc).__name__}: {exc}") from None
+        if named is not factory:
+            raise ValueError(f"processes={processes!r} is not the factory given ({factory!r}): the branches would "
+                             "run another transport than the prefix")
+        return recipe
+    if processes not in (True, False, None):
         raise ValueError(f"processes is True, False or 'module:attribute', got {processes!r}")
     recipe = FactoryRecipe.by_name(factory) if processes else None
     if processes and recipe is None:
         raise ValueError(f"processes=True needs a factory other processes can import by name (one defined "
                          f"at a module's top level), and {factory!r} is not: name it, processes='module:attribute'")
     return recipe
+
+
+@contextlib.contextmanager
+def _processes(recipe: FactoryRecipe, factory: Callable, branches: int, is_async: bool, protocol: str):
+    """The branch processes, once one of them has published a message this process's
+    transport claims: else the storage is not shared across processes (an in-memory store
+    declared shared), and every run would show a race that is not there."""
+    pool = BranchProcesses(recipe, branches=max(2, branches), is_async=is_async, protocol=protocol)
+    try:
+        try:
+            pool.probe(factory, open_transport)
+        except RuntimeError as exc:
+            raise ValueError(f"processes: {exc}") from None
+        yield pool
+    finally:
+        pool.close()
 
 
 def _capabilities(given: dict[str, Any] | Capabilities | None) -> Capabilities:

@@ -747,7 +747,7 @@ class TransportMachine(RuleBasedStateMachine):
         visibility=lambda choices: st.sampled_from(choices.visibilities),
     )
     @precondition(lambda self: self._emptied())
-    def publish_anew(self, which, event, priority, routing_key, via, then, visibility):
+    def publish_anew(self, which, event, priority, routing_key, via, then="nothing", visibility=1.0):
         """Publish to a group that was emptied: a new group (R5, R12), with the priority and
         routing key drawn, through either instance; ``then`` claim through the other instance
         (opened first, if there is none, and the publish made through it), at the new group's
@@ -767,7 +767,7 @@ class TransportMachine(RuleBasedStateMachine):
             return multiple()
         new_priority, new_key = self.published[group]
         floor = {"claim at its floor": new_priority, "claim above its floor": min(new_priority + 1, PRIORITIES[-1]),
-                 "claim at its old floor": old_priority}.get(then, 0)  # no floor above the highest priority
+                 "claim at its old floor": old_priority}.get(then, 0) if caps.priority else 0  # none above 4
         key = {"claim by its key": new_key, "claim by its old key": old_key}.get(then)
         self.in_step = True
         lease = self._claim(self._instance(via + 1), WORKERS[0], visibility, floor, None if key is None else [key])

@@ -298,7 +298,7 @@ def _serve(recipe: FactoryRecipe, number: int, pipe: Any, barriers: dict, is_asy
             pipe.send(("ok", (calls.recorder.records, ready)))
         except BaseException as exc:
             if job[0] == "branch":
-                barriers[job[-1]].abort()  # the other branches must not wait for this one
+                barriers[job[-2]].abort()  # the other branches must not wait for this one (job[-2]: parties)
             where = f"in branch process {number}, pid {os.getpid()}"
             if isinstance(exc, TransportFault):
                 pipe.send(("fault", (type(exc).__name__, f"{exc} ({where})")))

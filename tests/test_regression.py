@@ -405,3 +405,13 @@ def test_check_at_once_in_processes_refuses_a_factory_it_cannot_import_or_a_stor
         check_at_once(broken.sqlite_in_broken_dir, [], [[("claim",)], [("claim",)]], processes=True)
     with pytest.raises(ValueError, match="module:attribute, got 'broken'"):
         check_at_once(broken.sqlite_in_broken_dir, [], [[("claim",)], [("claim",)]], processes="broken")
+    shared = {"shared": True, "durable": True}
+    with pytest.raises(ValueError, match="'broken:sqlite_in_broken_dri' cannot be imported here: AttributeError"):
+        check_at_once(broken.sqlite_in_broken_dir, [], [[("claim",)], [("claim",)]], processes="broken:sqlite_in_broken_dri",
+                      capabilities=shared)
+    with pytest.raises(ValueError, match="is not the factory given"):
+        check_at_once(broken.sqlite_in_broken_dir, [], [[("claim",)], [("claim",)]],
+                      processes="broken:claim_kept_apart_by_its_process", capabilities=shared)
+    in_memory = importable_factory("unfenced ack")  # a store of its own in each process
+    with pytest.raises(ValueError, match="not shared across processes"):
+        check_at_once(in_memory, [], [[("claim",)], [("claim",)]], processes=True, capabilities=shared)

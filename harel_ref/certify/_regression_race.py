@@ -51,7 +51,8 @@ def race_regression(target: Target, program: Program | None, fact: Fact, prop: s
     in_processes = ran_as == "processes"
     if in_processes and (target.recipe is None or target.recipe.spec is None):
         return "", ("it showed with the branches in processes, which check_at_once runs only for a factory it can "
-                    "import by name (a module-level one), and this one is not: the reproduction runs them")
+                    "import by name (module:attribute), and this one has none (a closure, or a bundled transport): "
+                    "the reproduction runs them")
     summary = " ".join(f"{fact.step}: the specification allows {fact.expected}; the transport answered "
                        f"{fact.answered}".split())
     summary = docstring_text(summary if len(summary) <= 300 else summary[:297] + "...")
