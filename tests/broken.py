@@ -1368,6 +1368,19 @@ def broken_sqlite_backend(name: str, directory) -> Backend:
     return Backend(f"broken-{cls.__name__}", factory, Capabilities(durable=True, shared=True))
 
 
+class OpensNowhereInABranchProcess(SqliteTransport):
+    """Opens in the process that started the test, and raises when opened in any other (a
+    path only that process may write): a branch process must say what it raised, and the
+    others must not wait for it at their barrier."""
+
+    def __init__(self, path, **options):
+        import multiprocessing
+
+        if multiprocessing.parent_process() is not None:
+            raise PermissionError(f"{path}: not from a branch process")
+        super().__init__(path, **options)
+
+
 class ExitsInABranchProcess(SqliteTransport):
     """Claims kill the process they run in when it is not the one that started the test (as a
     crash in a C extension would): the parallel search must say so, not hang or mumble."""
@@ -1379,6 +1392,9 @@ class ExitsInABranchProcess(SqliteTransport):
         if multiprocessing.parent_process() is not None:
             os._exit(3)
         return super().claim(worker_id, visibility, min_priority, routing_keys)
+
+
+opens_nowhere_in_a_branch_process = _in_broken_dir(OpensNowhereInABranchProcess, "opens_nowhere_in_a_branch_process")
 
 
 def exits_in_a_branch_process(clock, namespace):

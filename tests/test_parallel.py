@@ -602,6 +602,24 @@ def test_a_branch_process_that_dies_is_named_and_the_pool_says_so_again(tmp_path
                 run_program(exits_in_a_branch_process, RACING_CLAIMS, capabilities, processes=processes)
 
 
+def test_a_branch_process_whose_transport_raises_says_what_it_raised_and_lives(tmp_path, monkeypatch):
+    """Its error reaches the search, and the worker goes on: it aborted the wrong barrier (a
+    float, not the number of branches), died on the KeyError, and was reported as crashed."""
+    from pathlib import Path
+
+    from broken import opens_nowhere_in_a_branch_process
+    from harel_ref.stateful._processes import BranchProcesses, FactoryRecipe
+
+    monkeypatch.setenv("HAREL_BROKEN_DIR", str(tmp_path))
+    recipe = FactoryRecipe(spec="broken:opens_nowhere_in_a_branch_process", path=str(Path(__file__).parent))
+    capabilities = Capabilities(durable=True, shared=True)
+    with BranchProcesses(recipe) as processes:
+        for _ in range(2):  # the same workers answer again
+            with pytest.raises(RuntimeError, match="a branch process failed: PermissionError: .* not from a branch"):
+                run_program(opens_nowhere_in_a_branch_process, RACING_CLAIMS, capabilities, processes=processes)
+        assert all(worker.is_alive() for worker in processes._workers)
+
+
 def test_a_transport_that_hangs_under_concurrency_is_reported_not_waited_for(monkeypatch):
     import asyncio
     import threading
