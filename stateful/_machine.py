@@ -751,10 +751,11 @@ class TransportMachine(RuleBasedStateMachine):
         """Publish to a group that was emptied: a new group (R5, R12), with the priority and
         routing key drawn, through either instance; ``then`` claim through the other instance
         (opened first, if there is none, and the publish made through it), at the new group's
-        floor, just above it or at the old group's, or by the new group's key or the old one's.  What an instance kept of the
-        old group (its priority, its key, its stamp, its place) no longer holds, and a claim
-        through the instance that kept it, filtered where the old and the new settings differ,
-        is where that shows: publishes and claims drawn one by one seldom meet so."""
+        floor, just above it or at the old group's, or by the new group's key or the old one's.
+        What an instance kept of the old group (its priority, its key, its stamp, its place) no
+        longer holds, and a claim through the instance that kept it, filtered where the old and
+        the new settings differ, is where that shows: publishes and claims drawn one by one
+        seldom meet so."""
         emptied = self._emptied()
         group = emptied[which % len(emptied)]
         old_priority, old_key = self.published[group]
