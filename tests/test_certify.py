@@ -225,16 +225,22 @@ def test_after_the_shared_search_a_focused_search_sets_another_bug_aside_unshrun
 
 def test_a_bug_only_other_searches_met_is_shrunk_once_every_search_has_ended():
     """Where no search shrank a counterexample for a property that failed only by echoes (at
-    seed 4 of a small profile, no-loss's own search misses a store that folds the case of group
-    ids, and single-in-flight's sets it aside), the search whose echo the verdict shows runs
-    again, alone, to shrink it (SPEC.md C5): the verdict has steps and a regression test, not an
-    echo.  (Without the rerun: the echo, 0 steps.  The seed moves whenever the searches draw
-    other values: it was 5 before the values of a step back to a deadline and of 1.3 ms.)"""
+    seed 0 of a small profile, no-loss's own search misses a store that folds the case of group
+    ids, and another search sets it aside), the search whose echo the verdict shows runs again,
+    alone, to shrink it (SPEC.md C5): the verdict has steps and a regression test, not an echo.
+    (Without the rerun: the echo, 0 steps.)  Which seed shows it moves whenever the searches
+    draw other values (5, then 4, then 0 once publish_anew claimed after its publish): the
+    test takes the first of ten seeds at which no-loss's own search misses it, trying the
+    last one known first."""
     backend = broken_backend("group ids fold case")
-    report = certify(backend.factory, backend.capabilities, profile=SMALL, seed=4)
-    failure = report.verdict("no-loss").failure
+    for seed in (0, *range(1, 10)):
+        report = certify(backend.factory, backend.capabilities, profile=SMALL, seed=seed)
+        failure = report.verdict("no-loss").failure
+        if failure is not None and failure.found_by != "no-loss":  # its own search passed: another shrank it
+            break
+    else:
+        pytest.fail("no seed of 10 left the fold-case store to a search other than no-loss's")
     assert report.verdict("no-loss").verdict == "failed", report.to_markdown()
-    assert failure.found_by != "no-loss", report.to_markdown()  # its own search passed: another shrank it
     assert not failure.echo and not failure.unshrunk and 3 <= len(failure.steps) <= 10, report.to_markdown()
     assert failure.regression, report.to_markdown()
 
@@ -243,8 +249,10 @@ def test_the_property_the_shared_search_blames_searches_all_its_examples():
     """The shared search's clean examples count for each focused search's, but for the
     property its failure counts against: that one's own search runs all its examples, for a
     counterexample in its own machine (SPEC.md C5; "leases in 32-bit milliseconds" shrank to 9
-    steps in the shared machine, to 4 in lease-expiry's).  At seed 1 of a small profile the
-    shared search finds routing broken on a store that splits routing keys at commas."""
+    steps in the shared machine, to 4 in lease-expiry's).  At seed 2 of a small profile the
+    shared search finds routing broken on a store that splits routing keys at commas (seed 1
+    before publish_anew claimed after its publish: the test takes the first of eight seeds at
+    which it does, trying the last one known first)."""
     from harel_ref.certify._progress import Progress
 
     class Totals(Progress):
@@ -254,10 +262,16 @@ def test_the_property_the_shared_search_blames_searches_all_its_examples():
         def searching(self, prop, search, done, total):
             self.totals[prop, search] = total
 
-    backend, progress = broken_backend("routing keys split at commas"), Totals()
-    report = certify(backend.factory, backend.capabilities, profile=SMALL, seed=1, progress=progress)
+    backend = broken_backend("routing keys split at commas")
+    for seed in (2, *range(8)):
+        progress = Totals()
+        report = certify(backend.factory, backend.capabilities, profile=SMALL, seed=seed, progress=progress)
+        failure = report.verdict("routing").failure
+        if failure is not None and failure.found_by == "shared":
+            break
+    else:
+        pytest.fail("at no seed of 8 did the shared search find the store that splits keys at commas")
     assert report.verdict("routing").verdict == "failed", report.to_markdown()
-    assert report.verdict("routing").failure.found_by == "shared", report.to_markdown()
     assert progress.totals["routing", "lockstep"] == SMALL.max_examples, progress.totals
     assert all(total < SMALL.max_examples for (prop, search), total in progress.totals.items()
                if search == "lockstep" and prop != "routing"), progress.totals
