@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
-from hypothesis.stateful import RuleBasedStateMachine, rule, run_state_machine_as_test
+from hypothesis.control import current_build_context
+from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, multiple, rule, run_state_machine_as_test
 
 from harel_ref.certify._driver import StopSearch, shrunk_steps
 
 from harel_ref.certify._entries import _raising_step
+from harel_ref.stateful._initialize import InitializeRulesBuiltOnce
 
 
 class FailsOnTheThirdPoke(RuleBasedStateMachine):
@@ -211,3 +213,57 @@ def test_an_example_that_ran_out_of_data_is_frozen_at_its_teardown():
             max_examples=5, derandomize=True, database=None, deadline=None, stateful_step_count=50,
             suppress_health_check=list(HealthCheck)))
     assert True in OverrunsThenRejectsAtTeardown.seen, OverrunsThenRejectsAtTeardown.seen
+
+
+class ThreeInitializeRules(InitializeRulesBuiltOnce, RuleBasedStateMachine):
+    """Initialize rules with bundles and arguments, as TransportMachine's, and a bug that needs
+    two of their values: every example's choices are recorded at its teardown."""
+
+    seen: list = []
+    things = Bundle("things")
+    names = Bundle("names")
+
+    @initialize(target=things, values=st.lists(st.integers(0, 9), min_size=1, max_size=3))
+    def begin(self, values):
+        self.values = list(values)
+        return multiple(*values)
+
+    @initialize(target=names, name=st.sampled_from(["a", "b", "c"]))
+    def choose_name(self, name):
+        return name
+
+    @initialize(extra=st.text(max_size=3))
+    def prefill(self, extra):
+        self.extra = extra
+
+    @rule(thing=things, name=names, more=st.integers(0, 5))
+    def use(self, thing, name, more):
+        if thing + more >= 9 and name == "b":
+            raise AssertionError("the bug")
+
+    def teardown(self):
+        self.seen.append(tuple(current_build_context().data.choices))
+
+
+def _choices_and_steps(built_once: bool) -> tuple[list, list[str]]:
+    machine = type("Machine", (ThreeInitializeRules,), {"_initialize_built_once": built_once, "seen": []})
+    with pytest.raises(AssertionError) as caught:
+        run_state_machine_as_test(machine, settings=settings(max_examples=100, stateful_step_count=8, derandomize=True, database=None,
+                                                             deadline=None))
+    return machine.seen, shrunk_steps(caught.value)
+
+
+def test_initialize_rules_built_once_draw_as_hypothesis_draws_them():
+    """stateful/_initialize.py hands Hypothesis the strategy of an initialize step built once;
+    it relies on ``_initialize_rules_to_run`` and ``_rules_strategy`` as RuleBasedStateMachine
+    uses them.  Both ways, every example (searched and shrunk) draws the same choices, and the
+    failure shrinks to the same steps."""
+    ours, our_steps = _choices_and_steps(True)
+    theirs, their_steps = _choices_and_steps(False)
+    assert len(ours) > 100 and ours == theirs and our_steps == their_steps, (
+        "a machine's initialize steps drawn from the strategies stateful/_initialize.py builds "
+        "once no longer draw what RuleBasedStateMachine draws (it relies on its "
+        "_initialize_rules_to_run and _rules_strategy): make InitializeRulesBuiltOnce follow "
+        f"the change, or drop it (examples {len(ours)} and {len(theirs)}; steps {our_steps} and {their_steps})"
+    )
+    assert sum(step.startswith("state.use(") for step in our_steps) == 1, our_steps
