@@ -33,6 +33,14 @@ if not os.environ.get("TMPDIR") and os.access("/dev/shm", os.W_OK):
     os.environ["TMPDIR"] = "/dev/shm"
     tempfile.tempdir = None  # gettempdir() reads TMPDIR again
 
+# Bytecode is cached, whatever the environment says: with PYTHONDONTWRITEBYTECODE set (as on
+# the CI machines) every process the suite starts (its workers, the branch processes, the
+# commands and pytest runs tests start: hundreds) compiled harel_ref again, and pytest rewrote
+# the asserts of every module of the plugin's package again: 2.4 s of CPU for each pytest
+# started, against 1.0 s with the caches.  Set before xdist starts its workers, so they inherit it.
+os.environ.pop("PYTHONDONTWRITEBYTECODE", None)
+sys.dont_write_bytecode = False
+
 # pytest -n auto already keeps every core busy: a certification a test makes runs its searches
 # one at a time (and so do the commands tests start), unless the test asks for jobs itself.
 os.environ.setdefault("HAREL_REF_JOBS", "1")
