@@ -248,7 +248,7 @@ class ThreeInitializeRules(InitializeRulesBuiltOnce, RuleBasedStateMachine):
 def _choices_and_steps(built_once: bool) -> tuple[list, list[str]]:
     machine = type("Machine", (ThreeInitializeRules,), {"_initialize_built_once": built_once, "seen": []})
     with pytest.raises(AssertionError) as caught:
-        run_state_machine_as_test(machine, settings=settings(max_examples=100, stateful_step_count=8, derandomize=True, database=None,
+        run_state_machine_as_test(machine, settings=settings(max_examples=40, stateful_step_count=6, derandomize=True, database=None,
                                                              deadline=None))
     return machine.seen, shrunk_steps(caught.value)
 
@@ -260,7 +260,7 @@ def test_initialize_rules_built_once_draw_as_hypothesis_draws_them():
     failure shrinks to the same steps."""
     ours, our_steps = _choices_and_steps(True)
     theirs, their_steps = _choices_and_steps(False)
-    assert len(ours) > 100 and ours == theirs and our_steps == their_steps, (
+    assert len(ours) > 40 and ours == theirs and our_steps == their_steps, (
         "a machine's initialize steps drawn from the strategies stateful/_initialize.py builds "
         "once no longer draw what RuleBasedStateMachine draws (it relies on its "
         "_initialize_rules_to_run and _rules_strategy): make InitializeRulesBuiltOnce follow "

@@ -24,6 +24,7 @@ from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from facts_support import property_of
+from twin_support import twin_settings
 from harel_ref.certify import focus_machine
 from harel_ref.stateful import Backend, Divergence, check_linearizable, make_machine
 from harel_ref.stateful._record import Record
@@ -43,7 +44,7 @@ _MACHINE_SETTINGS = settings(parent=settings.default, max_examples=min(settings.
 TestMongoMachine = make_machine(mongo()).TestCase
 TestMongoMachine.settings = _MACHINE_SETTINGS
 TestAsyncMongoMachine = make_machine(mongo_async()).TestCase
-TestAsyncMongoMachine.settings = _MACHINE_SETTINGS
+TestAsyncMongoMachine.settings = twin_settings(_MACHINE_SETTINGS)
 
 
 def _queue(name: str, **kwargs) -> MongoTransport:

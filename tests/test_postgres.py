@@ -21,6 +21,7 @@ from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from facts_support import property_of
+from twin_support import twin_settings
 from harel_ref.certify import focus_machine
 from harel_ref.transport import (
     AsyncPostgresTransport,
@@ -38,6 +39,7 @@ require_server("HAREL_POSTGRES_URL", "initdb", "postgresql")
 
 TestPostgresMachine = make_machine(postgres()).TestCase
 TestAsyncPostgresMachine = make_machine(postgres_async()).TestCase
+TestAsyncPostgresMachine.settings = twin_settings()
 
 
 # --- broken variants of the ack-stamped fairness policy -------------------------------------

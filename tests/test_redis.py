@@ -20,6 +20,7 @@ from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from facts_support import property_of
+from twin_support import twin_settings
 from harel_ref.certify import focus_machine
 from harel_ref.transport import AsyncRedisTransport, OutcomeUnknownError, RedisTransport, StorageError
 from harel_ref.transport import redis as redis_module
@@ -32,6 +33,7 @@ require_server("HAREL_REDIS_URL", "redis-server", "redis-server")
 
 TestRedisMachine = make_machine(redis()).TestCase
 TestAsyncRedisMachine = make_machine(redis_async()).TestCase
+TestAsyncRedisMachine.settings = twin_settings()
 
 
 # --- broken variants of the ack-stamped fairness policy -------------------------------------

@@ -18,6 +18,7 @@ import pytest
 from hypothesis import settings
 from rqlite_support import rerun_after_an_election, shared_cluster  # noqa: F401  (autouse fixture)
 
+from twin_support import twin_settings
 from harel_ref.transport import (
     AsyncRqliteTransport,
     Lease,
@@ -36,7 +37,7 @@ _MACHINE_SETTINGS = settings(parent=settings.default, max_examples=min(settings.
 TestRqliteMachine = rerun_after_an_election(make_machine(rqlite()).TestCase)
 TestRqliteMachine.settings = _MACHINE_SETTINGS
 TestAsyncRqliteMachine = rerun_after_an_election(make_machine(rqlite_async()).TestCase)
-TestAsyncRqliteMachine.settings = _MACHINE_SETTINGS
+TestAsyncRqliteMachine.settings = twin_settings(_MACHINE_SETTINGS)
 
 SECRET = "s3cr3t-pa55"
 

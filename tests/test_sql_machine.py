@@ -15,6 +15,7 @@ from hypothesis import Phase, settings
 from hypothesis.stateful import run_state_machine_as_test
 
 from facts_support import property_of
+from twin_support import twin_settings
 from harel_ref.transport import SqliteTransport
 from harel_ref.transport._sql import SqlCore, Statement
 from harel_ref.stateful import Backend, Capabilities, Divergence, make_machine
@@ -35,6 +36,11 @@ TestAsyncSqliteInItsThreadMachine = make_machine(sqlite_async(_DIR, synchronous=
 TestAsyncSqliteExtraOnTheLoopMachine = make_machine(sqlite_async(_DIR, synchronous="EXTRA", loop_budget=math.inf)).TestCase
 TestLibsqlMachine = make_machine(libsql(_DIR)).TestCase
 TestAsyncLibsqlMachine = make_machine(libsql_async(_DIR)).TestCase
+for _twin in (TestAsyncSqliteMachine, TestAsyncSqliteOnTheLoopMachine, TestAsyncSqliteSyncsInItsThreadMachine,
+              TestAsyncSqliteSyncsOnTheLoopMachine, TestAsyncSqliteInItsThreadMachine,
+              TestAsyncSqliteExtraOnTheLoopMachine, TestAsyncLibsqlMachine):
+    _twin.settings = twin_settings()
+del _twin  # pytest would collect the last twin again under this name
 
 
 def _unfenced_ack(t, lease):
