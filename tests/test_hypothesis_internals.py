@@ -10,7 +10,9 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 from hypothesis.control import current_build_context
-from hypothesis.stateful import Bundle, RuleBasedStateMachine, initialize, multiple, rule, run_state_machine_as_test
+from hypothesis.stateful import (
+    Bundle, RuleBasedStateMachine, initialize, invariant, multiple, rule, run_state_machine_as_test,
+)
 
 from harel_ref.certify._driver import StopSearch, shrunk_steps
 
@@ -215,13 +217,34 @@ def test_an_example_that_ran_out_of_data_is_frozen_at_its_teardown():
     assert True in OverrunsThenRejectsAtTeardown.seen, OverrunsThenRejectsAtTeardown.seen
 
 
+def _initialize_alike(offset: int):
+    """An initialize rule whose function has the same name as every other this makes."""
+
+    @initialize(extra=st.integers(0, 2))
+    def set_up(self, extra):
+        self.offsets.append(offset + extra)
+
+    return set_up
+
+
 class ThreeInitializeRules(InitializeRulesBuiltOnce, RuleBasedStateMachine):
-    """Initialize rules with bundles and arguments, as TransportMachine's, and a bug that needs
-    two of their values: every example's choices are recorded at its teardown."""
+    """Initialize rules with bundles and arguments, as TransportMachine's (and two whose
+    functions share a name), an invariant that needs them all run, and a bug that needs two of
+    their values: every example's choices are recorded at its teardown."""
 
     seen: list = []
     things = Bundle("things")
     names = Bundle("names")
+    first_alike = _initialize_alike(0)
+    second_alike = _initialize_alike(10)
+
+    def __init__(self):
+        super().__init__()
+        self.offsets = []
+
+    @invariant()
+    def every_initialize_rule_ran(self):
+        assert len(self.offsets) == 2 and hasattr(self, "extra"), "an invariant ran before the initialize rules"
 
     @initialize(target=things, values=st.lists(st.integers(0, 9), min_size=1, max_size=3))
     def begin(self, values):
@@ -256,8 +279,8 @@ def _choices_and_steps(built_once: bool) -> tuple[list, list[str]]:
 def test_initialize_rules_built_once_draw_as_hypothesis_draws_them():
     """stateful/_initialize.py hands Hypothesis the strategy of an initialize step built once;
     it relies on ``_initialize_rules_to_run`` and ``_rules_strategy`` as RuleBasedStateMachine
-    uses them.  Both ways, every example (searched and shrunk) draws the same choices, and the
-    failure shrinks to the same steps."""
+    uses them.  Both ways, every example (searched and shrunk) draws the same choices, the
+    invariant waits for the initialize rules, and the failure shrinks to the same steps."""
     ours, our_steps = _choices_and_steps(True)
     theirs, their_steps = _choices_and_steps(False)
     assert len(ours) > 40 and ours == theirs and our_steps == their_steps, (
@@ -267,3 +290,4 @@ def test_initialize_rules_built_once_draw_as_hypothesis_draws_them():
         f"the change, or drop it (examples {len(ours)} and {len(theirs)}; steps {our_steps} and {their_steps})"
     )
     assert sum(step.startswith("state.use(") for step in our_steps) == 1, our_steps
+    assert sum(".set_up(" in step for step in our_steps) == 2, our_steps

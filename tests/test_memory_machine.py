@@ -6,4 +6,4 @@ from harel_ref.stateful.backends.memory import memory, memory_async
 
 TestMemoryMachine = make_machine(memory()).TestCase
 TestAsyncMemoryMachine = make_machine(memory_async()).TestCase
-TestAsyncMemoryMachine.settings = twin_settings()
+TestAsyncMemoryMachine.settings = twin_settings(TestAsyncMemoryMachine.settings)

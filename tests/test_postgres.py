@@ -39,7 +39,7 @@ require_server("HAREL_POSTGRES_URL", "initdb", "postgresql")
 
 TestPostgresMachine = make_machine(postgres()).TestCase
 TestAsyncPostgresMachine = make_machine(postgres_async()).TestCase
-TestAsyncPostgresMachine.settings = twin_settings()
+TestAsyncPostgresMachine.settings = twin_settings(TestAsyncPostgresMachine.settings)
 
 
 # --- broken variants of the ack-stamped fairness policy -------------------------------------

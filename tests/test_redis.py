@@ -33,7 +33,7 @@ require_server("HAREL_REDIS_URL", "redis-server", "redis-server")
 
 TestRedisMachine = make_machine(redis()).TestCase
 TestAsyncRedisMachine = make_machine(redis_async()).TestCase
-TestAsyncRedisMachine.settings = twin_settings()
+TestAsyncRedisMachine.settings = twin_settings(TestAsyncRedisMachine.settings)
 
 
 # --- broken variants of the ack-stamped fairness policy -------------------------------------

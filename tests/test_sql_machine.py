@@ -39,7 +39,7 @@ TestAsyncLibsqlMachine = make_machine(libsql_async(_DIR)).TestCase
 for _twin in (TestAsyncSqliteMachine, TestAsyncSqliteOnTheLoopMachine, TestAsyncSqliteSyncsInItsThreadMachine,
               TestAsyncSqliteSyncsOnTheLoopMachine, TestAsyncSqliteInItsThreadMachine,
               TestAsyncSqliteExtraOnTheLoopMachine, TestAsyncLibsqlMachine):
-    _twin.settings = twin_settings()
+    _twin.settings = twin_settings(_twin.settings)
 del _twin  # pytest would collect the last twin again under this name
 
 

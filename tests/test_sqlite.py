@@ -1032,9 +1032,9 @@ def test_at_full_every_call_but_a_claim_is_synced(kind, tmp_path):
     full_claims, full_both = syncs("FULL", "claims"), syncs("FULL", "acks")
     extra_claims, extra_both = syncs("EXTRA", "claims"), syncs("EXTRA", "acks")
     assert full_claims <= 2, f"20 claims at FULL made {full_claims} syncs"
-    # The WAL header's syncs (two: the WAL and the database) may come once more in one run
-    # than in the other: in the full loaded suite the async twin's acks made 24 once, 22 else
-    assert 20 <= full_both - full_claims <= 22, f"20 acks at FULL made {full_both - full_claims} syncs"
+    # The WAL header's syncs (a pair: the WAL and the database) may come in one run and not
+    # the other: in the full loaded suite the async twin's acks made 24 once, 22 else
+    assert full_both - full_claims in (18, 20, 22), f"20 acks at FULL made {full_both - full_claims} syncs"
     assert extra_claims >= 20, f"20 claims at EXTRA made {extra_claims} syncs"
     assert extra_both - extra_claims >= 20
 

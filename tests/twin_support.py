@@ -14,7 +14,7 @@ from hypothesis import settings
 __all__ = ["twin_settings"]
 
 
-def twin_settings(of: settings | None = None) -> settings:
-    """``of`` (the loaded profile's settings by default) with half its examples, at least 10."""
-    parent = of or settings.default
-    return settings(parent=parent, max_examples=max(10, parent.max_examples // 2))
+def twin_settings(of: settings) -> settings:
+    """``of`` (the twin's own: a machine's ``TestCase.settings`` suppress every health check)
+    with half its examples, at least 10."""
+    return settings(parent=of, max_examples=max(10, of.max_examples // 2))
