@@ -176,3 +176,14 @@ def test_regression_tests_prints_a_row_per_variant_and_the_totals():
                          result.stdout, re.MULTILINE), result.stdout
     assert "2 variants, 2 failed their property, 2 got a regression test, 2 of those fail" in result.stdout
     assert "load average before" in result.stdout and "load average after" in result.stdout
+
+
+def test_initialize_rules_prints_both_ways_and_the_same_choices():
+    result = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "initialize_rules.py"), "--repeats", "1",
+                             "--examples", "10", "--shapes", "2"], capture_output=True, text=True, timeout=600, cwd=ROOT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = re.findall(r"^\| (.+) \(\d+ examples\) \| ([\d.]+) / [\d.]+ / [\d.]+ \| [\d.]+ / [\d.]+ / [\d.]+ \| [\d.]+ \| (\w+) \|$",
+                      result.stdout, re.MULTILINE)
+    assert [(name, same) for name, _, same in rows] == [
+        ("in-memory, passes (searched)", "yes"), ("a later publish sets the priority (searched, shrunk)", "yes")], result.stdout
+    assert "load average at the start" in result.stdout and "load average at the end" in result.stdout
