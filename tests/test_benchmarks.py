@@ -185,5 +185,5 @@ def test_initialize_rules_prints_both_ways_and_the_same_choices():
     rows = re.findall(r"^\| (.+) \(\d+ examples\) \| ([\d.]+) / [\d.]+ / [\d.]+ \| [\d.]+ / [\d.]+ / [\d.]+ \| [\d.]+ \| (\w+) \|$",
                       result.stdout, re.MULTILINE)
     assert [(name, same) for name, _, same in rows] == [
-        ("in-memory, passes (searched)", "yes"), ("a later publish sets the priority (searched, shrunk)", "yes")], result.stdout
+        ("in-memory, passes (searched)", "yes"), ("group ids fold case (searched, shrunk)", "yes")], result.stdout
     assert "load average at the start" in result.stdout and "load average at the end" in result.stdout
