@@ -2,8 +2,8 @@
 
 At each of an example's first steps Hypothesis draws the initialize rules still to run from
 ``one_of(tuples(just(rule), fixed_dictionaries(rule.arguments)) for each rule)``, built and
-validated anew each time.  With the machine's three initialize rules that building was about a
-quarter of a failing certification's CPU (py-spy, a variant's focused search at quick: 222 of
+validated anew each time.  With the machine's three initialize rules that building was nearly a
+third of a failing certification's CPU (py-spy, a variant's focused search at quick: 222 of
 720 samples in ``validate`` and ``tuples``), more than its transport's calls.
 
 :class:`InitializeRulesBuiltOnce` hands Hypothesis the same strategy, built once per machine
