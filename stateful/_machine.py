@@ -50,7 +50,7 @@ from ._values import (
 from ._properties import (
     DRAWN, FAR_CLOCK, HELD, LEASE_END, LEASE_LAPSED, LONG_EVENT, LONG_GROUP, LONG_LEASE, MANY_GROUPS, MANY_NACKS,
     MANY_WORKERS, NEAR_GROUPS, NEAR_KEYS, PARK_ENDED, REOPEN_HELD,
-    STALE_AFTER_RECLAIM, TIE, GROUPS_AT_A_CLAIM, MESSAGES_IN_A_GROUP, NACKS_OF_A_MESSAGE, WORKERS_IN_AN_EXAMPLE,
+    STALE_AFTER_RECLAIM, TIE, GROUPS_AT_A_CLAIM, GROUPS_IN_FLIGHT, MESSAGES_IN_A_GROUP, NACKS_OF_A_MESSAGE, WORKERS_IN_AN_EXAMPLE,
     largest,
 )
 
@@ -530,6 +530,7 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
     check_close: bool = True
     holdings: frozenset[str] = facts.HOLDINGS
     declared: Capabilities | None = None
+    rules_on: frozenset[str] = frozenset(RULES)  # the rules it draws (make_machine's ``rules``)
 
     leases = Bundle("leases")
     groups = Bundle("groups")
@@ -857,6 +858,8 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
                 self._ack(lease, via)
             else:
                 self._nack(lease, 0, via)
+        if held:  # a store that keeps its leases in a list or a pool of fixed size shows it past that
+            largest(self.reached, GROUPS_IN_FLIGHT, sum(token is not None for token, _ in self.model.holds().values()))
         if then == "ack the first" and held:
             self._ack(held.pop(0), via)
         return multiple(*held)
@@ -1406,6 +1409,7 @@ def make_machine(
     rules = set(RULES if rules is None else rules)
     if unknown := rules - set(RULES + FOCUS_RULES):
         raise ValueError(f"unknown rule names {sorted(unknown)}; choose from {RULES + FOCUS_RULES}")
+    attributes["rules_on"] = frozenset(rules)
     # A rule is an attribute carrying Hypothesis's rule marker: shadowing it with a plain
     # function removes it from this subclass.
     attributes.update({off: _disabled_rule(off) for off in set(RULES + FOCUS_RULES) - rules})

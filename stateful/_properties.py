@@ -95,6 +95,7 @@ and the values and sizes they are tried with (SPEC.md C13).  The checkers count 
 situations of its row's ``evidence``, how often its searches reached them."""
 
 GROUPS_AT_A_CLAIM = "groups at a claim"
+GROUPS_IN_FLIGHT = "groups in flight at once"
 MESSAGES_IN_A_GROUP = "messages in one group at a claim"
 NACKS_OF_A_MESSAGE = "nacks of one message"
 WORKERS_IN_AN_EXAMPLE = "workers in one example"
@@ -112,7 +113,7 @@ def drawn(reached: Mapping[str, int]) -> dict[str, int]:
     return dict(sorted(found.items(), key=lambda item: (kinds.index(item[0].split()[0]), -item[1], item[0])))
 
 
-SIZES = (GROUPS_AT_A_CLAIM, MESSAGES_IN_A_GROUP, NACKS_OF_A_MESSAGE, WORKERS_IN_AN_EXAMPLE, BRANCHES_IN_A_PROGRAM)
+SIZES = (GROUPS_AT_A_CLAIM, GROUPS_IN_FLIGHT, MESSAGES_IN_A_GROUP, NACKS_OF_A_MESSAGE, WORKERS_IN_AN_EXAMPLE, BRANCHES_IN_A_PROGRAM)
 """Sizes a search reaches (SPEC.md C13): the checkers keep the largest of each beside the counts
 of situations, and each verdict lists the largest its searches reached (:func:`tally`)."""
 

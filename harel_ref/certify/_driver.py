@@ -32,6 +32,7 @@ from harel_ref.stateful._properties import owner, owners, tally
 from harel_ref.stateful._processes import BranchProcesses
 from harel_ref.stateful.parallel import ConcurrencyFailure, Program, check_program, programs, smaller_programs
 
+from ._probes import probe_programs
 from ._profiles import Profile
 from ._reduce import replayed, without_steps
 from ._signals import raise_if_stopped
@@ -109,15 +110,16 @@ class Search:
 class _Discarded(Exception):
     """An example set aside (or rejected) at its teardown after it ran out of data: Hypothesis
     has frozen it and discards it anyway (a ``reject`` there would end the search with
-    ``Frozen``)."""
+    ``Frozen``); or one set aside outside Hypothesis, a probe."""
 
 
 def _reject() -> None:
-    """Hypothesis's ``reject``, or :class:`_Discarded` where the example has already ended."""
+    """Hypothesis's ``reject``, or :class:`_Discarded` where the example has already ended or
+    runs outside Hypothesis (a probe, :func:`_passes_probes`)."""
     try:
         frozen = current_build_context().data.frozen
-    except InvalidArgument:  # no Hypothesis test runs (a test of this module calls it alone)
-        frozen = False
+    except InvalidArgument:  # no Hypothesis test runs
+        raise _Discarded from None
     if frozen:
         raise _Discarded
     reject()
@@ -259,20 +261,23 @@ Hypothesis found its own draws inconsistent (:func:`run_search`)."""
 
 
 def run_search(machine: type, profile: Profile, run_seed: int, search: Search, examples: int | None = None,
-               aside: Callable[[Fact], bool] = lambda fact: False) -> None:
+               aside: Callable[[Fact], bool] = lambda fact: False, *, probes: bool = True) -> None:
     """Run the lockstep ``machine``: ``examples`` examples (the profile's by default), with a
     synchronous transport's calls in-line on a search thread of its own, watched for the call
     deadline (:func:`~harel_ref.stateful._async.in_line_calls`; an asyncio transport's calls are
     tasks, each with its deadline, on this thread).  A call that hangs there ends the search
     with the hang as its failure, as found: the thread is left to the call, with a copy of
-    ``search`` that counts no more."""
+    ``search`` that counts no more.  ``probes``: the profile's probes run first (:mod:`._probes`;
+    a search's later pass, which takes what the first one found as known, runs none)."""
+    size = profile.probe if probes else 0
     if search.limits.deadline is None or machine.backend.is_async:  # in-line here, or each call a task
-        _run_examples(machine, profile, run_seed, search, examples, aside)
+        _run_examples(machine, profile, run_seed, search, examples, aside, size)
         return
     own = dataclasses.replace(search, reached=collections.Counter(search.reached),
                               aside_facts=dict(search.aside_facts), echoes=dict(search.echoes))
     try:
-        hung = in_line_calls(lambda: _run_examples(machine, profile, run_seed, own, examples, aside), search.limits)
+        hung = in_line_calls(lambda: _run_examples(machine, profile, run_seed, own, examples, aside, size),
+                             search.limits)
     finally:  # a stop too: the report shows what the search found so far
         vars(search).update(vars(own), reached=collections.Counter(own.reached), aside_facts=dict(own.aside_facts),
                             echoes=dict(own.echoes))
@@ -283,8 +288,9 @@ def run_search(machine: type, profile: Profile, run_seed: int, search: Search, e
 
 
 def _run_examples(machine: type, profile: Profile, run_seed: int, search: Search, examples: int | None,
-                  aside: Callable[[Fact], bool]) -> None:
-    """:func:`run_search`'s examples, on the thread they run on.
+                  aside: Callable[[Fact], bool], probe: int = 0) -> None:
+    """:func:`run_search`'s examples, on the thread they run on: the probes of size ``probe``
+    first (:func:`_passes_probes`), then Hypothesis's.
 
     On the wall clock (R18) which rules a step may take can depend on timing: whether a claim
     got a lease decides whether an ack can follow.  Hypothesis remembers every example's draws,
@@ -295,7 +301,11 @@ def _run_examples(machine: type, profile: Profile, run_seed: int, search: Search
     be followed by another (each one brings the search nearer its end); :data:`FRESH_STARTS`
     starts in a row that ran none end it."""
     examples = profile.max_examples if examples is None else examples
+    probes = probe_programs(machine, probe)
+    examples += len(probes)  # Hypothesis runs as many of its own as without them
     search.wanted, idle = examples, 0
+    if probes and not _passes_probes(machine, search, aside, probes):
+        return
     for start in itertools.count():
         before = search.examples
         chosen = seed(run_seed if start == 0 else f"{run_seed}/{start}")
@@ -316,6 +326,27 @@ def _run_examples(machine: type, profile: Profile, run_seed: int, search: Search
             if isinstance(exc, Divergence):
                 search.error = _without_steps(machine, search, exc, aside)
         return
+
+
+def _passes_probes(machine: type, search: Search, aside: Callable[[Fact], bool], probes: list[list[str]]) -> bool:
+    """Run each of ``probes`` as an example of ``search`` (SPEC.md C13a): whether the search goes
+    on to Hypothesis's examples.  It does not where a probe failed (``search.error`` is its
+    failure, its steps as they are: a probe is a few steps already, and each replay of it
+    thousands of calls) or the search was stopped.  A fact ``aside`` (a bug already found) is
+    no failure here, as it is none in Hypothesis's examples."""
+    watched = watched_machine(machine, search, aside, rejects=False)
+    for steps in probes:
+        try:
+            found = replayed(watched, steps)
+        except StopSearch:  # the time is up, or the transport broke (search.first says so)
+            return False
+        if found is None or isinstance(found, _Discarded):
+            continue
+        found.add_note("\n".join(steps))  # where Hypothesis puts a failure's steps
+        search.first = search.first or found
+        search.error = found
+        return False
+    return True
 
 
 def _without_steps(machine: type, search: Search, failure: Divergence,

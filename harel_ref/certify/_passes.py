@@ -209,7 +209,8 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
     search.on_found = None if broken else found  # what a second shared pass finds is never reported
     if lockstep:
         machine = focus_machine(target.factory, kind, caps, is_async=target.is_async)
-        run_search(machine, profile, context["seed"], search, total, _sets_aside(task, broken, ignore))
+        run_search(machine, profile, context["seed"], search, total, _sets_aside(task, broken, ignore),
+                   probes=_probes(context, task, bool(earlier or broken)))
     else:
         run_parallel(target, caps, profile, context["seed"], search, judges=task.judges,
                       processes=pool, alternate=context["branches"] == "both", ignore=ignore)
@@ -233,6 +234,14 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
     undecided = left_undecided(list(search.aside_facts.values()), broken, task.covers) if shared_passed else ()
     return Found(ended, reason, time.monotonic() - began, search.examples, failures, reached=dict(search.reached),
                   clean=search.clean if search.first is not None else None, undecided=undecided)
+
+
+def _probes(context: dict[str, Any], task: Task, later: bool) -> bool:
+    """Whether a lockstep search runs the profile's probes first (SPEC.md C13a): a search's first
+    pass does, but a focused search that stands by for the shared one only where the shared
+    search's failure counts against its property (a probe the shared search passed passes
+    theirs too, and one it failed was another property's)."""
+    return not later and (not task.standby or task.kind in context.get("shared_blamed", ()))
 
 
 def _sets_aside(task: Task, broken: frozenset[str], ignore: frozenset[str]) -> Callable[[facts.Fact], bool]:

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from harel_ref.stateful import Capabilities
 
+from ._probes import PROBE_SIZE
+
 __all__ = ["DEFAULT_CALL_DEADLINE", "DEFAULT_SHRINK_LIMIT", "FITS", "PROFILES", "Profile", "SHARED_FACTOR", "default_level",
            "standby_examples"]
 
@@ -33,7 +35,10 @@ class Profile:
     ``target``: the seconds a certification with this profile aims at, whatever the transport
     (quick's).  A transport too slow for it, such as a networked store, whose every call and
     every opening is a round trip, gets the profile :meth:`fitted` to it: fewer examples and
-    runs per search, the same steps and programs."""
+    runs per search, the same steps and programs.
+
+    ``probe``: the size of the probes that each search publishing backlogs runs as its first
+    examples (:mod:`._probes`, SPEC.md C13a); 0, none."""
 
     name: str
     max_examples: int
@@ -41,6 +46,7 @@ class Profile:
     programs: int = 10
     repeats: int = 10
     target: float | None = None
+    probe: int = 0
 
     def __post_init__(self) -> None:
         if min(self.max_examples, self.step_count, self.programs, self.repeats) < 1:
@@ -52,7 +58,7 @@ class Profile:
         ``NAME/by`` (what ``--profile quick/3`` asks for).  It is never fitted again: ``quick/1``
         is quick as it is, whatever the transport."""
         return Profile(f"{self.name}/{by}", max(5, math.ceil(self.max_examples / by)), self.step_count,
-                       self.programs, max(2, math.ceil(self.repeats / by)))
+                       self.programs, max(2, math.ceil(self.repeats / by)), probe=self.probe)
 
     def fitted(self, estimate: float) -> Profile:
         """What runs for a transport estimated to take ``estimate`` seconds with this profile:
@@ -96,8 +102,8 @@ FITS = (2, 3, 4, 6, 8)
 
 PROFILES = {
     "quick": Profile("quick", max_examples=50, step_count=20, programs=20, repeats=20, target=75.0),
-    "standard": Profile("standard", max_examples=120, step_count=35, programs=40, repeats=30),
-    "thorough": Profile("thorough", max_examples=500, step_count=60, programs=150, repeats=50),
+    "standard": Profile("standard", max_examples=120, step_count=35, programs=40, repeats=30, probe=PROBE_SIZE),
+    "thorough": Profile("thorough", max_examples=500, step_count=60, programs=150, repeats=50, probe=PROBE_SIZE),
 }
 
 
