@@ -1,7 +1,8 @@
 """How fast the default certification kills each broken variant, beside ``--only`` its property.
 
-For each broken variant of ``tests/broken.py`` (those of SPEC.md C13, ``OF_VALUES``, and
-``WIDE``, the concurrent ones of more than three callers, by default; ``--all`` adds every
+For each broken variant of ``tests/broken.py`` (those of SPEC.md C13, ``OF_VALUES``, those
+only the probes show, ``PAST_SEARCHED_SIZES`` (C13a), and ``WIDE``, the concurrent ones of more
+than three callers, by default; ``--all`` adds every
 lockstep variant), two certifications, interleaved, each in a fresh interpreter: the default
 run (profile standard, every property, no flags) and the focused run (``properties=`` the ones
 it breaks).  Each row gives, for both, the verdict of the property it breaks (failed if it or
@@ -39,7 +40,7 @@ ROOT = Path(__file__).resolve().parent.parent
 ONE = r'''
 import dataclasses, json, re, sys, time
 sys.path.insert(0, sys.argv[1])
-from broken import ALSO_BREAKS, BROKEN, OF_VALUES, WIDE, importable_factory
+from broken import ALSO_BREAKS, BROKEN, OF_VALUES, PAST_SEARCHED_SIZES, WIDE, importable_factory
 from harel_ref.certify import certify
 from harel_ref.certify._progress import Progress
 from harel_ref.certify._target import Target
@@ -50,7 +51,7 @@ class Planned(Progress):
         self.jobs = plan.jobs
 
 name, focused, seed = sys.argv[2], sys.argv[3] == "only", int(sys.argv[4])
-prop = {**BROKEN, **OF_VALUES, **WIDE}[name][1]
+prop = {**BROKEN, **OF_VALUES, **PAST_SEARCHED_SIZES, **WIDE}[name][1]
 breaks = (prop, *ALSO_BREAKS.get(name, ()))
 factory = importable_factory(name)
 # as the bundled in-memory transport runs: searches in processes, the branches in threads
@@ -102,11 +103,12 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=600.0, help="seconds before a run counts as missed")
     args = parser.parse_args()
     sys.path.insert(0, str(ROOT / "tests"))
-    from broken import BROKEN, OF_VALUES, WIDE
+    from broken import BROKEN, OF_VALUES, PAST_SEARCHED_SIZES, WIDE
 
-    names = sorted(OF_VALUES) + sorted(WIDE) + (sorted(BROKEN) if args.all else [])
+    lockstep = {**BROKEN, **OF_VALUES, **PAST_SEARCHED_SIZES, **WIDE}
+    names = sorted(OF_VALUES) + sorted(PAST_SEARCHED_SIZES) + sorted(WIDE) + (sorted(BROKEN) if args.all else [])
     if args.variants:
-        unknown = sorted(set(args.variants) - set(OF_VALUES) - set(WIDE) - set(BROKEN))
+        unknown = sorted(set(args.variants) - set(lockstep))
         if unknown:
             parser.error(f"no broken variant is named {unknown}")
         names = [name for name in args.variants]
@@ -115,7 +117,7 @@ def main() -> None:
     print("|---|---|---|---|---|---|---|---|---|---|---|")
     kills, missed = [], []
     for name in names:
-        prop = {**BROKEN, **OF_VALUES, **WIDE}[name][1]
+        prop = lockstep[name][1]
         for seed in args.seeds:
             default, focused = one(name, "default", seed, args.timeout), one(name, "only", seed, args.timeout)
             if default["verdict"] == "failed":

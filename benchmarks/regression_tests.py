@@ -33,7 +33,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 
 import broken  # noqa: E402
-from broken import BROKEN, OF_VALUES, ONE_BUG_MANY_SEARCHES, SHARED_ONLY, WIDE, broken_backend  # noqa: E402
+from broken import (  # noqa: E402
+    BROKEN, OF_VALUES, ONE_BUG_MANY_SEARCHES, PAST_SEARCHED_SIZES, SHARED_ONLY, WIDE, broken_backend,
+)
 
 from harel_ref.certify import certify  # noqa: E402
 from harel_ref.certify._target import Target  # noqa: E402
@@ -44,7 +46,7 @@ SQLITE_RACES = {**broken.CONCURRENCY_BROKEN,
                 "claims kept apart by their process": (broken.ClaimKeptApartByItsProcess, "single-in-flight")}
 SPECS = {**broken.IMPORTABLE, "claims kept apart by their process": "broken:claim_kept_apart_by_its_process"}
 FIXED_SPEC = "broken:sqlite_in_broken_dir"
-VARIANTS = {**BROKEN, **SHARED_ONLY, **ONE_BUG_MANY_SEARCHES, **OF_VALUES, **WIDE, **SQLITE_RACES}
+VARIANTS = {**BROKEN, **SHARED_ONLY, **ONE_BUG_MANY_SEARCHES, **OF_VALUES, **PAST_SEARCHED_SIZES, **WIDE, **SQLITE_RACES}
 
 
 def outcome(code: str, factory) -> str:

@@ -621,16 +621,24 @@ class ClaimReadsAPageOfMessages(InMemoryTransport):
                     if group.messages[0].seq in page]
 
 
-class GroupCappedAt100(InMemoryTransport):
-    """A group holds 100 messages at the most and drops what is published past that, as a
+class _CappedGroups(InMemoryCore):
+    """A group holds ``CAP`` messages at the most and drops what is published past that, as a
     bounded buffer per group would (R1)."""
 
-    class Core(InMemoryCore):
-        def publish(self, group_id, event, priority, routing_key):
-            group = self.store.groups.get(group_id)
-            if group is not None and len(group.messages) >= 100:
-                return None
-            return super().publish(group_id, event, priority, routing_key)
+    CAP = 0
+
+    def publish(self, group_id, event, priority, routing_key):
+        group = self.store.groups.get(group_id)
+        if group is not None and len(group.messages) >= self.CAP:
+            return None
+        return super().publish(group_id, event, priority, routing_key)
+
+
+class GroupCappedAt100(InMemoryTransport):
+    """A group holds 100 messages at the most (R1)."""
+
+    class Core(_CappedGroups):
+        CAP = 100
 
 
 class _GivesUpAfterNacks(InMemoryCore):
@@ -809,6 +817,64 @@ class RoutingKeysKeptByEachInstance(GroupSettingsKeptByEachInstance):
         keeps_priority = False
 
 
+# --- Broken only past the sizes the searches draw (SPEC.md C13a): each passes every example of
+# up to 256 groups, 128 messages in a group and 128 claims in a row; the probes at 1,100 show it.
+
+
+class InFlightListCutAt999(InMemoryTransport):
+    """A claim passes over the groups in flight by a list of their ids, cut at SQLite's old
+    limit of 999 bound parameters (``WHERE group_id NOT IN (?, ?, ...)``): with more than 999
+    groups in flight, the rest are taken as free, and a message in flight is claimed again (R2)."""
+
+    class Core(InMemoryCore):
+        def claim(self, token, now, visibility, min_priority, routing_keys):
+            listed = [group_id for group_id, group in self._groups_in_claim_order()
+                      if self._in_flight(group.messages[0], now)][:999]
+            for group_id, group in self._groups_in_claim_order():
+                if group.priority < min_priority or (routing_keys is not None and group.routing_key not in routing_keys):
+                    continue
+                if group_id in listed:
+                    continue
+                head = group.messages[0]
+                head.holder, head.until = token, now + visibility
+                group.last_claimed_at = now
+                return Lease(group_id, head.event, head.seq, token)
+            return None
+
+
+class ClaimReadsAPageOf1000Groups(InMemoryTransport):
+    """:class:`ClaimReadsAPageOfGroups` with a page of 1,000 groups: behind 1,000 groups in
+    flight, a free group is not found (R2, R4)."""
+
+    class Core(InMemoryCore):
+        def _groups_in_claim_order(self):
+            return super()._groups_in_claim_order()[:1000]
+
+
+class GroupCappedAt1024(InMemoryTransport):
+    """A group holds 1,024 messages at the most (R1)."""
+
+    class Core(_CappedGroups):
+        CAP = 1024
+
+
+class GivesUpAfter1000Nacks(InMemoryTransport):
+    """The 1,000th nack of one message deletes it (R8)."""
+
+    class Core(_GivesUpAfterNacks):
+        LIMIT = 1000
+
+
+PAST_SEARCHED_SIZES = {
+    "in-flight list cut at 999": (InFlightListCutAt999, "single-in-flight"),
+    "a claim reads a page of 1,000 groups": (ClaimReadsAPageOf1000Groups, "no-loss"),
+    "a group capped at 1,024 messages": (GroupCappedAt1024, "no-loss"),
+    "gives up after 1,000 nacks": (GivesUpAfter1000Nacks, "fifo"),  # the next claim takes the message after it
+}
+"""Broken variants that only a certification's probes show (SPEC.md C13a): each passes every
+lockstep machine test, and fails its property at the default profile."""
+
+
 def _crc32(group_id: str) -> int:
     return zlib.crc32(group_id.encode("utf-8", "surrogatepass"))
 
@@ -900,7 +966,7 @@ def importable_factory(name: str):
 
 def _in_memory() -> dict[str, tuple[type, str]]:
     """Every in-memory broken variant, by name: each one :func:`broken_backend` builds."""
-    return {**BROKEN, **SHARED_ONLY, **ONE_BUG_MANY_SEARCHES, **OF_VALUES, **WIDE}
+    return {**BROKEN, **SHARED_ONLY, **ONE_BUG_MANY_SEARCHES, **OF_VALUES, **WIDE, **PAST_SEARCHED_SIZES}
 
 
 def _attribute_of(name: str) -> str:

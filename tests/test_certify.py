@@ -12,14 +12,16 @@ import time
 
 import pytest
 
-from broken import ALSO_BREAKS, BROKEN, FAULTS, HUNG_NACKS, OF_VALUES, broken_backend, fault_backend
+from broken import ALSO_BREAKS, BROKEN, FAULTS, HUNG_NACKS, OF_VALUES, PAST_SEARCHED_SIZES, broken_backend, fault_backend
 from facts_support import blamed, property_of
 from harel_ref.certify import PROFILES, PROPERTIES, Profile, certify
+from harel_ref.certify._probes import PROBE_SIZE
 from harel_ref.transport import InMemoryStore, InMemoryTransport
 from harel_ref.stateful import Capabilities, Divergence
 import harel_ref.stateful._facts as facts
 from harel_ref.stateful._properties import (
-    BRANCHES_IN_A_PROGRAM, GROUPS_AT_A_CLAIM, LEASE_LAPSED, LONG_GROUP, MANY_GROUPS, MANY_NACKS, MANY_WORKERS,
+    BRANCHES_IN_A_PROGRAM, GROUPS_AT_A_CLAIM, GROUPS_IN_FLIGHT, LEASE_LAPSED, LONG_GROUP, MANY_GROUPS, MANY_NACKS,
+    MANY_WORKERS, MESSAGES_IN_A_GROUP, NACKS_OF_A_MESSAGE,
 )
 from harel_ref.stateful.backends import load
 
@@ -111,6 +113,44 @@ def test_a_variant_of_values_the_focused_search_catches_the_default_run_catches(
         assert len(steps) <= 8, verdict.failure.reproduction
     # one bug, one failure: the searches its changed events disturbed are its consequences
     assert {v.property for v in default.verdicts if v.verdict == "failed"} == {prop}, default.to_markdown()
+
+
+PROBED = dataclasses.replace(SMALL, name="small, probed", probe=PROBE_SIZE)
+"""SMALL with the probes of standard (SPEC.md C13a): a search that fails at a probe runs none of
+Hypothesis's examples."""
+
+
+@pytest.mark.parametrize("name", sorted(PAST_SEARCHED_SIZES))
+def test_a_limit_past_the_sizes_searched_passes_the_searches_and_fails_at_a_probe(name):
+    """SPEC.md C13a: a limit at about a thousand (999 groups listed as in flight, a page of
+    1,000 groups, a group of 1,024 messages, a retry counter that gives up at the 1,000th nack)
+    passes the property's search without the probes, and fails it at a probe, in a few steps
+    that say the sizes; the verdict's evidence has the probe's sizes."""
+    _, prop = PAST_SEARCHED_SIZES[name]
+    backend = broken_backend(name)
+    unprobed = certify(backend.factory, backend.capabilities, profile=SMALL, properties=[prop])
+    assert unprobed.verdict(prop).verdict == "passed", unprobed.to_markdown()
+    probed = certify(backend.factory, backend.capabilities, profile=PROBED, properties=[prop])
+    verdict = probed.verdict(prop)
+    assert verdict.verdict == "failed" and len(verdict.failure.steps) <= 8, probed.to_markdown()
+    assert any(f"{PROBE_SIZE}" in step for step in verdict.failure.steps), verdict.failure.steps
+    assert verdict.largest[GROUPS_AT_A_CLAIM] > PROBE_SIZE or verdict.largest[MESSAGES_IN_A_GROUP] >= PROBE_SIZE
+
+
+def test_the_probes_pass_a_correct_transport_and_reach_past_a_thousand():
+    """The probes of standard on the in-memory reference: both pass, as two examples of the
+    search, and the sizes they reach are the verdict's evidence: more than PROBE_SIZE groups
+    at a claim, as many in flight at once, in one group, and nacks of one message.  A search
+    without them (quick) reaches none of those sizes."""
+    backend = load("memory")(None)
+    probed = certify(backend.factory, backend.capabilities, profile=PROBED, properties=["fifo", "single-in-flight"])
+    unprobed = certify(backend.factory, backend.capabilities, profile=SMALL, properties=["fifo", "single-in-flight"])
+    size = PROBE_SIZE
+    for report, reached in ((probed, True), (unprobed, False)):
+        largest = {**report.verdict("fifo").largest, **report.verdict("single-in-flight").largest}
+        assert report.outcome == "passed", report.to_markdown()
+        assert (largest[GROUPS_IN_FLIGHT] >= size and largest[MESSAGES_IN_A_GROUP] >= size
+                and largest[NACKS_OF_A_MESSAGE] >= size) is reached, largest
 
 
 def test_a_failure_whose_shrinking_reaches_the_shrink_limit_is_shown_as_found_and_says_so():
@@ -745,14 +785,12 @@ def test_a_slow_transport_runs_quick_fitted_and_the_report_and_replay_say_so(mon
     assert report.profile.name == "quick"  # a time budget is the caller's way to say how long
 
 
-@pytest.mark.filterwarnings("ignore:Using `reject` outside a property-based test")  # called here by hand
 def test_shrinking_rejects_an_example_that_fails_another_property_than_the_first():
     """SPEC C7: once a search has found a failure, an example that fails with a fact another
-    property owns is rejected (Hypothesis counts it invalid), so shrinking cannot slip to it; a
-    fact the same property owns is the failure, and may be the smaller one."""
-    from hypothesis.errors import UnsatisfiedAssumption
-
-    from harel_ref.certify._driver import Search, watched_machine
+    property owns is rejected (Hypothesis counts it invalid; called here by hand, outside
+    Hypothesis, it is discarded), so shrinking cannot slip to it; a fact the same property owns
+    is the failure, and may be the smaller one."""
+    from harel_ref.certify._driver import Search, _Discarded, watched_machine
 
     from harel_ref.certify._focus import focus_machine
     from harel_ref.stateful._properties import owner
@@ -765,7 +803,7 @@ def test_shrinking_rejects_an_example_that_fails_another_property_than_the_first
             state._fail(facts.CLAIMED_LEASED, "claim(...)", "None", "a lease")
         first = search.first
         assert owner(first.kind) == "single-in-flight" != owner(facts.NOT_HEAD)
-        with pytest.raises(UnsatisfiedAssumption):
+        with pytest.raises(_Discarded):
             state._fail(facts.NOT_HEAD, "claim(...)", "the head", "another message")
         with pytest.raises(Divergence):  # single-in-flight's own kind: the failure itself
             state._fail(facts.CLAIMED_LEASED, "claim(...)", "None", "a lease")
