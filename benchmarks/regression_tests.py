@@ -4,8 +4,10 @@ For each broken in-memory variant of ``tests/broken.py`` (the lockstep ones, and
 whose races the concurrent search finds; their fixed self is ``InMemoryTransport``) and each
 SQLite race (``CONCURRENCY_BROKEN`` and the claims kept apart by their process, certified by
 their ``module:factory`` name, so that the branches run in processes as well as threads; their
-fixed self is ``SqliteTransport``), a focused certification of the property it breaks
-(``--profile``, quick by default, and standard where quick found nothing), then the regression
+fixed self is ``SqliteTransport``) and each fault (``FAULTS``: a nack that panics, ends its
+thread or hangs; their fixed self is the in-memory reference or its asyncio twin), a focused
+certification of the property it breaks (``--profile``, quick by default, and standard where
+quick found nothing, each at ``--seeds`` in turn until one fails it), then the regression
 test written for its failure (issue 44) run twice: against the variant (it must fail) and
 against the fixed transport (it must pass).  A row per variant: the verdict, the seconds to
 the report, the test's lines and calls, and the two outcomes, or why no test was written.
@@ -40,13 +42,16 @@ from broken import (  # noqa: E402
 from harel_ref.certify import certify  # noqa: E402
 from harel_ref.certify._target import Target  # noqa: E402
 from harel_ref.stateful.backends import load  # noqa: E402
+from harel_ref.stateful.backends.memory import AsyncInMemoryTransport  # noqa: E402
 from harel_ref.transport import InMemoryTransport  # noqa: E402
 
 SQLITE_RACES = {**broken.CONCURRENCY_BROKEN,
                 "claims kept apart by their process": (broken.ClaimKeptApartByItsProcess, "single-in-flight")}
 SPECS = {**broken.IMPORTABLE, "claims kept apart by their process": "broken:claim_kept_apart_by_its_process"}
 FIXED_SPEC = "broken:sqlite_in_broken_dir"
-VARIANTS = {**BROKEN, **SHARED_ONLY, **ONE_BUG_MANY_SEARCHES, **OF_VALUES, **PAST_SEARCHED_SIZES, **WIDE, **SQLITE_RACES}
+FAULTS = {name: (cls, "fifo") for name, (cls, _) in broken.FAULTS.items()}  # each breaks nack alone
+VARIANTS = {**BROKEN, **SHARED_ONLY, **ONE_BUG_MANY_SEARCHES, **OF_VALUES, **PAST_SEARCHED_SIZES, **WIDE, **SQLITE_RACES,
+            **FAULTS}
 
 
 def outcome(code: str, factory) -> str:
@@ -66,20 +71,27 @@ def under_test(name: str) -> tuple[Any, dict[str, Any], Any]:
     if name in SPECS:  # by name: branch processes import it
         target = Target.from_spec(SPECS[name])
         return target.factory, {"_target": target}, broken.sqlite_in_broken_dir
+    if name in FAULTS:  # a hang ends its search at the call deadline, here 2 s
+        backend = broken.fault_backend(name)
+        fixed = load("memory-async" if backend.is_async else "memory")(None).factory
+        return backend.factory, {"capabilities": backend.capabilities, "is_async": backend.is_async,
+                                 "call_deadline": 2.0}, fixed
     backend = broken_backend(name)
     return backend.factory, {"capabilities": backend.capabilities}, load("memory")(None).factory
 
 
-def row(name: str, profiles: list[str]) -> dict:
+def row(name: str, profiles: list[str], seeds: list[int]) -> dict:
     cls, prop = VARIANTS[name]
     factory, how, fixed = under_test(name)
     began = time.monotonic()
-    for profile in profiles:
-        report = certify(factory, profile=profile, properties=[prop], **how)
+    for profile, seed in ((profile, seed) for profile in profiles for seed in seeds):
+        report = certify(factory, profile=profile, properties=[prop], seed=seed, **how)
         verdict = report.verdict(prop)
+        broken.RELEASE_HUNG.set()  # a hung call's thread ends
+        broken.RELEASE_HUNG.clear()
         if verdict.verdict == "failed":
             break
-    found = {"variant": name, "property": prop, "profile": profile, "verdict": verdict.verdict,
+    found = {"variant": name, "property": prop, "profile": f"{profile}, seed {seed}", "verdict": verdict.verdict,
              "seconds": time.monotonic() - began}
     failure = verdict.failure
     if failure is None or not failure.regression:
@@ -102,19 +114,22 @@ def main() -> None:
     parser.add_argument("--variants", nargs="*", help="these variants only (default: every in-memory one, and the "
                                                       "SQLite races)")
     parser.add_argument("--profile", default="quick", help="the focused search's profile (then standard if it passes)")
+    parser.add_argument("--seeds", type=int, nargs="+", default=[0, 1, 2],
+                        help="the seeds tried at each profile, in turn, until the property fails")
     args = parser.parse_args()
-    names = args.variants or [n for n, (cls, _) in VARIANTS.items() if issubclass(cls, InMemoryTransport) or n in SPECS]
+    names = args.variants or [n for n, (cls, _) in VARIANTS.items()
+                              if issubclass(cls, (InMemoryTransport, AsyncInMemoryTransport)) or n in SPECS]
     profiles = [args.profile] + (["standard"] if args.profile != "standard" else [])
     made = None if "HAREL_BROKEN_DIR" in os.environ else tempfile.mkdtemp(prefix="harel-ref-regression-")
     os.environ.setdefault("HAREL_BROKEN_DIR", made or "")  # the SQLite variants' files
     try:
-        table(names, profiles)
+        table(names, profiles, args.seeds)
     finally:
         if made:
             shutil.rmtree(made, ignore_errors=True)
 
 
-def table(names: list[str], profiles: list[str]) -> None:
+def table(names: list[str], profiles: list[str], seeds: list[int]) -> None:
     """Certify each variant, run its test both ways, print a row per variant and the totals."""
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     print("| variant | property | verdict (profile) | seconds | test lines | calls | branches | on the variant | on the fixed "
@@ -122,7 +137,7 @@ def table(names: list[str], profiles: list[str]) -> None:
     print("|---|---|---|---|---|---|---|---|---|---|")
     rows = []
     for name in names:
-        found = row(name, profiles)
+        found = row(name, profiles, seeds)
         rows.append(found)
         print(f"| {name} | {found['property']} | {found['verdict']} ({found['profile']}) | {found['seconds']:.1f} | "
               f"{found.get('lines', '')} | {found.get('calls', '')} | {found.get('branches', '')} | "

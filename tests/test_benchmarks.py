@@ -167,14 +167,14 @@ def test_branches_prints_each_width_on_each_transport():
 def test_regression_tests_prints_a_row_per_variant_and_the_totals():
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "regression_tests.py"), "--variants", "unfenced ack",
-         "routing keys ignored"],
+         "routing keys ignored", "panics"],
         capture_output=True, text=True, timeout=600, cwd=ROOT,
     )
     assert result.returncode == 0, result.stderr[-3000:]
-    for name in ("unfenced ack", "routing keys ignored"):
-        assert re.search(rf"^\| {name} \| \w[\w-]* \| failed \(quick\) \| [\d.]+ \| \d+ \| \d+ \|  \| failed \| passed \|  \|$",
-                         result.stdout, re.MULTILINE), result.stdout
-    assert "2 variants, 2 failed their property, 2 got a regression test, 2 of those fail" in result.stdout
+    for name in ("unfenced ack", "routing keys ignored", "panics"):
+        assert re.search(rf"^\| {name} \| \w[\w-]* \| failed \(quick, seed 0\) \| [\d.]+ \| \d+ \| \d+ \|  \| failed \| "
+                         r"passed \|  \|$", result.stdout, re.MULTILINE), result.stdout
+    assert "3 variants, 3 failed their property, 3 got a regression test, 3 of those fail" in result.stdout
     assert "load average before" in result.stdout and "load average after" in result.stdout
 
 

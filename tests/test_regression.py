@@ -19,12 +19,13 @@ import pytest
 from broken import BROKEN, OF_VALUES, ONE_BUG_MANY_SEARCHES, WIDE, broken_backend, importable_factory
 
 from harel_ref import check_at_once
-from harel_ref.certify import certify
+from harel_ref.certify import Profile, certify
 from harel_ref.stateful.backends import load
 from harel_ref.transport import InMemoryStore, InMemoryTransport
 from harel_ref.transport.memory import InMemoryCore
 
 VARIANTS = {**BROKEN, **OF_VALUES, **ONE_BUG_MANY_SEARCHES}
+SMALL = Profile("small", max_examples=25, step_count=15)
 
 SAMPLE = [
     "unfenced ack",  # an ack's answer
@@ -204,6 +205,34 @@ def test_the_call_that_diverged_asserts_what_it_broke_whatever_it_broke(bug, pro
     assert failure.kind == kind and failure.regression, failure
     assert run_test(failure.regression, broken) is not None, failure.regression
     assert run_test(failure.regression, load("memory")(None).factory) is None, failure.regression
+
+
+class RaisesOnNack(InMemoryTransport):
+    """nack raises an ordinary error, as an unimplemented method or a driver's does."""
+
+    def nack(self, lease, delay=0):
+        raise RuntimeError("nack is not implemented")
+
+
+@pytest.mark.parametrize("name", ["raises", "panics", "exits its thread"])
+def test_a_call_that_raises_panics_or_ends_its_thread_gets_a_test_that_it_returns(name):
+    """A fault (SPEC.md C14): the written test makes the call inside a ``try`` that catches any
+    BaseException, a panic or SystemExit too, and fails saying what it raised, with the model's
+    reason; on the transport the variant came from, the call returns and the test passes.
+    (A hang stops its search without steps to replay: it gets no test, and says so.)"""
+    from broken import FAULTS
+
+    cls = RaisesOnNack if name == "raises" else FAULTS[name][0]
+    broken = factory_of(cls)
+    report = certify(broken, load("memory")(None).capabilities, profile=SMALL, properties=["fifo"],
+                     call_deadline=5.0)
+    failure = report.verdict("fifo").failure
+    assert failure.regression, (failure.no_regression, report.to_markdown())
+    assert "except BaseException as error:" in failure.regression, failure.regression
+    failed = run_test(failure.regression, broken)
+    assert failed is not None and type(failed).__name__ == "Failed", failure.regression
+    assert ("RuntimeError" if name == "raises" else "PanicException" if name == "panics" else "SystemExit") in str(failed)
+    assert run_test(failure.regression, factory_of(InMemoryTransport)) is None, failure.regression
 
 
 def test_a_factory_of_clock_alone_is_called_as_the_certifier_called_it():

@@ -51,9 +51,7 @@ UNWRITTEN = {
     facts.DRAIN_DIFFERS: "the drain's messages differ as a whole, which no single call shows",
     facts.SEQ_CHANGED: "a lease's seq differs from an earlier one's, which the test would have to compare by hand",
     facts.SEQ_ORDER: "a lease's seq is out of order with an earlier one's, which the test would have to compare by hand",
-    facts.HUNG: "the transport hung: a test of it would hang too",
-    facts.CRASHED: "the transport crashed its process",
-    facts.PANICKED: "the transport panicked",
+    facts.HUNG: "the transport hung: its search stopped there, without steps to replay",
 }
 """The facts of a lockstep failure that get no regression test, and why."""
 

@@ -276,6 +276,8 @@ class _Writer:
             return [f"{queue} = {self.awaited}opened()"]
         diverged = call.diverged is not None
         made = f"{self.awaited}{queue}.{call.method}({self.arguments(call)})"
+        if diverged and call.diverged.kind in facts.FAULTS:
+            return self.faulted(made)
         if call.method == "close":
             return [made]  # closing twice is harmless (R14): only a fault raises here
         if call.after_close or call.refuses is not None:
@@ -313,6 +315,13 @@ class _Writer:
             self.used.update((["claimed"] + ["event"] * self.harel) if "claimed(" in shown else [])
             out.append(f"assert {shown}{why}")
         return out
+
+    def faulted(self, made: str) -> list[str]:
+        """The call that raised, panicked or ended its thread, which is the failure: it must
+        return, whatever it answers (a panic and ``SystemExit`` caught too, to say so)."""
+        self.raises = True
+        return ["try:", f"    {made}", "except BaseException as error:  # what the transport raised is the failure",
+                f'    pytest.fail(f"{{type(error).__name__}}: {{error}}. " + {self.message!r})']
 
     def refused(self, call: Call, made: str, diverged: bool) -> list[str]:
         """A call that must raise: bad input (its error) or any call after close (an error that
