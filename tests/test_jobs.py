@@ -12,10 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from harel_ref.certify import Progress, certify
+from harel_ref.certify import Profile, Progress, certify
 from harel_ref.certify._engine import default_jobs
+from harel_ref.certify._probes import PROBE_SIZE
 from harel_ref.certify._target import Target
-from harel_ref.stateful._properties import OVERLAP
+from harel_ref.stateful._properties import GROUPS_IN_FLIGHT, OVERLAP
 
 TESTS = Path(__file__).resolve().parent
 
@@ -94,17 +95,21 @@ def test_a_run_with_jobs_gives_the_report_of_a_run_one_at_a_time(project, factor
     # two_bugs: the shared search stops at one bug, its second pass meets the other, and every
     # focused search runs after it, in the search processes; both properties fail, neither
     # hidden by the other (SPEC.md C5).  fine: the shared search passes and stands for them.
-    # At quick/4 (13 examples a search), two_bugs takes 36 s of CPU, 49 s at quick/2.
+    # At quick/4 (13 examples a search), two_bugs takes 36 s of CPU, 49 s at quick/2.  fine runs
+    # the probes of standard too (SPEC.md C13a): they are examples of the search, counted alike.
     target = Target.from_spec(f"jobs_target:{factory}")
-    serial = certify(target.factory, profile="quick/4", _target=target, jobs=1)
+    profile = Profile.named("quick/4")
+    profile = dataclasses.replace(profile, probe=PROBE_SIZE) if factory == "fine" else profile
+    serial = certify(target.factory, profile=profile, _target=target, jobs=1)
     plans = Plans()
-    spread = certify(target.factory, profile="quick/4", _target=target, jobs=2, progress=plans)
+    spread = certify(target.factory, profile=profile, _target=target, jobs=2, progress=plans)
     assert plans.plans[0].jobs == 2 and not plans.plans[0].jobs_note
     failed = {v.property for v in spread.verdicts if v.verdict == "failed"}
     assert failed == ({"fencing", "fairness"} if factory == "two_bugs" else set()), spread.to_markdown()
     fifo = spread.verdict("fifo")  # failures, shrunk steps and all, compared below
     assert fifo.verdict == "passed" and fifo.reason.startswith("shared search: ") == (factory == "fine"), fifo.reason
     assert _without_times(spread) == _without_times(serial)
+    assert (spread.verdict("fifo").largest.get(GROUPS_IN_FLIGHT, 0) > 1000) == (factory == "fine")
     assert plans.told == [v.property for v in spread.verdicts]  # each verdict told once, in order
 
 
