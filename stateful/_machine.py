@@ -859,7 +859,9 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
             else:
                 self._nack(lease, 0, via)
         if held:  # a store that keeps its leases in a list or a pool of fixed size shows it past that
-            largest(self.reached, GROUPS_IN_FLIGHT, sum(token is not None for token, _ in self.model.holds().values()))
+            now = time.time() if self.wall else self.clock.now
+            live = sum(token is not None and now <= until.lo for token, until in self.model.holds().values())
+            largest(self.reached, GROUPS_IN_FLIGHT, live)
         if then == "ack the first" and held:
             self._ack(held.pop(0), via)
         return multiple(*held)

@@ -871,8 +871,9 @@ PAST_SEARCHED_SIZES = {
     "a group capped at 1,024 messages": (GroupCappedAt1024, "no-loss"),
     "gives up after 1,000 nacks": (GivesUpAfter1000Nacks, "fifo"),  # the next claim takes the message after it
 }
-"""Broken variants that only a certification's probes show (SPEC.md C13a): each passes every
-lockstep machine test, and fails its property at the default profile."""
+"""Broken variants that only a certification's probes show (SPEC.md C13a): each passes its
+property's search without the probes (tests/test_certify.py, at a small profile), and fails it
+with them."""
 
 
 def _crc32(group_id: str) -> int:

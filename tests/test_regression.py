@@ -35,6 +35,7 @@ SAMPLE = [
     "closed without saying so",  # calls after close
     "group ids fold case",  # the drain, near-colliding ids
     "routing keys read twice",  # an iterator argument
+    "one close closes every instance",  # a call on an instance still open, after another's close
 ]
 """Variants whose failures show each kind of call the test writes; benchmarks/regression_tests.py
 runs every variant."""

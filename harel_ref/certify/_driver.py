@@ -28,7 +28,7 @@ from harel_ref.stateful import Capabilities, Divergence
 from harel_ref.stateful._async import CallLimits, in_line_calls
 from harel_ref.stateful._facts import Fact
 from harel_ref.stateful._machine import Choices
-from harel_ref.stateful._properties import owner, owners, tally
+from harel_ref.stateful._properties import SIZES, owner, owners, tally
 from harel_ref.stateful._processes import BranchProcesses
 from harel_ref.stateful.parallel import ConcurrencyFailure, Program, check_program, programs, smaller_programs
 
@@ -115,7 +115,7 @@ class _Discarded(Exception):
 
 def _reject() -> None:
     """Hypothesis's ``reject``, or :class:`_Discarded` where the example has already ended or
-    runs outside Hypothesis (a probe, :func:`_passes_probes`)."""
+    runs outside Hypothesis (a probe, :func:`_run_probes`)."""
     try:
         frozen = current_build_context().data.frozen
     except InvalidArgument:  # no Hypothesis test runs
@@ -261,15 +261,15 @@ Hypothesis found its own draws inconsistent (:func:`run_search`)."""
 
 
 def run_search(machine: type, profile: Profile, run_seed: int, search: Search, examples: int | None = None,
-               aside: Callable[[Fact], bool] = lambda fact: False, *, probes: bool = True) -> None:
+               aside: Callable[[Fact], bool] = lambda fact: False) -> None:
     """Run the lockstep ``machine``: ``examples`` examples (the profile's by default), with a
     synchronous transport's calls in-line on a search thread of its own, watched for the call
     deadline (:func:`~harel_ref.stateful._async.in_line_calls`; an asyncio transport's calls are
     tasks, each with its deadline, on this thread).  A call that hangs there ends the search
     with the hang as its failure, as found: the thread is left to the call, with a copy of
-    ``search`` that counts no more.  ``probes``: the profile's probes run first (:mod:`._probes`;
-    a search's later pass, which takes what the first one found as known, runs none)."""
-    size = profile.probe if probes else 0
+    ``search`` that counts no more.  Where the examples found nothing, the profile's probes
+    run (:mod:`._probes`)."""
+    size = profile.probe
     if search.limits.deadline is None or machine.backend.is_async:  # in-line here, or each call a task
         _run_examples(machine, profile, run_seed, search, examples, aside, size)
         return
@@ -289,8 +289,19 @@ def run_search(machine: type, profile: Profile, run_seed: int, search: Search, e
 
 def _run_examples(machine: type, profile: Profile, run_seed: int, search: Search, examples: int | None,
                   aside: Callable[[Fact], bool], probe: int = 0) -> None:
-    """:func:`run_search`'s examples, on the thread they run on: the probes of size ``probe``
-    first (:func:`_passes_probes`), then Hypothesis's.
+    """:func:`run_search`'s examples, on the thread they run on: Hypothesis's, then, where they
+    found nothing, the probes of size ``probe`` (:func:`_run_probes`)."""
+    examples = profile.max_examples if examples is None else examples
+    probes = probe_programs(machine, probe)
+    search.wanted = examples + len(probes)
+    _hypothesis_examples(machine, profile, run_seed, search, examples, aside)
+    if probes and search.outcome() is None and not search.cut_short:
+        _run_probes(machine, search, aside, probes)
+
+
+def _hypothesis_examples(machine: type, profile: Profile, run_seed: int, search: Search, examples: int,
+                         aside: Callable[[Fact], bool]) -> None:
+    """Hypothesis's ``examples`` examples of ``machine``, seeded by ``run_seed``.
 
     On the wall clock (R18) which rules a step may take can depend on timing: whether a claim
     got a lease decides whether an ack can follow.  Hypothesis remembers every example's draws,
@@ -300,12 +311,7 @@ def _run_examples(machine: type, profile: Profile, run_seed: int, search: Search
     so that a slow transport is not left unknown for it.  A start that ran examples may always
     be followed by another (each one brings the search nearer its end); :data:`FRESH_STARTS`
     starts in a row that ran none end it."""
-    examples = profile.max_examples if examples is None else examples
-    probes = probe_programs(machine, probe)
-    examples += len(probes)  # Hypothesis runs as many of its own as without them
-    search.wanted, idle = examples, 0
-    if probes and not _passes_probes(machine, search, aside, probes):
-        return
+    idle = 0
     for start in itertools.count():
         before = search.examples
         chosen = seed(run_seed if start == 0 else f"{run_seed}/{start}")
@@ -328,25 +334,32 @@ def _run_examples(machine: type, profile: Profile, run_seed: int, search: Search
         return
 
 
-def _passes_probes(machine: type, search: Search, aside: Callable[[Fact], bool], probes: list[list[str]]) -> bool:
-    """Run each of ``probes`` as an example of ``search`` (SPEC.md C13a): whether the search goes
-    on to Hypothesis's examples.  It does not where a probe failed (``search.error`` is its
-    failure, its steps as they are: a probe is a few steps already, and each replay of it
-    thousands of calls) or the search was stopped.  A fact ``aside`` (a bug already found) is
-    no failure here, as it is none in Hypothesis's examples."""
+def _run_probes(machine: type, search: Search, aside: Callable[[Fact], bool], probes: list[list[str]]) -> None:
+    """Run each of ``probes`` as an example of ``search`` (SPEC.md C13a), until one fails:
+    ``search.error`` is then its failure, with its steps as they are (a probe is a few steps
+    already, and each replay of it thousands of calls), told once they are in it.  A fact
+    ``aside`` (a bug already found) sets the probe aside, as it sets an example aside, and the
+    next one runs.  What a probe reached counts in the evidence as sizes only: its ~1,100 claims
+    would swamp the counts of situations, which say how often the searches met them."""
     watched = watched_machine(machine, search, aside, rejects=False)
-    for steps in probes:
-        try:
-            found = replayed(watched, steps)
-        except StopSearch:  # the time is up, or the transport broke (search.first says so)
-            return False
-        if found is None or isinstance(found, _Discarded):
-            continue
-        found.add_note("\n".join(steps))  # where Hypothesis puts a failure's steps
-        search.first = search.first or found
-        search.error = found
-        return False
-    return True
+    on_found, search.on_found = search.on_found, None  # told below, with the steps
+    counts = {name: count for name, count in search.reached.items() if name not in SIZES}
+    try:
+        for steps in probes:
+            try:
+                found = replayed(watched, steps)
+            except StopSearch:  # the time is up, or the transport broke (search.first says so)
+                return
+            if found is not None and not isinstance(found, _Discarded):
+                found.add_note("\n".join(steps))  # where Hypothesis puts a failure's steps
+                search.first = search.first or found
+                search.error = found
+                return
+    finally:
+        for name in [name for name in search.reached if name not in SIZES]:
+            search.reached[name] = counts.get(name, 0)
+        search.on_found, search.told_found = on_found, False
+        search.found()
 
 
 def _without_steps(machine: type, search: Search, failure: Divergence,

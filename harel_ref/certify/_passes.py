@@ -22,6 +22,7 @@ from harel_ref.stateful.soak import soak as run_soak
 from ._driver import Search, hypothesis_apart, run_parallel, run_search
 from ._entries import failure_entry, fault_fact, how_ended
 from ._focus import focus_machine
+from ._probes import probe_programs
 from ._profiles import PROFILES, standby_examples
 from ._regression import with_regression
 from ._report import Failure
@@ -196,8 +197,10 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
     if broken:  # the first pass's clean examples count, as a passed pass's would
         total = max(math.ceil(total / 4), total - (clean or 0))
     shrink_limit = 0.0 if broken else context["shrink_limit"]  # a second shared pass never shrinks
+    machine = focus_machine(target.factory, kind, caps, is_async=target.is_async) if lockstep else None
+    told_total = total + len(probe_programs(machine, profile.probe)) if lockstep else total  # the probes are examples
     search = Search(deadline=began + share, grace=share, limits=limits, shrink_limit=shrink_limit,
-                     on_example=lambda done: event("searching", task.prop, shown, done, total))
+                     on_example=lambda done: event("searching", task.prop, shown, done, told_total))
 
     tell_echoes = task.standby and not task.shrinks  # after the shared search (_sets_aside)
 
@@ -208,9 +211,7 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
 
     search.on_found = None if broken else found  # what a second shared pass finds is never reported
     if lockstep:
-        machine = focus_machine(target.factory, kind, caps, is_async=target.is_async)
-        run_search(machine, profile, context["seed"], search, total, _sets_aside(task, broken, ignore),
-                   probes=_probes(context, task, bool(earlier or broken)))
+        run_search(machine, profile, context["seed"], search, total, _sets_aside(task, broken, ignore))
     else:
         run_parallel(target, caps, profile, context["seed"], search, judges=task.judges,
                       processes=pool, alternate=context["branches"] == "both", ignore=ignore)
@@ -234,14 +235,6 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
     undecided = left_undecided(list(search.aside_facts.values()), broken, task.covers) if shared_passed else ()
     return Found(ended, reason, time.monotonic() - began, search.examples, failures, reached=dict(search.reached),
                   clean=search.clean if search.first is not None else None, undecided=undecided)
-
-
-def _probes(context: dict[str, Any], task: Task, later: bool) -> bool:
-    """Whether a lockstep search runs the profile's probes first (SPEC.md C13a): a search's first
-    pass does, but a focused search that stands by for the shared one only where the shared
-    search's failure counts against its property (a probe the shared search passed passes
-    theirs too, and one it failed was another property's)."""
-    return not later and (not task.standby or task.kind in context.get("shared_blamed", ()))
 
 
 def _sets_aside(task: Task, broken: frozenset[str], ignore: frozenset[str]) -> Callable[[facts.Fact], bool]:

@@ -8,9 +8,10 @@ lie past that: SQLite's old limit of 999 bound parameters in a ``NOT IN (?, ...)
 of 1,000 rows, a buffer of 1,024, a retry counter that gives up at the 1,000th nack.
 
 So a search that publishes backlogs (the shared search, and those of the properties whose
-rules include ``backlog`` and ``claim_many``) first runs each probe once, as an example: its
-steps replayed as a report's reproduction is (:func:`~._reduce.replayed`), judged in lockstep
-like any example, its sizes counted in the verdict's evidence.
+rules include ``backlog`` and ``claim_many``), once Hypothesis's examples found nothing, runs
+each probe once more, as an example: its steps replayed as a report's reproduction is
+(:func:`~._reduce.replayed`), judged in lockstep like any example.  After, not before: a bug
+that a small example shows is found and shrunk by Hypothesis, not shown at a probe's size.
 
 - **many in flight**: a backlog of one group more than :data:`PROBE_SIZE`, each of one
   message; that many claims in a row, each lease kept; one more claim, which takes the group
@@ -21,10 +22,13 @@ like any example, its sizes counted in the verdict's evidence.
   claims in a row, each lease nacked at once: its head is nacked that many times and stays the
   head (R8), and the drain at the end must find every message.
 
-A probe that fails is the search's failure, with its steps as they are (taken away one at a
-time afterwards, as every failure's are: SPEC.md C7).  The probes run at the profiles that set
-a ``probe`` size (standard and thorough), on an injectable clock only: on a wall clock
-(SQS) the 3,300 calls of a probe are 3,300 round trips of a server's own time.
+A probe that fails is the search's failure, with its steps as they are (each replay of a probe
+is thousands of calls: its steps are not taken away one at a time, as C7 takes a shrunk
+example's).  A probe that meets a bug already found (a fact set aside, SPEC.md C5) is set aside
+and the next one runs, so a later pass of the search, with that bug taken as known, looks on.
+What a probe reached counts in the evidence as sizes only.  The probes run at the profiles that
+set a ``probe`` size (standard and thorough), and not on a wall clock, whose searches are sized
+down already (a remote service: SQS).
 """
 
 from __future__ import annotations

@@ -171,10 +171,6 @@ def _recording(machine: type, calls: list[Call], namespaces: set[str], name: str
                 for call in calls[before:]:
                     call.refuses = error
 
-        def _check_close(self):
-            self.closing = True
-            super()._check_close()
-
         def _fail(self, *args, **kwargs):
             try:
                 super()._fail(*args, **kwargs)
@@ -192,13 +188,13 @@ class _Recorder:
 
     def __init__(self, transport: Any, number: int, machine: Any, calls: list[Call]) -> None:
         self._transport, self._number, self._machine, self._calls = transport, number, machine, calls
+        self._closed = False  # its calls after its own close() must say so; another instance's need not
 
     def _made(self, method: str, args: tuple, kwargs: dict) -> Any:
         args = tuple(_fixed(arg) for arg in args)
         kwargs = {name: _fixed(value) for name, value in kwargs.items()}
         machine = self._machine
-        call = Call(self._number, method, args, kwargs, now=machine.clock.now,
-                    after_close=getattr(machine, "closing", False))
+        call = Call(self._number, method, args, kwargs, now=machine.clock.now, after_close=self._closed)
         if method == "claim" and not call.after_close:
             call.allowed = _outcomes(machine, args, kwargs)
         self._calls.append(call)
@@ -222,7 +218,10 @@ class _Recorder:
         return self._made("nack", args, kwargs)
 
     def close(self) -> Any:
-        return self._made("close", (), {})
+        try:
+            return self._made("close", (), {})
+        finally:
+            self._closed = True
 
 
 def _outcomes(machine: Any, args: tuple, kwargs: dict) -> frozenset | None:

@@ -276,8 +276,9 @@ class _Writer:
             return [f"{queue} = {self.awaited}opened()"]
         diverged = call.diverged is not None
         made = f"{self.awaited}{queue}.{call.method}({self.arguments(call)})"
-        if diverged and call.diverged.kind in facts.FAULTS:
-            return self.faulted(made)
+        if diverged and (call.diverged.kind in facts.FAULTS or (
+                call.raised is not None and not call.after_close and call.refuses is None)):
+            return self.faulted(made)  # it raised where the specification allows an answer
         if call.method == "close":
             return [made]  # closing twice is harmless (R14): only a fault raises here
         if call.after_close or call.refuses is not None:
@@ -317,8 +318,9 @@ class _Writer:
         return out
 
     def faulted(self, made: str) -> list[str]:
-        """The call that raised, panicked or ended its thread, which is the failure: it must
-        return, whatever it answers (a panic and ``SystemExit`` caught too, to say so)."""
+        """The call that raised, panicked or ended its thread where the specification allows an
+        answer, which is the failure: it must return (a panic and ``SystemExit`` caught too, to
+        say so)."""
         self.raises = True
         return ["try:", f"    {made}", "except BaseException as error:  # what the transport raised is the failure",
                 f'    pytest.fail(f"{{type(error).__name__}}: {{error}}. " + {self.message!r})']
