@@ -6,7 +6,8 @@ SQLite race (``CONCURRENCY_BROKEN`` and the claims kept apart by their process, 
 their ``module:factory`` name, so that the branches run in processes as well as threads; their
 fixed self is ``SqliteTransport``) and each fault (``FAULTS``: a nack that panics, ends its
 thread or hangs; their fixed self is the in-memory reference or its asyncio twin), a focused
-certification of the properties it breaks (its own and ``ALSO_BREAKS``; ``--profile``, quick
+certification of the properties it breaks (its own, ``ALSO_BREAKS`` and ``FOUND_BY``; every
+property for ``SHARED_ONLY``, which the shared search alone finds; ``--profile``, quick
 by default, and standard where quick found nothing, each at ``--seeds`` in turn until one
 fails one of them), then the regression
 test written for its failure (issue 44) run twice: against the variant (it must fail) and
@@ -85,9 +86,11 @@ def row(name: str, profiles: list[str], seeds: list[int]) -> dict:
     cls, prop = VARIANTS[name]
     factory, how, fixed = under_test(name)
     began = time.monotonic()
-    breaks = [prop, *broken.ALSO_BREAKS.get(name, ())]  # any of them: the test is of its failure
+    # any of the properties it breaks, and that of the search that finds it: the test is of its failure
+    breaks = [prop, *broken.ALSO_BREAKS.get(name, ()), *([broken.FOUND_BY[name]] if name in broken.FOUND_BY else [])]
+    searched = None if name in SHARED_ONLY else breaks  # the shared search alone finds those: every property
     for profile, seed in ((profile, seed) for profile in profiles for seed in seeds):
-        report = certify(factory, profile=profile, properties=breaks, seed=seed, **how)
+        report = certify(factory, profile=profile, properties=searched, seed=seed, **how)
         verdict = next((v for v in map(report.verdict, breaks) if v.verdict == "failed"), report.verdict(prop))
         broken.RELEASE_HUNG.set()  # a hung call's thread ends
         broken.RELEASE_HUNG.clear()

@@ -18,6 +18,7 @@ import math
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, reject, seed, settings
 from hypothesis.control import current_build_context
@@ -25,7 +26,7 @@ from hypothesis.errors import FlakyStrategyDefinition, InvalidArgument
 from hypothesis.stateful import run_state_machine_as_test
 
 from harel_ref.stateful import Capabilities, Divergence
-from harel_ref.stateful._async import CallLimits, in_line_calls
+from harel_ref.stateful._async import CallLimits, TransportHung, in_line_calls
 from harel_ref.stateful._facts import Fact
 from harel_ref.stateful._machine import Choices
 from harel_ref.stateful._properties import SIZES, owner, owners, tally
@@ -68,6 +69,7 @@ class Search:
     reached: collections.Counter = dataclasses.field(default_factory=collections.Counter)  # situations met
     told_found: bool = False
     clean: int = 0  # examples that ended without a failure before ``first`` was seen
+    data: Any = None  # the running example's ConjectureData: a hung one's choices replay it (_regression)
 
     def found(self) -> None:
         """The example (or program) that found ``first`` has ended: tell ``on_found``, once.  What
@@ -99,6 +101,13 @@ class Search:
         self.examples += 1
         if self.on_example is not None:
             self.on_example(self.examples)
+
+    def hung_choices(self) -> tuple:
+        """The choices Hypothesis drew for the example whose call hung, up to that call (its
+        steps were never printed: :func:`run_search`), or () if no call hung in an example."""
+        if not isinstance(self.first, TransportHung) or self.data is None:
+            return ()
+        return tuple(self.data.choices)
 
     def outcome(self) -> BaseException | None:
         """What the search ended with: Hypothesis's (shrunk) failure, else the first one seen
@@ -170,6 +179,10 @@ class _Watching:
 
     def __init__(self) -> None:
         self._search.next_example()
+        try:
+            self._search.data = current_build_context().data
+        except InvalidArgument:  # no Hypothesis test runs: a probe, a replay of steps
+            self._search.data = None
         self._crash: BaseException | None = None  # the call's error this example kept as the first
         self._ending = False  # in the teardown's last checks, the calls after close()
         super().__init__()

@@ -218,7 +218,8 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
     ended, reason, failures = how_ended(kind, search, target, profile, context["seed"], context["branches"],
                                         tell_echoes)
     if lockstep and not broken:  # what a second shared pass finds is never reported
-        failures = [failure if failure.echo else with_regression(failure, target, machine) for failure in failures]
+        hung = (choices, profile.step_count) if (choices := search.hung_choices()) else ()
+        failures = [failure if failure.echo else with_regression(failure, target, machine, hung) for failure in failures]
     if not lockstep and ended == "passed":
         judged = ["no call refused"] * ("refusals" in task.judges and facts.RAISED_UNDER_CONTENTION not in ignore) + [
             "every history linearizable"] * ("histories" in task.judges)

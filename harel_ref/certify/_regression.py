@@ -18,9 +18,12 @@ without harel-ref.  :func:`regression_test` makes one from a shrunk lockstep fai
   user's factory, the standard library and pytest (and the Protocol's ``Lease`` where a lease
   is made by hand before the transport handed one out).
 
-A failure it cannot write is said so, and why (its reproduction, the machine's steps, stays):
-one on a wall clock (no clock to set), a transport that hung, crashed or panicked, and a few
-facts that no single call shows.  A transport of harel's Protocol gets harel's calls: its
+A call that raised, panicked or ended its thread is written so that the test fails saying
+what it raised; a call that hung, whose example has no steps, is replayed from its example's
+choices (:mod:`._regression_hang`) and made on a thread the test leaves to it after the call
+deadline.  A failure it cannot write is said so, and why (its reproduction, the machine's
+steps, stays): one on a wall clock (no clock to set), and a few facts that no single call
+shows.  A transport of harel's Protocol gets harel's calls: its
 events as harel Events, made from the event texts as the checkers make them, no routing keys,
 and acks and nacks whose answers go unjudged, as harel ignores them (SPEC.md R20).  A race's test is :mod:`._regression_race`'s.
 """
@@ -35,11 +38,13 @@ from typing import Any
 import harel_ref.stateful._facts as facts
 from harel_ref.stateful import Divergence
 from harel_ref.stateful._facts import Fact
+from harel_ref.stateful._async import current_limits
 from harel_ref.stateful._harel import takes_namespace
 from harel_ref.stateful._properties import PROPERTIES, SHARED, owner
 from harel_ref.stateful._values import OnePass
 
 from ._focus import focus_machine, shared_properties
+from ._regression_hang import hung_calls
 from ._reduce import replayed
 from ._regression_text import Call, OneShot, Unwritable, written
 from ._report import Failure
@@ -51,24 +56,52 @@ UNWRITTEN = {
     facts.DRAIN_DIFFERS: "the drain's messages differ as a whole, which no single call shows",
     facts.SEQ_CHANGED: "a lease's seq differs from an earlier one's, which the test would have to compare by hand",
     facts.SEQ_ORDER: "a lease's seq is out of order with an earlier one's, which the test would have to compare by hand",
-    facts.HUNG: "the transport hung: its search stopped there, without steps to replay",
 }
 """The facts of a lockstep failure that get no regression test, and why."""
 
+WALL_CLOCK = "the transport keeps its own time (a wall clock), which a test cannot set"
 
-def with_regression(failure: Failure, target: Target, machine: type) -> Failure:
+
+def with_regression(failure: Failure, target: Target, machine: type, hung: tuple = ()) -> Failure:
     """``failure``, a lockstep search's on the focus ``machine``, with its regression test, or
-    why it has none."""
-    if not failure.steps or failure.flaky:
+    why it has none.  ``hung``: for a call that hung, the choices of its example and the
+    search's step count (:mod:`._regression_hang`)."""
+    if failure.flaky:
         return failure
     prop = failure.found_by
     if prop not in PROPERTIES and failure.kind not in facts.FAULTS:  # the shared search's: its kind's owner
         prop = owner(failure.kind)
     try:
-        text, why = regression_test(target, machine, list(failure.steps), failure.fact, prop, failure.replay or "")
+        if failure.steps:
+            text, why = regression_test(target, machine, list(failure.steps), failure.fact, prop, failure.replay or "")
+        elif failure.kind == facts.HUNG and hung and current_limits().deadline is not None:
+            text, why = _hung_test(target, machine, failure.fact, prop, *hung)
+        else:  # a search stopped before its failure was shrunk
+            text, why = "", "its example has no steps"
     except Unwritable as exc:
         text, why = "", str(exc)
     return dataclasses.replace(failure, regression=text, no_regression=why)
+
+
+def _hung_test(target: Target, machine: type, fact: Fact, prop: str, choices: tuple, step_count: int) -> tuple[str, str]:
+    """The regression test of a call that hung, from its example's ``choices``."""
+    if target.capabilities.clock == "wall":
+        return "", WALL_CLOCK
+    calls: list[Call] = []
+    namespaces: set[str] = set()
+    recording = _recording(machine, calls, namespaces, machine.__name__)
+    try:
+        calls = hung_calls(machine, choices, step_count, current_limits().deadline, recording, calls)
+    finally:
+        if (discard := getattr(target.factory, "discard", None)) is not None:
+            for namespace in namespaces:
+                discard(namespace)
+    if not calls or calls[-1].method == "open":
+        return "", "the call that hung did not hang again when its example was replayed"
+    calls[-1].diverged = fact
+    return written(calls, setup=target.setup, is_async=target.is_async, prop=prop, fact=fact,
+                   opens=_factory_call(target.factory), harel=target.capabilities.protocol == "harel",
+                   deadline=current_limits().deadline), ""
 
 
 def regression_test(target: Target, machine: type, steps: list[str], fact: Fact, prop: str,
@@ -143,7 +176,7 @@ def _unwritable(target: Target, fact: Any, steps: list[str]) -> str:
     if not steps:
         return "its steps were not shrunk (a search cut short)"
     if target.capabilities.clock == "wall":
-        return "the transport keeps its own time (a wall clock), which a test cannot set"
+        return WALL_CLOCK
     return UNWRITTEN.get(fact.kind, "")
 
 

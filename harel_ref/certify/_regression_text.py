@@ -148,14 +148,16 @@ LONG = 200
 
 
 def written(calls: list[Call], *, setup: str, is_async: bool, prop: str, fact: Any, replay: str = "",
-            opens: str = "factory(clock, namespace)", harel: bool = False) -> str:
+            opens: str = "factory(clock, namespace)", harel: bool = False, deadline: float | None = None) -> str:
     """The test module for ``calls`` (the last one the call that diverged, with ``fact``).
     ``opens``: the factory's call, as :func:`~harel_ref.stateful._harel.call_factory` makes it;
-    ``harel``: the transport speaks harel's Protocol (the calls were recorded in this package's)."""
+    ``harel``: the transport speaks harel's Protocol (the calls were recorded in this package's);
+    ``deadline``: the seconds a call that hung was given (made on a thread, or as a task, that
+    the test leaves to it after that long)."""
     summary = " ".join(f"{fact.step}: the specification allows {fact.expected}; the transport answered "
                        f"{fact.answered}".split())
     summary = summary if len(summary) <= 300 else summary[:297] + "..."
-    writer = _Writer(is_async, _message(fact), harel)
+    writer = _Writer(is_async, _message(fact), harel, deadline)
     body = writer.lines(calls)
     name = f"test_{prop}_{fact.kind}".replace("-", "_")
     return "".join([
@@ -181,7 +183,7 @@ def _imports(writer: _Writer, is_async: bool, named: bool) -> str:
     """The import lines the test needs: the standard library's, pytest where a call must raise,
     and the Protocol's Lease where one was made by hand."""
     standard = ["asyncio", "inspect"] * is_async + ["contextlib"] + ["dataclasses"] * ("forged" in writer.used)
-    standard += ["hashlib"] * writer.harel
+    standard += ["hashlib"] * writer.harel + ["threading"] * writer.threads
     lines = [f"import {module}" for module in sorted(standard + ["uuid"] * named)]
     lines += ["", "import pytest"] if writer.raises else []
     if writer.harel:
@@ -245,8 +247,9 @@ class _Writer:
     """The statements of the test's body, a call at a time, naming each transport ``qN`` and
     each lease a claim answered ``leaseN``; what it used, for the module's imports and helpers."""
 
-    def __init__(self, is_async: bool, message: str, harel: bool = False) -> None:
+    def __init__(self, is_async: bool, message: str, harel: bool = False, deadline: float | None = None) -> None:
         self.awaited = "await " if is_async else ""
+        self.deadline = deadline  # for the call that hung
         self.harel = harel  # harel's Protocol: Events for event texts, no routing keys, acks unjudged
         self.helpers = {**HELPERS, **HAREL_HELPERS} if harel else HELPERS
         self.message = message
@@ -256,6 +259,7 @@ class _Writer:
         self.now: Any = None
         self.used: set[str] = set()  # the HELPERS it called
         self.raises = False  # a call must raise: pytest.fail is written
+        self.threads = False  # a call that hung is made on a thread
         self.hand_made = False  # a lease made by hand, of the Protocol's Lease type
 
     def lines(self, calls: list[Call]) -> list[str]:
@@ -276,6 +280,8 @@ class _Writer:
             return [f"{queue} = {self.awaited}opened()"]
         diverged = call.diverged is not None
         made = f"{self.awaited}{queue}.{call.method}({self.arguments(call)})"
+        if diverged and call.diverged.kind == facts.HUNG:
+            return self.hung(call, made)
         if diverged and (call.diverged.kind in facts.FAULTS or (
                 call.raised is not None and not call.after_close and call.refuses is None)):
             return self.faulted(made)  # it raised where the specification allows an answer
@@ -324,6 +330,20 @@ class _Writer:
         self.raises = True
         return ["try:", f"    {made}", "except BaseException as error:  # what the transport raised is the failure",
                 f'    pytest.fail(f"{{type(error).__name__}}: {{error}}. " + {self.message!r})']
+
+    def hung(self, call: Call, made: str) -> list[str]:
+        """The call that hung: made on a thread of its own (a task, for an asyncio transport)
+        that the test leaves to it after the certifier's call deadline."""
+        said = f"{call.method} did not return within {self.deadline!r} s. "
+        if self.awaited:
+            self.raises = True
+            return ["try:", f"    await asyncio.wait_for({made.removeprefix('await ')}, {self.deadline!r})",
+                    "except asyncio.TimeoutError:", f"    pytest.fail({said!r} + {self.message!r})"]
+        self.threads = True
+        return ["returned = []  # what the call answered, if it returns",
+                f"call = threading.Thread(target=lambda: returned.append({made}), daemon=True)",
+                "call.start()", f"call.join({self.deadline!r})",
+                f"assert returned, {said!r} + {self.message!r}"]
 
     def refused(self, call: Call, made: str, diverged: bool) -> list[str]:
         """A call that must raise: bad input (its error) or any call after close (an error that
