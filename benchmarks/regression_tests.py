@@ -2,7 +2,8 @@
 
 For each broken in-memory variant of ``tests/broken.py`` (the lockstep ones, and ``WIDE``,
 whose races the concurrent search finds; their fixed self is ``InMemoryTransport``) and each
-SQLite race (``CONCURRENCY_BROKEN`` and the claims kept apart by their process, certified by
+SQLite race (``CONCURRENCY_BROKEN``, ``NARROW_RACE``, ``WIDE_RACE`` and the claims kept apart
+by their process, certified by
 their ``module:factory`` name, so that the branches run in processes as well as threads; their
 fixed self is ``SqliteTransport``) and each fault (``FAULTS``: a nack that panics, ends its
 thread or hangs; their fixed self is the in-memory reference or its asyncio twin), a focused
@@ -47,9 +48,12 @@ from harel_ref.stateful.backends import load  # noqa: E402
 from harel_ref.stateful.backends.memory import AsyncInMemoryTransport  # noqa: E402
 from harel_ref.transport import InMemoryTransport  # noqa: E402
 
-SQLITE_RACES = {**broken.CONCURRENCY_BROKEN,
+SQLITE_RACES = {**broken.CONCURRENCY_BROKEN, **broken.NARROW_RACE, **broken.WIDE_RACE,
                 "claims kept apart by their process": (broken.ClaimKeptApartByItsProcess, "single-in-flight")}
-SPECS = {**broken.IMPORTABLE, "claims kept apart by their process": "broken:claim_kept_apart_by_its_process"}
+SPECS = {**broken.IMPORTABLE, "claims kept apart by their process": "broken:claim_kept_apart_by_its_process",
+         "ack drops its emptied group apart": "broken:ack_drops_its_group_apart",
+         "publish makes its group, then appends apart": "broken:publish_group_first_apart",
+         "ack checks the token, waits, then deletes by seq": "broken:ack_check_wait_then_delete"}
 FIXED_SPEC = "broken:sqlite_in_broken_dir"
 FAULTS = {name: (cls, "fifo") for name, (cls, _) in broken.FAULTS.items()}  # each breaks nack alone
 VARIANTS = {**BROKEN, **SHARED_ONLY, **ONE_BUG_MANY_SEARCHES, **OF_VALUES, **PAST_SEARCHED_SIZES, **WIDE, **SQLITE_RACES,

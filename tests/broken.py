@@ -1414,6 +1414,7 @@ ack_drops_its_group_apart = _in_broken_dir(AckDropsItsGroupApart)
 claim_rereads_the_clock_after_waiting = _in_broken_dir(ClaimRereadsTheClockAfterWaiting)
 ack_check_then_delete_a_quarter_of_the_time = _in_broken_dir(AckCheckThenDeleteAQuarterOfTheTime)
 claim_kept_apart_by_its_process = _in_broken_dir(ClaimKeptApartByItsProcess, "claim_kept_apart_by_its_process")
+ack_check_wait_then_delete = _in_broken_dir(AckCheckWaitThenDelete, "ack_check_wait_then_delete")
 sqlite_in_broken_dir = _in_broken_dir(SqliteTransport, "sqlite_in_broken_dir")  # the fixed self of those above
 
 IMPORTABLE = {
