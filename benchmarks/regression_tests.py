@@ -1,20 +1,19 @@
 """Every broken variant's regression test, run against the variant and against its fixed self.
 
 For each broken in-memory variant of ``tests/broken.py`` (the lockstep ones, and ``WIDE``,
-whose races the concurrent search finds; their fixed self is ``InMemoryTransport``) and each
+whose races the concurrent search finds; their fixed self is ``InMemoryTransport``), each
 SQLite race (``CONCURRENCY_BROKEN``, ``NARROW_RACE``, ``WIDE_RACE`` and the claims kept apart
-by their process, certified by
-their ``module:factory`` name, so that the branches run in processes as well as threads; their
-fixed self is ``SqliteTransport``) and each fault (``FAULTS``: a nack that panics, ends its
-thread or hangs; their fixed self is the in-memory reference or its asyncio twin), a focused
-certification of the properties it breaks (its own, ``ALSO_BREAKS`` and ``FOUND_BY``; every
-property for ``SHARED_ONLY``, which the shared search alone finds; ``--profile``, quick
-by default, and standard where quick found nothing, each at ``--seeds`` in turn until one
-fails one of them), then the regression
-test written for its failure (issue 44) run twice: against the variant (it must fail) and
-against the fixed transport (it must pass).  A row per variant: the verdict, the seconds to
-the report, the test's lines and calls, and the two outcomes, or why no test was written.
-The totals at the end count the variants whose test did both.
+by their process, certified by their ``module:factory`` name, so that the branches run in
+processes as well as threads; their fixed self is ``SqliteTransport``) and each fault
+(``FAULTS``: a nack that panics, ends its thread or hangs; their fixed self is the in-memory
+reference or its asyncio twin): a focused certification of the properties it breaks (its own,
+``ALSO_BREAKS`` and ``FOUND_BY``; every property for ``SHARED_ONLY``, which the shared search
+alone finds), at ``--profile`` (quick by default) and then standard, each at ``--seeds`` in
+turn, until one of them fails; then the regression test written for its failure (issue 44)
+run twice: against the variant (it must fail) and against the fixed transport (it must pass).
+A row per variant: the verdict, the seconds to the report, the test's lines and calls, and the
+two outcomes, or why no test was written.  The totals at the end count the variants whose
+test did both.
 
     python benchmarks/regression_tests.py
     python benchmarks/regression_tests.py --variants "unfenced ack" "8 lease slots"
