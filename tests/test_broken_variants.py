@@ -108,6 +108,11 @@ def _check_blame(name, broken_property, caught):
         # the group keyed a,b, which the split claim no longer matches, is passed over for a
         # group after it (the claim's answer is keyed within its keys, out of order)
         expected = {"routing", "tie-break", "fairness"}
+    if name == "deadlines in whole milliseconds":
+        # the end of a lease or of a park, cut: a park of 2**-10 s at a clock of 0 ends at 0, and
+        # its group is claimable while parked (the stream met that first once the probes'
+        # literals were loaded, SPEC.md C13a)
+        expected = {"lease-expiry", "parking"}
     if name in ("deadlines in float32", "leases in 32-bit milliseconds"):
         # a lease that ends early shows as one handed out while live, or (where a step jumps to
         # its end) at its exact end, or a float32 stamp cut out of order as a group passed over;
