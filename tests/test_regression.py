@@ -258,6 +258,26 @@ def test_a_call_that_raises_panics_ends_its_thread_or_hangs_gets_a_test_that_it_
     assert run_test(failure.regression, fixed) is None, failure.regression
 
 
+def test_a_stale_release_that_raised_must_answer_what_the_specification_gives_not_only_return():
+    """A stale ack that raises (R10: it answers False): the written test fails on it, passes on
+    the reference, and fails on a store whose stale ack answers True instead of raising, which
+    is as wrong (a reviewer's find: written as a call that must merely return, it passed there)."""
+    cls, prop = VARIANTS["a stale ack or nack raises"]
+    report = certify(factory_of(cls), load("memory")(None).capabilities, profile="quick", properties=[prop])
+    code = report.verdict(prop).failure.regression
+    assert run_test(code, factory_of(cls)) is not None, code
+    assert run_test(code, factory_of(InMemoryTransport)) is None, code
+    assert run_test(code, factory_of(AnswersTrueWhateverItAcks)) is not None, code
+
+
+class AnswersTrueWhateverItAcks(InMemoryTransport):
+    """ack answers True, whether or not its lease held anything (R10: a stale one answers False)."""
+
+    def ack(self, lease):
+        super().ack(lease)
+        return True
+
+
 def test_a_factory_of_clock_alone_is_called_as_the_certifier_called_it():
     """harel.testing's ``make(clock)``: the test calls it with the clock alone (a reviewer's find:
     it called ``factory(clock, namespace)`` and raised TypeError on either transport)."""

@@ -70,6 +70,7 @@ class Search:
     told_found: bool = False
     clean: int = 0  # examples that ended without a failure before ``first`` was seen
     data: Any = None  # the running example's ConjectureData: a hung one's choices replay it (_regression)
+    probes_unrun: int = 0  # probes the time left no room for (SPEC.md C13a)
 
     def found(self) -> None:
         """The example (or program) that found ``first`` has ended: tell ``on_found``, once.  What
@@ -146,7 +147,7 @@ class StopSearch(KeyboardInterrupt):
 
 
 def watched_machine(machine: type, search: Search, aside: Callable[[Fact], bool] = lambda fact: False, *,
-                    rejects: bool = True) -> type:
+                    rejects: bool = True, probe: str = "") -> type:
     """``machine`` counting its examples, remembering the first divergence, and stopping the
     search once its time budget is spent; after each example, the factory's ``discard``
     (if it has one) is told its namespace.  A divergence whose fact is ``aside`` (another
@@ -157,11 +158,13 @@ def watched_machine(machine: type, search: Search, aside: Callable[[Fact], bool]
     calls after close(), after every step and the drain were judged, it ends the example as
     judged instead (a bug of close meets every example there).  ``rejects``: a divergence another
     property owns than the first one's is rejected too; a replay outside Hypothesis
-    (:func:`_without_steps`) leaves it to its caller."""
+    (:func:`_without_steps`) leaves it to its caller.  ``probe``: the steps of a probe it
+    replays (:func:`_run_probes`): its divergence carries them, as Hypothesis's carry theirs,
+    and it counts sizes only in the evidence."""
     discard = getattr(machine.backend.factory, "discard", None)
 
     class Watched(_Watching, machine):
-        _search, _rejects = search, rejects
+        _search, _rejects, _probe = search, rejects, probe
         _aside, _discard = staticmethod(aside), staticmethod(discard) if discard is not None else None
 
     # Hypothesis prints steps as ``state = <class name>()``: keep the focus machine's name.
@@ -175,6 +178,7 @@ class _Watching:
     _search: Search
     _aside: Callable[[Fact], bool]
     _rejects: bool
+    _probe: str
     _discard: Callable[[str], None] | None
 
     def __init__(self) -> None:
@@ -200,7 +204,8 @@ class _Watching:
         except _EndedAtEcho:
             search.ended_at_echo += 1
         finally:
-            tally(search.reached, self.reached)
+            tally(search.reached, {name: count for name, count in self.reached.items()
+                                   if not self._probe or name in SIZES})  # a probe's ~1,100 claims swamp the counts
             search.clean += search.first is None
             if self._discard is not None:  # the example's storage is not needed again
                 self._discard(self.namespace)
@@ -211,6 +216,8 @@ class _Watching:
         try:
             super()._fail(*args, **kwargs)
         except Divergence as divergence:
+            if self._probe:
+                divergence.add_note(self._probe)  # where Hypothesis puts a failure's steps
             if self._aside(divergence.fact):
                 self._set_aside(divergence)
             # a divergence the error was filed as (a stale release's error is stale-raised,
@@ -350,29 +357,23 @@ def _hypothesis_examples(machine: type, profile: Profile, run_seed: int, search:
 def _run_probes(machine: type, search: Search, aside: Callable[[Fact], bool], probes: list[list[str]]) -> None:
     """Run each of ``probes`` as an example of ``search`` (SPEC.md C13a), until one fails:
     ``search.error`` is then its failure, with its steps as they are (a probe is a few steps
-    already, and each replay of it thousands of calls), told once they are in it.  A fact
-    ``aside`` (a bug already found) sets the probe aside, as it sets an example aside, and the
-    next one runs.  What a probe reached counts in the evidence as sizes only: its ~1,100 claims
-    would swamp the counts of situations, which say how often the searches met them."""
-    watched = watched_machine(machine, search, aside, rejects=False)
-    on_found, search.on_found = search.on_found, None  # told below, with the steps
-    counts = {name: count for name, count in search.reached.items() if name not in SIZES}
-    try:
-        for steps in probes:
-            try:
-                found = replayed(watched, steps)
-            except StopSearch:  # the time is up, or the transport broke (search.first says so)
-                return
-            if found is not None and not isinstance(found, _Discarded):
-                found.add_note("\n".join(steps))  # where Hypothesis puts a failure's steps
-                search.first = search.first or found
-                search.error = found
-                return
-    finally:
-        for name in [name for name in search.reached if name not in SIZES]:
-            search.reached[name] = counts.get(name, 0)
-        search.on_found, search.told_found = on_found, False
-        search.found()
+    already, and each replay of it thousands of calls).  A fact ``aside`` (a bug already found)
+    sets the probe aside, as it sets an example aside, and the next one runs.  A probe counts
+    sizes only in the evidence (:func:`watched_machine`).  Where the time was spent before a
+    probe could start, the search is not cut short: its examples all ran, the probes did not."""
+    for steps in probes:
+        watched = watched_machine(machine, search, aside, rejects=False, probe="\n".join(steps))
+        try:
+            found = replayed(watched, steps)
+        except StopSearch:  # the time is up, or the transport broke (search.first says so)
+            search.cut_short, search.probes_unrun = False, len(probes) - probes.index(steps)
+            return
+        if found is not None and not isinstance(found, _Discarded):
+            if not isinstance(found, Divergence):  # a fault: the note a divergence was given
+                found.add_note("\n".join(steps))
+            search.first = search.first or found
+            search.error = found
+            return
 
 
 def _without_steps(machine: type, search: Search, failure: Divergence,

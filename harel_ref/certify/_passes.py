@@ -229,6 +229,8 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
                        "checker tries, SPEC.md C9)")
     elif not lockstep:
         reason = reason.replace("examples", "programs", 1)
+    if search.probes_unrun and ended == "passed":
+        reason += f"; {search.probes_unrun} of its probes past the sizes searched did not run: the time was spent"
     if after_shared and total < profile.max_examples and ended == "passed":
         reason += f", beside the shared search's {after_shared} before its failure (SPEC.md C5)"
     # only a shared search stands for properties other than its own search's

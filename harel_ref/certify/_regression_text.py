@@ -284,7 +284,7 @@ class _Writer:
             return self.hung(call, made)
         if diverged and (call.diverged.kind in facts.FAULTS or (
                 call.raised is not None and not call.after_close and call.refuses is None)):
-            return self.faulted(made)  # it raised where the specification allows an answer
+            return self.faulted(call, made)  # it raised where the specification allows an answer
         if call.method == "close":
             return [made]  # closing twice is harmless (R14): only a fault raises here
         if call.after_close or call.refuses is not None:
@@ -323,12 +323,17 @@ class _Writer:
             out.append(f"assert {shown}{why}")
         return out
 
-    def faulted(self, made: str) -> list[str]:
+    def faulted(self, call: Call, made: str) -> list[str]:
         """The call that raised, panicked or ended its thread where the specification allows an
         answer, which is the failure: it must return (a panic and ``SystemExit`` caught too, to
-        say so)."""
+        say so), and an ack or nack must answer what the specification gives (a stale one that
+        stops raising but answers True is still wrong)."""
         self.raises = True
-        return ["try:", f"    {made}", "except BaseException as error:  # what the transport raised is the failure",
+        returns = made
+        if call.method in ("ack", "nack") and not self.harel and call.diverged.kind not in facts.FAULTS:
+            returns = f"assert {made} is {_expected_answer(call)!r}, {self.message!r}"
+        return ["try:", f"    {returns}", "except AssertionError:", "    raise",
+                "except BaseException as error:  # what the transport raised is the failure",
                 f'    pytest.fail(f"{{type(error).__name__}}: {{error}}. " + {self.message!r})']
 
     def hung(self, call: Call, made: str) -> list[str]:
@@ -338,12 +343,15 @@ class _Writer:
         if self.awaited:
             self.raises = True
             return ["try:", f"    await asyncio.wait_for({made.removeprefix('await ')}, {self.deadline!r})",
-                    "except asyncio.TimeoutError:", f"    pytest.fail({said!r} + {self.message!r})"]
-        self.threads = True
+                    "except asyncio.TimeoutError:", "    queues.clear()  # left as they are: a close could wait too",
+                    f"    pytest.fail({said!r} + {self.message!r})"]
+        self.threads = self.raises = True
         return ["returned = []  # what the call answered, if it returns",
                 f"call = threading.Thread(target=lambda: returned.append({made}), daemon=True)",
                 "call.start()", f"call.join({self.deadline!r})",
-                f"assert returned, {said!r} + {self.message!r}"]
+                "if not returned:",
+                "    queues.clear()  # left as they are: a close could wait for the call too",
+                f"    pytest.fail({said!r} + {self.message!r})"]
 
     def refused(self, call: Call, made: str, diverged: bool) -> list[str]:
         """A call that must raise: bad input (its error) or any call after close (an error that
