@@ -366,7 +366,8 @@ def _run_probes(machine: type, search: Search, aside: Callable[[Fact], bool], pr
         try:
             found = replayed(watched, steps)
         except StopSearch:  # the time is up, or the transport broke (search.first says so)
-            search.cut_short, search.probes_unrun = False, len(probes) - probes.index(steps)
+            if search.cut_short:  # the time is up: the search's own examples all ran
+                search.cut_short, search.probes_unrun = False, len(probes) - probes.index(steps)
             return
         if found is not None and not isinstance(found, _Discarded):
             if not isinstance(found, Divergence):  # a fault: the note a divergence was given
