@@ -971,6 +971,51 @@ def test_a_stale_release_that_raises_is_shown_as_fencing_also_when_shrinking_is_
     assert failure.step.startswith(("ack(", "nack(")) and "StaleRelease" not in failure.step, failure.step
 
 
+class ClaimsNothing(InMemoryTransport):
+    """Every claim answers None: the teardown's drain of any example with a message diverges."""
+
+    def claim(self, *args, **kwargs):
+        return None
+
+
+def test_a_failure_hypothesis_discarded_with_its_invalid_example_is_shown_with_its_steps(tmp_path):
+    """A step can make an example invalid after its calls were made (the rule drawn refused by
+    its filter, the data run out); the teardown's drain runs all the same, and Hypothesis
+    discards what it raised with the example.  The search kept it as its first failure, and
+    the report showed it with no steps and no regression test ("never-claimed groups first" at
+    quick, seed 1, where the rule drawn was refused).  Played here by an invariant that marks
+    every example invalid once a message is published, as a refused draw does: every drain
+    diverges, and Hypothesis gives up.  The failure is run again from its choices, with its
+    steps, fewest first (SPEC.md C7)."""
+    from hypothesis.control import current_build_context
+    from hypothesis.stateful import invariant
+
+    from harel_ref.certify._entries import how_ended
+    from harel_ref.certify._driver import hypothesis_apart, run_search, Search
+    from harel_ref.certify._focus import focus_machine
+    from harel_ref.certify._target import Target
+
+    caps = Capabilities(priority=False, routing=False, parking=False, durable=False, shared=False)
+    factory = lambda clock, namespace: ClaimsNothing(clock=clock)  # noqa: E731
+
+    class RefusedOnceFilled(focus_machine(factory, "no-loss", caps)):
+        @invariant(check_during_init=True)
+        def refused_once_filled(self):
+            if self.model.contents():
+                current_build_context().data.mark_invalid("refused")  # frozen: what the teardown raises is discarded
+
+    target = Target.from_factory(factory, caps, False)
+    quick = PROFILES["quick"]
+    search = Search(deadline=time.monotonic() + 600, grace=0.0)
+    with hypothesis_apart(str(tmp_path)):
+        run_search(RefusedOnceFilled, quick, 0, search)
+    ended, _, (failure,) = how_ended("no-loss", search, target, quick, 0)
+    assert ended == "failed" and failure.fact.step.startswith("claim('drain'"), failure.fact
+    assert failure.steps[0] == "state = RefusedOnceFilled()" and failure.steps[-1] == "state.teardown()", failure.steps
+    assert any("prefill" in step or "publish" in step for step in failure.steps), failure.steps
+    assert len(failure.steps) <= 4, failure.steps  # fewest: the steps that publish, and no more
+
+
 def test_a_message_out_of_order_is_fifos_though_a_message_of_the_same_text_was_acked():
     """The machine names a claim answering a message acked before no-loss (handed out again);
     it knows the message by its seq, so a later message that only has the same text, handed

@@ -217,6 +217,50 @@ def test_an_example_that_ran_out_of_data_is_frozen_at_its_teardown():
     assert True in OverrunsThenRejectsAtTeardown.seen, OverrunsThenRejectsAtTeardown.seen
 
 
+class InvalidThenFailsAtTeardown(RuleBasedStateMachine):
+    """Every example is made invalid by its third step (as a refused draw makes it), and its
+    teardown then fails: the choices of the first such example are kept."""
+
+    choices: list[tuple] = []
+
+    def __init__(self):
+        super().__init__()
+        self.pokes = 0
+
+    @rule(amount=st.integers(1, 3))
+    def publish(self, amount):
+        self.pokes += 1
+        if self.pokes == 3:
+            current_build_context().data.mark_invalid("refused")
+
+    def teardown(self):
+        if self.pokes >= 3:
+            self.choices.append(tuple(current_build_context().data.choices))
+            raise AssertionError("met at teardown")
+
+
+def test_a_failure_at_the_teardown_of_an_invalid_example_is_seen_again_from_its_choices():
+    """harel_ref.certify._driver.unseen_failure relies on both: Hypothesis discards what the
+    teardown of an example already invalid raised, and ``reproduce_failure`` of that example's
+    choices raises it, printing the steps from ``state = ...`` to ``state.teardown()``."""
+    from harel_ref.certify._choices import run_choices
+
+    InvalidThenFailsAtTeardown.choices = []
+    run_state_machine_as_test(InvalidThenFailsAtTeardown, settings=settings(
+        max_examples=10, derandomize=True, database=None, deadline=None, stateful_step_count=10,
+        suppress_health_check=list(HealthCheck)))  # no failure: every one was discarded
+    assert InvalidThenFailsAtTeardown.choices, "no example reached its third step"
+    printed: list[str] = []
+    again = run_choices(InvalidThenFailsAtTeardown, InvalidThenFailsAtTeardown.choices[0], 10, printed)
+    steps = shrunk_steps(type("Noted", (Exception,), {"__notes__": printed})())
+    assert isinstance(again, AssertionError) and str(again) == "met at teardown", (
+        "reproduce_failure of the choices of an example made invalid before its teardown failed no "
+        "longer raises what the teardown raised; harel_ref.certify._driver.unseen_failure relies on "
+        f"it to show such a failure with its steps (got {again!r})")
+    assert steps[0] == "state = InvalidThenFailsAtTeardown()" and steps[-1] == "state.teardown()", steps
+    assert sum(step.startswith("state.publish(") for step in steps) == 3, steps
+
+
 def _initialize_alike(offset: int):
     """An initialize rule whose function has the same name as every other this makes."""
 

@@ -22,7 +22,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, reject, seed, settings
 from hypothesis.control import current_build_context
-from hypothesis.errors import FlakyStrategyDefinition, InvalidArgument
+from hypothesis.errors import FlakyStrategyDefinition, InvalidArgument, Unsatisfiable
 from hypothesis.stateful import run_state_machine_as_test
 
 from harel_ref.stateful import Capabilities, Divergence
@@ -33,13 +33,14 @@ from harel_ref.stateful._properties import SIZES, owner, owners, tally
 from harel_ref.stateful._processes import BranchProcesses
 from harel_ref.stateful.parallel import ConcurrencyFailure, Program, check_program, programs, smaller_programs
 
+from ._choices import run_choices
 from ._probes import probe_programs
 from ._profiles import Profile
 from ._reduce import replayed, without_steps
 from ._signals import raise_if_stopped
 from ._target import Target
 
-__all__ = ["FRESH_STARTS"]
+__all__ = ["FRESH_STARTS", "unseen_failure"]
 
 
 @dataclass
@@ -70,6 +71,7 @@ class Search:
     told_found: bool = False
     clean: int = 0  # examples that ended without a failure before ``first`` was seen
     data: Any = None  # the running example's ConjectureData: a hung one's choices replay it (_regression)
+    first_choices: tuple = ()  # the choices of the example that found ``first`` (:mod:`._choices`)
     probes_unrun: int = 0  # probes the time left no room for (SPEC.md C13a)
 
     def found(self) -> None:
@@ -77,6 +79,7 @@ class Search:
         it found is what the report shows if the run is stopped while it is shrunk."""
         if self.first is not None and not self.told_found:
             self.told_found = True
+            self.first_choices = tuple(self.data.choices) if self.data is not None else ()
             if self.on_found is not None:
                 self.on_found(self)  # this one: on a search thread, a copy of the search run_search was given
 
@@ -106,9 +109,7 @@ class Search:
     def hung_choices(self) -> tuple:
         """The choices Hypothesis drew for the example whose call hung, up to that call (its
         steps were never printed: :func:`run_search`), or () if no call hung in an example."""
-        if not isinstance(self.first, TransportHung) or self.data is None:
-            return ()
-        return tuple(self.data.choices)
+        return self.first_choices if isinstance(self.first, TransportHung) else ()
 
     def outcome(self) -> BaseException | None:
         """What the search ended with: Hypothesis's (shrunk) failure, else the first one seen
@@ -351,7 +352,37 @@ def _hypothesis_examples(machine: type, profile: Profile, run_seed: int, search:
             search.error = exc  # as Hypothesis shrank it, should a replay of the steps hang
             if isinstance(exc, Divergence):
                 search.error = _without_steps(machine, search, exc, aside)
+            elif isinstance(exc, Unsatisfiable):  # every example invalid: what they met was unseen
+                search.error = unseen_failure(machine, profile, search, aside) or exc
+        else:
+            search.error = unseen_failure(machine, profile, search, aside)
         return
+
+
+def unseen_failure(machine: type, profile: Profile, search: Search,
+                   aside: Callable[[Fact], bool]) -> BaseException | None:
+    """The failure Hypothesis never saw, with its steps, or None.
+
+    A step can make an example invalid after it has made its calls: the rule Hypothesis drew
+    was refused (its filter), or the data ran out.  The teardown's drain and checks run all the
+    same, and what they meet is real, but Hypothesis discards the example with whatever it
+    raised: ``search.first`` holds it, and there are no steps to show.  So the example is run
+    once more from its choices (:mod:`._choices`); where it fails the same way again, that
+    failure, its printed steps in its notes, less the steps it does not need (SPEC.md C7)."""
+    first = search.first
+    if not search.first_choices or not isinstance(first, Exception) or isinstance(first, TransportHung):
+        return None
+    printed: list[str] = []
+    try:
+        again = run_choices(watched_machine(machine, search, rejects=False), search.first_choices,
+                            profile.step_count, printed)
+    except StopSearch:  # the time is up: the failure stays as it was found
+        return None
+    same = type(again) is type(first) and getattr(again, "kind", None) == getattr(first, "kind", None)
+    if not same:
+        return None
+    again.add_note("\n".join(printed))
+    return _without_steps(machine, search, again, aside) if isinstance(again, Divergence) else again
 
 
 def _run_probes(machine: type, search: Search, aside: Callable[[Fact], bool], probes: list[list[str]]) -> None:

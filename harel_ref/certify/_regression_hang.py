@@ -3,23 +3,19 @@
 A call that hangs stops its search at once (the search thread is left to the call), so the
 example is never shrunk and Hypothesis never prints its steps.  What is left of it are the
 choices Hypothesis drew for it, up to the call (:meth:`~._driver.Search.hung_choices`).  They
-are replayed here, once, with every transport the machine opens recorded, under a deadline of
-their own: the replay makes the example's calls again up to the one that hangs, which is
-abandoned at the deadline as the search's was.  So the test costs one more call deadline.
+are replayed here (:mod:`._choices`), once, with every transport the machine opens recorded,
+under a deadline of their own: the replay makes the example's calls again up to the one that
+hangs, which is abandoned at the deadline as the search's was.  So the test costs one more
+call deadline.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import hypothesis
-from hypothesis import HealthCheck, Phase, reproduce_failure, settings
-from hypothesis.core import encode_failure
-from hypothesis.reporting import with_reporter
-from hypothesis.stateful import run_state_machine_as_test
-
 from harel_ref.stateful._async import TransportHung, in_line_calls, limit_calls
 
+from ._choices import run_choices
 from ._regression_text import Call
 
 __all__ = ["hung_calls"]
@@ -30,22 +26,14 @@ def hung_calls(machine: type, choices: tuple, step_count: int, deadline: float,
     """Replay the example of ``choices`` on the ``recording`` machine (``machine`` with its
     calls recorded into ``calls``), ``step_count`` steps at most as in the search, each call
     under ``deadline``: the calls up to the one that hung again, or [] if none did."""
-    replay = reproduce_failure(hypothesis.__version__, encode_failure(choices))(recording)
-    once = settings(max_examples=1, stateful_step_count=step_count, database=None, deadline=None,
-                    phases=(Phase.explicit, Phase.reuse), suppress_health_check=list(HealthCheck), print_blob=False)
-
     def run_once() -> None:
-        with with_reporter(lambda text: None):  # not the example's steps again (the reporter is the thread's)
-            run_state_machine_as_test(replay, settings=once)
+        run_choices(recording, choices, step_count, [])  # the hang, or the example ending otherwise
 
     with limit_calls(deadline) as limits:
-        try:
-            if machine.backend.is_async:  # each call a task with its deadline: the hang raises in the step
-                run_once()
-            else:
-                in_line_calls(run_once, limits)
-        except Exception:  # noqa: BLE001 - the hang, or Hypothesis saying the example ended otherwise (a stop goes on up)
-            pass
+        if machine.backend.is_async:  # each call a task with its deadline: the hang raises in the step
+            run_once()
+        else:
+            in_line_calls(run_once, limits)
         if limits.broken is None:
             return []
     hung = next((n for n, call in enumerate(calls) if isinstance(call.raised, TransportHung)), len(calls) - 1)
