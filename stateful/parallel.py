@@ -91,6 +91,7 @@ __all__ = [
     "Program",
     "Publish",
     "check_program",
+    "failing_runs",
     "programs",
     "run_program",
     "smaller_programs",
@@ -705,6 +706,7 @@ class ConcurrencyFailure(Divergence):
         self.run = run
         self.culprits = tuple(culprits)
         self.runs = runs
+        self.seen: tuple[int, int] | None = None  # refused of runs made, once measured (failing_runs)
         if run.program is not None:
             self.add_note(f"program:\n{run.program}\nbranches run as {run.how}; failed on run {runs}")
         else:
@@ -964,6 +966,25 @@ def check_program(
         if bench is not None:
             bench.close()
     return repeats
+
+
+def failing_runs(factory: Callable, program: Program, capabilities: Capabilities | None = None, *, runs: int,
+                 enough: int, until: float, **judging: Any) -> tuple[int, int]:
+    """How often ``program`` shows its race: of up to ``runs`` runs, judged as
+    :func:`check_program` judges them (``judging`` its keyword arguments), how many the checker
+    refused, and how many were made.  It stops once ``enough`` were refused, or at ``until``
+    (``time.monotonic()``), at least ten runs made; a run that raised past the checker ends it.
+    A race found by a search comes out of shrinking with the runs that happened to show it, so
+    only runs made afresh say how rare it is."""
+    refused = made = 0
+    while made < runs and refused < enough and (made < 10 or time.monotonic() < until):
+        try:
+            made += check_program(factory, program, capabilities, repeats=min(10, runs - made), **judging)
+        except ConcurrencyFailure as found:
+            refused, made = refused + 1, made + found.runs
+        except Exception:  # noqa: BLE001 - a crash is another failure than this race: what was seen stands
+            break
+    return refused, made
 
 
 def overlapped(records: list[Record]) -> bool:

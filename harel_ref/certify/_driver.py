@@ -31,7 +31,9 @@ from harel_ref.stateful._facts import Fact
 from harel_ref.stateful._machine import Choices
 from harel_ref.stateful._properties import SIZES, owner, owners, tally
 from harel_ref.stateful._processes import BranchProcesses
-from harel_ref.stateful.parallel import ConcurrencyFailure, Program, check_program, programs, smaller_programs
+from harel_ref.stateful.parallel import (
+    ConcurrencyFailure, Program, check_program, failing_runs, programs, smaller_programs,
+)
 
 from ._choices import run_choices
 from ._probes import probe_programs
@@ -41,6 +43,11 @@ from ._signals import raise_if_stopped
 from ._target import Target
 
 __all__ = ["FRESH_STARTS", "unseen_failure"]
+
+# How often a race found shows, measured afresh once it is shrunk, so that its regression test
+# makes runs enough (SPEC.md C14): up to RATE_RUNS times the profile's repeats, until RATE_ENOUGH
+# runs showed it, or RATE_SECONDS have passed (at least ten runs).
+RATE_RUNS, RATE_ENOUGH, RATE_SECONDS = 10, 5, 10.0
 
 
 @dataclass
@@ -434,13 +441,14 @@ def run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed:
     ``ignore`` aside).  Branches run in ``processes`` (every other run with
     ``alternate``, see :func:`check_program`), else in threads or tasks."""
 
+    judging = dict(is_async=target.is_async, contention="refusals" in judges, histories="histories" in judges,
+                   processes=processes, alternate=alternate, ignore=ignore)
+
     def concurrent(program):
         search.next_example()
         repeats = profile.repeats if search.first is None else profile.shrink_repeats
         try:
-            check_program(target.factory, program, caps, is_async=target.is_async, repeats=repeats,
-                          contention="refusals" in judges, histories="histories" in judges,
-                          processes=processes, alternate=alternate, ignore=ignore, reached=search.reached)
+            check_program(target.factory, program, caps, repeats=repeats, reached=search.reached, **judging)
         except Exception as exc:
             if not isinstance(exc, ConcurrencyFailure):  # a crash: say which program
                 exc.add_note(f"program:\n{program}")
@@ -459,6 +467,11 @@ def run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed:
         search.error = exc
     if isinstance(search.error, ConcurrencyFailure) and search.error.program is not None:
         search.error = _reduced(search.error, concurrent)
+    # a flaky one (Hypothesis could not make it fail again) comes in a group
+    found = search.error.exceptions if isinstance(search.error, BaseExceptionGroup) else (search.error,)
+    for race in (race for race in found if isinstance(race, ConcurrencyFailure) and race.program is not None):
+        race.seen = failing_runs(target.factory, race.program, caps, runs=RATE_RUNS * profile.repeats,
+                                 enough=RATE_ENOUGH, until=time.monotonic() + RATE_SECONDS, **judging)
 
 
 def _reduced(failure: ConcurrencyFailure, run: Callable[[Program], None]) -> ConcurrencyFailure:

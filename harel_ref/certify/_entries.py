@@ -99,7 +99,8 @@ def failure_entry(search_name: str, error: BaseException, flaky: bool, target: T
         program = error.program
         regression, no_regression = race_regression(target, program, error.fact, owner(error.kind),
                                                     refusals=error.kind in RAISES, runs=profile.repeats,
-                                                    ran_as=error.run.how, replay=replay or "", flaky=flaky)
+                                                    ran_as=error.run.how, replay=replay or "", flaky=flaky,
+                                                    seen=error.seen)
         return Failure(
             error.fact, found_by=search_name,
             steps=tuple(str(program).splitlines()) if program is not None else (),

@@ -14,6 +14,7 @@ fixed; a race may need several runs to show, so the test makes them all.
 from __future__ import annotations
 
 import dataclasses
+import math
 import textwrap
 from typing import Any
 
@@ -25,13 +26,24 @@ from harel_ref.stateful.parallel import Claim, Program
 from ._regression_text import _setup, docstring_text
 from ._target import Target
 
-__all__ = ["race_regression"]
+__all__ = ["race_regression", "runs_to_show"]
 
 ABOUT = ("Found by harel-ref's concurrent search.  The calls below run as the search ran them: the "
          "prefix in order, then the branches at once, each on {place} of its own, all started together, up to "
          "{runs} times, each time on an empty queue.  harel-ref's checker judges each run: {judged}.  It fails "
          "while the bug is there (a race: one run in {runs} that shows it is enough), and passes once it is "
          "fixed.  Run it with pytest from the directory you certified in.")
+
+SEEN = ("The search ran this program {made} times more once it was shrunk, and {refused} of those runs showed "
+        "the race: {runs} runs miss a race that frequent about once in a thousand{capped}.")
+
+SEEN_NONE = ("The search ran this program {made} times more once it was shrunk, and none of those runs showed "
+             "the race: it is rare, and the test may pass on some runs of it while the bug is there.  Raise "
+             "runs to make it surer.")
+
+# A race's test makes enough runs to miss a race of the rate the search measured about once in
+# MISSED runs of the test, but never more than MOST_RUNS (each costs the fixed transport a run).
+MISSED, MOST_RUNS = 1000, 3000
 
 RARE = ("Hypothesis ran this program once more and it did not fail again: the race is rare, so the test "
         "may pass on some runs of it while the bug is there.  Raise runs to make it surer.")
@@ -41,10 +53,13 @@ IMPORT = ('from harel_ref import check_at_once  # runs calls at once and judges 
 
 
 def race_regression(target: Target, program: Program | None, fact: Fact, prop: str, *, refusals: bool, runs: int,
-                    ran_as: str, replay: str = "", flaky: bool = False) -> tuple[str, str]:
+                    ran_as: str, replay: str = "", flaky: bool = False,
+                    seen: tuple[int, int] | None = None) -> tuple[str, str]:
     """The regression test of the failure ``fact`` that ``program`` showed (None: a soak's),
     its branches run as ``ran_as`` (threads, tasks or processes), judged for refusals
     (``refusals``) or histories (else), as a test module's text; or ``""`` and why there is none.
+    ``runs``: the runs the search made of a program; ``seen``: of how many runs made afresh once
+    it was shrunk, how many showed the race (:func:`runs_to_show` makes the test's runs of it).
     ``flaky``: Hypothesis could not make it fail again, which the test says."""
     if program is None:
         return "", "a soak's failure is a history of many calls over minutes, not a program to run again"
@@ -59,8 +74,13 @@ def race_regression(target: Target, program: Program | None, fact: Fact, prop: s
     judged = "no call refused where the specification allows no error" if refusals else \
         "its answers fit some order of its calls that the specification allows"
     place = "a process" if in_processes else "an asyncio task" if target.is_async else "a thread"
+    runs = runs if seen is None else runs_to_show(*seen)
     about = textwrap.fill(ABOUT.format(place=place, runs=runs, judged=judged), 95)
-    about += f"\n\n{textwrap.fill(RARE, 95)}" if flaky else ""
+    if seen is not None:
+        capped = f" (at most {MOST_RUNS}; a rarer race is missed more often)" if runs == MOST_RUNS else ""
+        text = SEEN if seen[0] else SEEN_NONE
+        about += "\n\n" + textwrap.fill(text.format(made=seen[1], refused=seen[0], runs=runs, capped=capped), 95)
+    about += f"\n\n{textwrap.fill(RARE, 95)}" if flaky and seen is None else ""  # else the rate says it
     about += f"\n\nThe search again: `{docstring_text(replay)}`" if replay else ""
     return "".join([
         f'"""Regression test: {summary}\n\n{about}\n"""\n\n',
@@ -75,6 +95,17 @@ def race_regression(target: Target, program: Program | None, fact: Fact, prop: s
         f"{f', processes={target.recipe.spec!r}' if in_processes else ''})\n",
         "    assert verdict is None, verdict\n",
     ]), ""
+
+
+def runs_to_show(refused: int, made: int) -> int:
+    """The runs a race's test makes, its race seen in ``refused`` of ``made`` runs: enough to
+    miss a race that frequent once in :data:`MISSED` tests (at least 3, at most
+    :data:`MOST_RUNS`).  Seen in none, ten times the runs made, as rare as it may be."""
+    if refused == 0:
+        return min(MOST_RUNS, max(3, 10 * made))
+    rate = refused / made
+    needed = 1 if rate >= 1 else math.ceil(math.log(MISSED) / -math.log1p(-rate))
+    return min(MOST_RUNS, max(3, needed))
 
 
 def _calls(program: Program) -> str:
