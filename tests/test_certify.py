@@ -121,7 +121,11 @@ def test_a_limit_past_the_sizes_searched_passes_the_searches_and_fails_at_a_prob
     """SPEC.md C13a: a limit at about a thousand (999 groups listed as in flight, a page of
     1,000 groups, a group of 1,024 messages, a retry counter that gives up at the 1,000th nack)
     passes the property's search without the probes, and fails it at a probe, in a few steps
-    that say the sizes; the verdict's evidence has the probe's sizes."""
+    that say the sizes; the verdict's evidence has the probe's sizes.  Its regression test makes
+    the probe's thousand calls in loops (SPEC.md C14): a few dozen lines, not thousands, and it
+    fails on the variant and passes on the reference."""
+    from test_regression import run_test
+
     _, prop = PAST_SEARCHED_SIZES[name]
     backend = broken_backend(name)
     unprobed = certify(backend.factory, backend.capabilities, profile=SMALL, properties=[prop])
@@ -131,6 +135,10 @@ def test_a_limit_past_the_sizes_searched_passes_the_searches_and_fails_at_a_prob
     assert verdict.verdict == "failed" and len(verdict.failure.steps) <= 8, probed.to_markdown()
     assert any(f"{PROBE_SIZE}" in step for step in verdict.failure.steps), verdict.failure.steps
     assert verdict.largest[GROUPS_AT_A_CLAIM] > PROBE_SIZE or verdict.largest[MESSAGES_IN_A_GROUP] >= PROBE_SIZE
+    code = verdict.failure.regression
+    assert code and len(code.splitlines()) < 150 and "for n in range(" in code, verdict.failure.no_regression or code
+    assert run_test(code, backend.factory) is not None
+    assert run_test(code, load("memory")(None).factory) is None
 
 
 def test_the_probes_pass_a_correct_transport_and_reach_past_a_thousand():

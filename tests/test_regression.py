@@ -524,3 +524,29 @@ def test_check_at_once_in_processes_refuses_a_factory_it_cannot_import_or_a_stor
     in_memory = importable_factory("unfenced ack")  # a store of its own in each process
     with pytest.raises(ValueError, match="not shared across processes"):
         check_at_once(in_memory, [], [[("claim",)], [("claim",)]], processes=True, capabilities=shared)
+
+
+def test_runs_of_like_calls_are_folded_into_loops_that_make_the_same_calls():
+    """A probe's test is a thousand like calls (SPEC.md C14): runs of blocks that differ only
+    in literals going up by a step, holding such a number, or coming round in a cycle are
+    written as one loop, which makes the same calls with the same arguments in the same order.
+    A literal that fits no expression of ``n`` leaves its run written out."""
+    from harel_ref.certify._regression_loops import LEAST, folded
+
+    workers = ["'w1'", "'W'", "'w\\u0301'"]
+    blocks = [["made.append(('opened', 0))"]]
+    for n in range(40):  # a clock set and a claim, taken by a cycle of workers, its answer asserted
+        blocks += [[f"clock = {1000.0 + 0.125 * n!r}"],
+                   [f"lease[{n + 3}] = ({workers[n % 3]}, 'g{{1}}+{n}', -{n}, 1e-05)",
+                    f"made.append((clock, lease[{n + 3}], str({n})))"]]
+    blocks += [[f"made.append(('{text}', 7))"] for text in "abcdefghijklm"]  # no step: written out
+    blocks += [["made.append(('last', 8))"]]
+    namespace_of = {}
+    for way, lines in (("as written", [line for block in blocks for line in block]), ("folded", folded(blocks))):
+        namespace = {"made": [], "lease": {}}
+        exec("\n".join(lines), namespace)  # noqa: S102
+        namespace_of[way] = (namespace["made"], namespace["lease"], len(lines))
+    (made, leases, written), (looped, looped_leases, folded_lines) = namespace_of["as written"], namespace_of["folded"]
+    assert made == looped and leases == looped_leases and len(made) == 55
+    assert folded_lines == 4 + 13 + 2, folded(blocks)  # one loop, the run without a step, first and last
+    assert len(blocks) - 1 - 13 - 1 >= LEAST

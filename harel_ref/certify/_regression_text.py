@@ -20,6 +20,8 @@ from typing import Any
 import harel_ref.stateful._facts as facts
 from harel_ref.stateful._values import TICK
 
+from ._regression_loops import folded
+
 __all__ = ["Call", "OneShot", "Unwritable", "docstring_text", "written"]
 
 
@@ -245,7 +247,7 @@ def _message(fact: Any) -> str:
 
 class _Writer:
     """The statements of the test's body, a call at a time, naming each transport ``qN`` and
-    each lease a claim answered ``leaseN``; what it used, for the module's imports and helpers."""
+    each lease a claim answered ``lease[N]``; what it used, for the module's imports and helpers."""
 
     def __init__(self, is_async: bool, message: str, harel: bool = False, deadline: float | None = None) -> None:
         self.awaited = "await " if is_async else ""
@@ -263,16 +265,19 @@ class _Writer:
         self.hand_made = False  # a lease made by hand, of the Protocol's Lease type
 
     def lines(self, calls: list[Call]) -> list[str]:
-        out: list[str] = []
+        """The body's statements: a block per call (and per clock set), runs of like blocks
+        folded into loops (:mod:`._regression_loops`)."""
+        blocks: list[list[str]] = []
         self.now = calls[0].now  # the clock starts there
         for call in calls:
             if call.after_close and call.diverged is None and call.method != "close":
                 continue  # refused as it should be: a closed transport stays as it was
             if call.now is not None and not _same(call.now, self.now):
-                out.append(f"clock.now = {_literal(call.now, self)}")
+                blocks.append([f"clock.now = {_literal(call.now, self)}"])
                 self.now = call.now
-            out += self.call(call)
-        return out
+            blocks.append(self.call(call))
+        leases = ["lease = {}  # each claim's answer, by the claim's number"] if self.claims else []
+        return leases + folded(blocks)
 
     def call(self, call: Call) -> list[str]:
         queue = f"q{call.instance}"
@@ -302,7 +307,7 @@ class _Writer:
 
     def claim(self, call: Call, made: str, diverged: bool) -> list[str]:
         self.claims += 1
-        name = f"lease{self.claims}"
+        name = f"lease[{self.claims}]"
         earlier = [self.names[id(lease)] for lease in self.kept]
         out = [f"{name} = {made}"]
         if call.answer is not None and call.raised is None:
