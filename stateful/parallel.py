@@ -969,15 +969,18 @@ def check_program(
 
 
 def failing_runs(factory: Callable, program: Program, capabilities: Capabilities | None = None, *, runs: int,
-                 enough: int, until: float, **judging: Any) -> tuple[int, int]:
+                 enough: int, until: float, checkpoint: Callable[[], None] = lambda: None,
+                 **judging: Any) -> tuple[int, int]:
     """How often ``program`` shows its race: of up to ``runs`` runs, judged as
     :func:`check_program` judges them (``judging`` its keyword arguments), how many the checker
     refused, and how many were made.  It stops once ``enough`` were refused, or at ``until``
     (``time.monotonic()``), at least ten runs made; a run that raised past the checker ends it.
-    A race found by a search comes out of shrinking with the runs that happened to show it, so
-    only runs made afresh say how rare it is."""
+    ``checkpoint`` is called before each ten runs (a stop raises there).  A race found by a
+    search comes out of shrinking with the runs that happened to show it, so only runs made
+    afresh say how rare it is."""
     refused = made = 0
     while made < runs and refused < enough and (made < 10 or time.monotonic() < until):
+        checkpoint()
         try:
             made += check_program(factory, program, capabilities, repeats=min(10, runs - made), **judging)
         except ConcurrencyFailure as found:

@@ -96,6 +96,8 @@ class Search:
         or the time is up."""
         raise_if_stopped()
         if self.limits.broken is not None:
+            if self.first is None and self.data is not None:  # a hang outside a step (a close at teardown):
+                self.first_choices = tuple(self.data.choices)  # ``data`` is still the hung example's
             self.first = self.first or self.limits.broken
             raise StopSearch
         if self.first is None and self.set_aside >= max(1, self.wanted):
@@ -346,8 +348,9 @@ def _hypothesis_examples(machine: type, profile: Profile, run_seed: int, search:
         try:
             run_state_machine_as_test(chosen(watched_machine(machine, search, aside)),
                                       settings=search_settings(profile, examples - before))
-        except StopSearch:
-            pass  # search.cut_short or search.limits say why; search.first holds a failure found before
+        except StopSearch:  # search.cut_short or search.limits say why; search.first holds a failure found before
+            if search.shrink_cut and search.error is None:  # a failure Hypothesis discarded, never shrunk
+                search.error = unseen_failure(machine, profile, search, aside)
         except FlakyStrategyDefinition as exc:
             idle = 0 if search.examples > before else idle + 1
             if search.first is None and search.examples >= examples:
@@ -380,8 +383,11 @@ def unseen_failure(machine: type, profile: Profile, search: Search,
     if not search.first_choices or not isinstance(first, Exception) or isinstance(first, TransportHung):
         return None
     printed: list[str] = []
+    # The replay counts nowhere: it is the failure's, seen again, within the search's time.
+    apart = dataclasses.replace(search, shrink_limit=math.inf, reached=collections.Counter(), aside_facts={},
+                                echoes={}, on_example=None, on_found=None)
     try:
-        again = run_choices(watched_machine(machine, search, rejects=False), search.first_choices,
+        again = run_choices(watched_machine(machine, apart, rejects=False), search.first_choices,
                             profile.step_count, printed)
     except StopSearch:  # the time is up: the failure stays as it was found
         return None
@@ -470,8 +476,21 @@ def run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed:
     # a flaky one (Hypothesis could not make it fail again) comes in a group
     found = search.error.exceptions if isinstance(search.error, BaseExceptionGroup) else (search.error,)
     for race in (race for race in found if isinstance(race, ConcurrencyFailure) and race.program is not None):
-        race.seen = failing_runs(target.factory, race.program, caps, runs=RATE_RUNS * profile.repeats,
-                                 enough=RATE_ENOUGH, until=time.monotonic() + RATE_SECONDS, **judging)
+        race.seen = _how_often(race, target, caps, profile, search, judging)
+
+
+def _how_often(race: ConcurrencyFailure, target: Target, caps: Capabilities, profile: Profile, search: Search,
+               judging: dict) -> tuple[int, int] | None:
+    """Of how many runs made afresh, how many showed ``race``: its branches run as they ran when it
+    showed (its test runs them so), within the search's time and at most :data:`RATE_SECONDS`
+    (ten runs at least); None if none could be made."""
+    in_processes = race.run.how == "processes"
+    until = min(time.monotonic() + RATE_SECONDS, search.deadline + search.grace)
+    seen = failing_runs(target.factory, race.program, caps, runs=RATE_RUNS * profile.repeats, enough=RATE_ENOUGH,
+                        until=until, checkpoint=raise_if_stopped,
+                        **{**judging, "processes": judging["processes"] if in_processes else None,
+                           "alternate": False})
+    return seen if seen[1] else None
 
 
 def _reduced(failure: ConcurrencyFailure, run: Callable[[Program], None]) -> ConcurrencyFailure:

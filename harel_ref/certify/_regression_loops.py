@@ -35,7 +35,7 @@ LONGEST_CYCLE = 16
 
 _LITERAL = re.compile(
     r"""(?P<lease>\blease\[\d+\])"""
-    r"""|(?P<text>'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*")"""
+    r"""|(?P<text>(?<!\w)[bB]?(?:'(?:[^'\\\n]|\\.)*'|"(?:[^"\\\n]|\\.)*"))"""
     r"""|(?P<number>(?<![\w.])\d+(?:\.\d+)?(?:e[+-]?\d+)?(?![\w.]))"""
 )
 
@@ -115,26 +115,29 @@ def _described(values: list[str]) -> tuple[str, int]:
         first, step = literals[0], literals[1] - literals[0]
         linear = _linear(first, step)
         found.append((f"({linear})" if " " in linear else linear,  # a sign before it applies to all of it
-                       _fitted(literals, lambda n: first + step * n, same_type=True)))
+                       _fitted(literals, lambda n: first + step * n)))
     if isinstance(literals[0], str):
         found.append(_numbered(literals))
-    found += [(f"({', '.join(values[:period])})[n % {period}]",
-               _fitted(values, lambda n, period=period: values[n % period]))
-              for period in range(2, min(LONGEST_CYCLE, len(values) // 2) + 1)]
+    for period in range(2, min(LONGEST_CYCLE, len(values) // 2) + 1):
+        length = _fitted(values, lambda n, period=period: values[n % period])
+        if length >= 2 * period:  # come round at least once: any values fit one period
+            found.append((f"({', '.join(values[:period])})[n % {period}]", length))
     return max(found, key=lambda candidate: candidate[1])
 
 
-def _fitted(values: list, expected, same_type: bool = False) -> int:
-    """How many of ``values``, from the first, are ``expected(n)`` (of its type too)."""
+def _fitted(values: list, expected) -> int:
+    """How many of ``values``, from the first, are ``expected(n)``, written alike (a float is no
+    int, and -0.0 no 0.0)."""
     for n, value in enumerate(values):
-        wanted = expected(n)
-        if value != wanted or (same_type and type(value) is not type(wanted)):
+        if repr(value) != repr(expected(n)):
             return n
     return len(values)
 
 
 def _linear(first, step) -> str:
-    """``first + step * n``, as briefly as it reads."""
+    """``first + step * n``, as briefly as it reads (of whole numbers: a float keeps both)."""
+    if isinstance(first, float) or isinstance(step, float):
+        return f"{first!r} + {step!r} * n"
     times = "n" if step == 1 else f"{step!r} * n"
     return times if first == 0 else f"{first!r} + {times}"
 
