@@ -583,7 +583,7 @@ def test_runs_of_like_calls_are_folded_into_loops_that_make_the_same_calls():
         namespace_of[way] = (namespace["made"], namespace["lease"], len(lines))
     (made, leases, written), (looped, looped_leases, folded_lines) = namespace_of["as written"], namespace_of["folded"]
     assert made == looped and leases == looped_leases and len(made) == 55
-    assert folded_lines == 4 + 13 + 2, folded(blocks)  # one loop, the run without a step, first and last
+    assert folded_lines == 4 + 13 + 2 and written == 1 + 3 * 40 + 13 + 1, folded(blocks)  # a loop for 120 lines
     assert len(blocks) - 1 - 13 - 1 >= LEAST
     # floats stay floats, bytes stay bytes, and values that never come round are left written out
     assert folded([[f"q0.nack(lease[{n}], {float(n)!r})"] for n in range(12)])[1] == \
