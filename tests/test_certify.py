@@ -1024,6 +1024,28 @@ def test_a_failure_hypothesis_discarded_with_its_invalid_example_is_shown_with_i
     assert len(failure.steps) <= 4, failure.steps  # fewest: the steps that publish, and no more
 
 
+def test_a_failure_whose_shrinking_the_shrink_limit_stopped_is_shown_with_the_steps_it_was_found_with(tmp_path):
+    """The shrink limit stops a search before Hypothesis reports the failure it is shrinking:
+    the failure as found is shown, unshrunk, with the steps of the example that found it (run
+    again from its choices), so that it gets its regression test."""
+    from harel_ref.certify._entries import how_ended
+    from harel_ref.certify._driver import hypothesis_apart, run_search, Search
+    from harel_ref.certify._focus import focus_machine
+    from harel_ref.certify._target import Target
+
+    _, prop = BROKEN["nack(0) to the back of its group"]
+    backend = broken_backend("nack(0) to the back of its group")
+    target = Target.from_factory(backend.factory, backend.capabilities, False)
+    quick = PROFILES["quick"]
+    search = Search(deadline=time.monotonic() + 600, grace=600.0, shrink_limit=0.0)
+    with hypothesis_apart(str(tmp_path)):
+        run_search(focus_machine(backend.factory, prop, backend.capabilities), quick, 0, search)
+    ended, _, (failure,) = how_ended(prop, search, target, quick, 0)
+    assert ended == "failed" and search.shrink_cut and failure.unshrunk, failure
+    assert failure.steps[0].startswith("state = ") and failure.steps[-1] == "state.teardown()", failure.steps
+    assert any("nack" in step for step in failure.steps), failure.steps
+
+
 def test_a_message_out_of_order_is_fifos_though_a_message_of_the_same_text_was_acked():
     """The machine names a claim answering a message acked before no-loss (handed out again);
     it knows the message by its seq, so a later message that only has the same text, handed

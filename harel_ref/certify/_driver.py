@@ -376,7 +376,8 @@ def unseen_failure(machine: type, profile: Profile, search: Search,
     A step can make an example invalid after it has made its calls: the rule Hypothesis drew
     was refused (its filter), or the data ran out.  The teardown's drain and checks run all the
     same, and what they meet is real, but Hypothesis discards the example with whatever it
-    raised: ``search.first`` holds it, and there are no steps to show.  So the example is run
+    raised: ``search.first`` holds it, and there are no steps to show.  (So does a failure whose
+    shrinking the shrink limit stopped before Hypothesis reported it.)  So the example is run
     once more from its choices (:mod:`._choices`); where it fails the same way again, that
     failure, its printed steps in its notes, less the steps it does not need (SPEC.md C7)."""
     first = search.first
