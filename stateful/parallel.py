@@ -57,6 +57,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import inspect
 import itertools
 import math
@@ -75,6 +76,7 @@ from ._async import TransportHung, open_transport, release_call_thread
 from ._backend import Capabilities
 import harel_ref.stateful._facts as facts
 from ._facts import Fact
+from ._lanes import LANES, runs_in_order
 from ._linearize import DRAIN_WORKER, RELAXES, check_linearizable
 from ._properties import BRANCHES_IN_A_PROGRAM, OVERLAP, UNJUDGED, largest
 from ._values import BRANCH_COUNTS
@@ -936,35 +938,47 @@ def check_program(
     branches in; with ``alternate``, only every other run does (the first), and the others run
     them in threads (tasks).  Each finds races the other misses: threads share a connection
     lock and the GIL, processes are woken at once but open their transports every run
-    (docs/concurrency.md measures both)."""
+    (docs/concurrency.md measures both).  Runs that wait more than they compute are made
+    several at once and judged in their order (:mod:`~harel_ref.stateful._lanes`)."""
     histories = not contention if histories is None else histories
     if inspect.iscoroutinefunction(factory):
         is_async = True
     capabilities = capabilities if capabilities is not None else Capabilities()
-    bench = None
-    try:
-        for number in range(1, repeats + 1):
-            bench = bench or Bench(factory, capabilities, is_async)
-            in_processes = processes if not (alternate and number % 2 == 0) else None
-            run = run_program(factory, program, capabilities, is_async=is_async, processes=in_processes, bench=bench)
+    in_processes = (lambda number: processes is not None and not (alternate and number % 2 == 0))
+    one_pool = threading.Lock()  # the branch processes make one run at a time
+
+    def make(number: int, bench: Bench | None) -> tuple[Run, Bench | None]:
+        bench = bench or Bench(factory, capabilities, is_async)
+        try:
+            with one_pool if in_processes(number) else contextlib.nullcontext():
+                run = run_program(factory, program, capabilities, is_async=is_async,
+                                  processes=processes if in_processes(number) else None, bench=bench)
+        except BaseException:
+            bench.close()
+            raise
+        # The next run on a queue surely empty (Bench); with a rule of the model left out
+        # (a kind ignored), the drain may have left anything.  Refusals relax nothing.
+        if (ignore - REFUSALS) or not _left_empty(run):
+            bench.close()
+            return run, None
+        return run, bench
+
+    # runs that wait overlap (SPEC.md C9a); only the runs in threads can
+    lanes = LANES if processes is None or alternate else 1
+    made = runs_in_order(make, lambda bench: bench and bench.close(), repeats,
+                         here=lambda number: not in_processes(number), lanes=lanes)
+    with contextlib.closing(made):
+        for number, run in made:
             if reached is not None:
                 largest(reached, BRANCHES_IN_A_PROGRAM, len(program.branches))
                 if overlapped(run.records):
                     reached[OVERLAP] += 1
             found = judge(run, contention=contention, histories=histories, runs=number, ignore=ignore,
                           capabilities=capabilities, reached=reached)
-            # The next run on a queue surely empty (Bench); with a rule of the model left out
-            # (a kind ignored), the drain may have left anything.  Refusals relax nothing.
-            if (ignore - REFUSALS) or not _left_empty(run):
-                bench.close()
-                bench = None
             if found is not None and found.kind in REFUSALS:
                 found = _refused_alone(factory, program, capabilities, is_async, found, run, number, ignore, histories)
             if found is not None:
                 raise found
-    finally:
-        if bench is not None:
-            bench.close()
     return repeats
 
 

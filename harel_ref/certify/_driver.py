@@ -22,7 +22,7 @@ from typing import Any
 
 from hypothesis import HealthCheck, Phase, Verbosity, given, reject, seed, settings
 from hypothesis.control import current_build_context
-from hypothesis.errors import FlakyStrategyDefinition, InvalidArgument, Unsatisfiable
+from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition, InvalidArgument, Unsatisfiable
 from hypothesis.stateful import run_state_machine_as_test
 
 from harel_ref.stateful import Capabilities, Divergence
@@ -474,6 +474,10 @@ def run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed:
         search.error = exc
     if isinstance(search.error, ConcurrencyFailure) and search.error.program is not None:
         search.error = _reduced(search.error, concurrent)
+    elif isinstance(search.error, FlakyFailure):  # a race Hypothesis saw fail, then not: its program is as found
+        search.error = FlakyFailure(search.error.message, [
+            _reduced(race, concurrent) if isinstance(race, ConcurrencyFailure) and race.program is not None else race
+            for race in search.error.exceptions])
     # a flaky one (Hypothesis could not make it fail again) comes in a group
     found = search.error.exceptions if isinstance(search.error, BaseExceptionGroup) else (search.error,)
     for race in (race for race in found if isinstance(race, ConcurrencyFailure) and race.program is not None):
