@@ -70,6 +70,7 @@ __all__ = [
     "current_limits",
     "in_line_calls",
     "limit_calls",
+    "limits_of_its_own",
     "open_transport",
     "release_call_thread",
 ]
@@ -130,6 +131,20 @@ def limit_calls(deadline: float | None) -> Iterator[CallLimits]:
         yield _LIMITS.get()
     finally:
         _LIMITS.reset(token)
+
+
+@contextlib.contextmanager
+def limits_of_its_own() -> Iterator[CallLimits]:
+    """For a thread that makes calls beside its caller's (a lane of runs, ``_lanes.py``): limits
+    of its own with the caller's deadline, so that a hang in a call its caller never asked for
+    breaks nothing of the caller's, and its calls on call threads of its own, never in-line on
+    the caller's search thread (:func:`in_line_calls`)."""
+    watched = _WATCH.set(None)
+    try:
+        with limit_calls(current_limits().deadline) as limits:
+            yield limits
+    finally:
+        _WATCH.reset(watched)
 
 
 def current_limits() -> CallLimits:

@@ -5,26 +5,33 @@ judges each.  A run of a server transport, of one on a wall clock, or of a store
 round trip per call spends most of its time waiting: for answers, and for leases and parks to
 pass.  Runs are independent (each on a namespace of its own), so such waits can overlap:
 :func:`runs_in_order` makes the first two runs one after another, and when the ones whose
-branches ran in this process kept it busy for less than :data:`WAITING` of their time, it
-makes the rest in :data:`LANES` threads at once, each keeping a bench of its own.  The runs
-come back in their order (1, 2, 3, ...), so the caller judges them as it would runs made one
-at a time: the first refused run is the same one, and a run that raised raises at its place.
-A run that keeps the process busy (an in-memory store, SQLite's own work) is made one at a
-time, as before: threads would only share the one GIL.
+branches ran in this process took :data:`LONG_RUN` or more each and kept it busy for less than
+:data:`WAITING` of their time, it makes the rest in :data:`LANES` threads at once, each keeping a
+bench of its own.  The runs come back in their order (1, 2, 3, ...), so the caller judges them
+as it would runs made one at a time: a run that raised raises at its place.  A run that keeps the
+process busy, or takes a moment (the in-memory store, SQLite's own work), is made one at a time,
+as before: threads would only share the one GIL.
+
+What runs beside a run can still change it where a store's limits are the server's, not the
+namespace's (connections, rates): each run says whether it was made with others at once, and a
+run made so that raised raises :class:`SeenBeside`, so that the caller makes the runs again one
+at a time before it believes it (``check_program`` does the same for a refusal such a run
+showed).  A lane keeps call limits of its own
+(:func:`~harel_ref.stateful._async.limits_of_its_own`): a hang in a run made beside others
+breaks nothing of the caller's.
 """
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from ._async import release_call_thread
+from ._async import limits_of_its_own, release_call_thread
 
-__all__ = ["LANES", "WAITING", "runs_in_order", "waited"]
+__all__ = ["LANES", "LONG_RUN", "WAITING", "SeenBeside", "runs_in_order", "waited"]
 
 LANES = 4
 """How many runs of one program are made at once when they wait.  A lane keeps its transports
@@ -34,8 +41,22 @@ WAITING = 0.25
 """A run that kept this process's CPU busy for less than this part of its wall time is waiting:
 the first two runs of a program are measured (those whose branches ran here, not in processes)."""
 
+LONG_RUN = 0.005
+"""Seconds a measured run must take, on average, for lanes to be worth their threads: a run of
+the in-memory store takes about 1 ms, and under load its time off the CPU would look like waiting."""
+
 MEASURED = 2
 """How many runs are made one after another, and measured, before lanes may begin."""
+
+JOIN_GRACE = 5.0
+"""Seconds a caller that stopped iterating waits, in all, for the lanes to end the runs they are
+making; a lane still making one after that ends on its own (it closes what it kept)."""
+
+class SeenBeside(Exception):
+    """What a run made beside other runs showed (it raised: its ``__cause__``; or its caller
+    refused it): it may be theirs, where a store's limits are the server's.  Make the runs
+    again one at a time to know."""
+
 
 Make = Callable[[int, Any], tuple[Any, Any]]
 """``make(number, kept) -> (run, kept)``: make run ``number`` on ``kept`` (None: open anew) and
@@ -44,16 +65,17 @@ what it used."""
 
 
 def runs_in_order(make: Make, close: Callable[[Any], None], repeats: int, *, here: Callable[[int], bool],
-                  lanes: int = LANES) -> Iterator[tuple[int, Any]]:
-    """Runs ``1..repeats`` made by ``make``, as ``(number, run)`` in their order; what ``make``
-    raised, at its run's place.  ``here(number)``: whether run ``number``'s branches run in this
-    process, so that its CPU time says whether it waited.  ``close(kept)`` closes what a run
-    left for the next.  The caller may stop iterating at any run: the lanes then end after the
-    run each is making, and close what they kept."""
-    kept, busy, wall, number = None, 0.0, 0.0, 0
+                  lanes: int = LANES) -> Iterator[tuple[int, Any, bool]]:
+    """Runs ``1..repeats`` made by ``make``, as ``(number, run, alone)`` in their order (``alone``:
+    no other run was made at the same time); what ``make`` raised, at its run's place (as a
+    :class:`SeenBeside` where the run was not made alone).
+    ``here(number)``: whether run ``number``'s branches run in this process, so that its CPU time
+    says whether it waited.  ``close(kept)`` closes what a run left for the next.  The caller may
+    stop iterating at any run: the lanes then end after the run each is making."""
+    kept, busy, wall, measured, number = None, 0.0, 0.0, 0, 0
     try:
         while number < repeats:
-            if number == MEASURED and lanes > 1 and waited(busy, wall):
+            if number == MEASURED and repeats - number >= lanes > 1 and waited(busy, wall, measured):
                 close(kept)  # each lane opens its own, in its own thread
                 kept = None
                 yield from _Lanes(make, close, range(number + 1, repeats + 1), lanes).in_order()
@@ -63,16 +85,17 @@ def runs_in_order(make: Make, close: Callable[[Any], None], repeats: int, *, her
             held, kept = kept, None  # make closes it if it raises
             run, kept = make(number, held)
             if number <= MEASURED and here(number):
-                busy, wall = busy + time.process_time() - cpu, wall + time.perf_counter() - began
-            yield number, run
+                busy, wall, measured = busy + time.process_time() - cpu, wall + time.perf_counter() - began, measured + 1
+            yield number, run, True
     finally:
         close(kept)
 
 
-def waited(busy: float, wall: float) -> bool:
-    """Whether runs that kept this process busy ``busy`` seconds of their ``wall`` seconds
-    waited: for less than :data:`WAITING` of them (none measured: no)."""
-    return wall > 0 and busy < WAITING * wall
+def waited(busy: float, wall: float, runs: int) -> bool:
+    """Whether ``runs`` runs that kept this process busy ``busy`` seconds of their ``wall``
+    seconds waited: they took :data:`LONG_RUN` or more each, busy less than :data:`WAITING` of
+    it (none measured: no)."""
+    return runs > 0 and wall >= LONG_RUN * runs and busy < WAITING * wall
 
 
 class _Lanes:
@@ -86,26 +109,32 @@ class _Lanes:
         self._changed = threading.Condition()
         self._ahead = threading.Semaphore(2 * lanes)
         self._stop = threading.Event()
-        # each lane in a copy of this thread's context: the call limits its transports take
+        # each lane in a copy of this thread's context: the call deadline its transports take
         self._threads = [threading.Thread(target=contextvars.copy_context().run, args=(self._lane,),
                                           name=f"harel-ref-lane-{n}", daemon=True) for n in range(lanes)]
 
-    def in_order(self) -> Iterator[tuple[int, Any]]:
-        for thread in self._threads:
-            thread.start()
+    def in_order(self) -> Iterator[tuple[int, Any, bool]]:
+        grace = JOIN_GRACE
         try:
+            for thread in self._threads:
+                thread.start()
             for number in range(self._first, self._last + 1):
                 raised, outcome = self._wait_for(number)
                 self._ahead.release()
                 if raised:
-                    raise outcome
-                yield number, outcome
+                    if not isinstance(outcome, Exception):  # a stop, or the interpreter's end
+                        raise outcome
+                    raise SeenBeside(f"run {number}, made beside others, raised {outcome!r}") from outcome
+                yield number, outcome, False
+        except (KeyboardInterrupt, SystemExit):
+            grace = 0.0  # a stop: no wait for runs nobody will judge
+            raise
         finally:
             self._stop.set()
-            for _ in self._threads:
-                self._ahead.release()  # a lane waiting for room wakes, sees the stop and ends
+            ends = time.monotonic() + grace
             for thread in self._threads:
-                thread.join()
+                if thread.ident is not None:
+                    thread.join(timeout=max(0.0, ends - time.monotonic()))
 
     def _wait_for(self, number: int) -> tuple[bool, Any]:
         with self._changed:
@@ -118,24 +147,26 @@ class _Lanes:
     def _lane(self) -> None:
         kept = None
         try:
-            while True:
-                self._ahead.acquire()
-                if self._stop.is_set():
-                    return
-                with self._changed:
-                    number = next(self._numbers, None)
-                if number is None:
-                    return
-                held, kept = kept, None  # make closes it if it raises
-                try:
-                    run, kept = self._make(number, held)
-                except BaseException as exc:  # the caller raises it at its place; this lane ends
-                    self._put(number, True, exc)
-                    return
-                self._put(number, False, run)
+            with limits_of_its_own():
+                while not self._stop.is_set():
+                    if not self._ahead.acquire(timeout=0.2):
+                        continue  # no room yet: the caller has not judged the runs ahead
+                    with self._changed:
+                        number = next(self._numbers, None)
+                    if number is None or self._stop.is_set():
+                        return
+                    held, kept = kept, None  # make closes it if it raises
+                    try:
+                        run, kept = self._make(number, held)
+                    except BaseException as exc:  # the caller raises it at its place; this lane ends
+                        self._put(number, True, exc)
+                        return
+                    self._put(number, False, run)
         finally:
-            with contextlib.suppress(Exception):
+            try:
                 self._close(kept)
+            except Exception:  # noqa: BLE001 - the runs' own outcomes are what count
+                pass
             release_call_thread()
 
     def _put(self, number: int, raised: bool, outcome: Any) -> None:

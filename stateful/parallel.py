@@ -76,7 +76,7 @@ from ._async import TransportHung, open_transport, release_call_thread
 from ._backend import Capabilities
 import harel_ref.stateful._facts as facts
 from ._facts import Fact
-from ._lanes import LANES, runs_in_order
+from ._lanes import LANES, SeenBeside, runs_in_order
 from ._linearize import DRAIN_WORKER, RELAXES, check_linearizable
 from ._properties import BRANCHES_IN_A_PROGRAM, OVERLAP, UNJUDGED, largest
 from ._values import BRANCH_COUNTS
@@ -927,6 +927,7 @@ def check_program(
     reached: collections.Counter | None = None,
     histories: bool | None = None,
     alternate: bool = False,
+    overlap: bool = True,
 ) -> int:
     """Run ``program`` up to ``repeats`` times; raise :class:`ConcurrencyFailure` at the first
     run the checker refuses (facts of the kinds in ``ignore`` aside), judged for
@@ -939,7 +940,9 @@ def check_program(
     them in threads (tasks).  Each finds races the other misses: threads share a connection
     lock and the GIL, processes are woken at once but open their transports every run
     (docs/concurrency.md measures both).  Runs that wait more than they compute are made
-    several at once and judged in their order (:mod:`~harel_ref.stateful._lanes`)."""
+    several at once and judged in their order (:mod:`~harel_ref.stateful._lanes`), unless not
+    ``overlap``; what only such a run showed (a refusal, an exception) is believed only if the
+    runs made again one at a time show it."""
     histories = not contention if histories is None else histories
     if inspect.iscoroutinefunction(factory):
         is_async = True
@@ -964,21 +967,30 @@ def check_program(
         return run, bench
 
     # runs that wait overlap (SPEC.md C9a); only the runs in threads can
-    lanes = LANES if processes is None or alternate else 1
     made = runs_in_order(make, lambda bench: bench and bench.close(), repeats,
-                         here=lambda number: not in_processes(number), lanes=lanes)
-    with contextlib.closing(made):
-        for number, run in made:
-            if reached is not None:
-                largest(reached, BRANCHES_IN_A_PROGRAM, len(program.branches))
-                if overlapped(run.records):
-                    reached[OVERLAP] += 1
-            found = judge(run, contention=contention, histories=histories, runs=number, ignore=ignore,
-                          capabilities=capabilities, reached=reached)
-            if found is not None and found.kind in REFUSALS:
-                found = _refused_alone(factory, program, capabilities, is_async, found, run, number, ignore, histories)
-            if found is not None:
-                raise found
+                         here=lambda number: not in_processes(number), lanes=LANES if overlap else 1)
+    try:
+        with contextlib.closing(made):
+            for number, run, alone in made:
+                if reached is not None:
+                    largest(reached, BRANCHES_IN_A_PROGRAM, len(program.branches))
+                    if overlapped(run.records):
+                        reached[OVERLAP] += 1
+                found = judge(run, contention=contention, histories=histories, runs=number, ignore=ignore,
+                              capabilities=capabilities, reached=reached)
+                if found is not None and found.kind in REFUSALS:
+                    if not alone:
+                        raise SeenBeside(f"run {number}, made beside others, was refused")
+                    found = _refused_alone(factory, program, capabilities, is_async, found, run, number, ignore,
+                                           histories)
+                if found is not None:
+                    raise found
+    except SeenBeside:
+        # What only a run beside others showed may be theirs (a server's limits are the
+        # server's, not the namespace's): the runs again, one at a time, say.
+        return check_program(factory, program, capabilities, is_async=is_async, repeats=repeats,
+                             contention=contention, processes=processes, ignore=ignore, reached=reached,
+                             histories=histories, alternate=alternate, overlap=False)
     return repeats
 
 
