@@ -60,7 +60,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from harel_ref.transport import Lease
+from harel_ref.transport import Lease, OutcomeUnknownError
 
 from ._linearize import DRAIN_WORKER, check_linearizable
 from ._record import Record
@@ -238,17 +238,44 @@ class RecordingTransport:
         self.transport.close()
 
 
-def drain(transport: Any, *, worker: str = "drain", visibility: float = 60.0) -> list[Message]:
+UNKNOWN_TRIES = 5
+"""How many calls of one :func:`drain` may end with an unknown outcome before it gives up."""
+
+
+def drain(transport: Any, *, worker: str = "drain", visibility: float = 60.0,
+          lapse: Callable[[], None] | None = None) -> list[Message]:
     """Claim and ack everything claimable; the ``(group_id, event)`` pairs, in delivery order.
 
     Call it once every lease and park has lapsed, or what they hold is not drained.
+    ``lapse()``, given, moves the transport's clock past ``visibility`` (and may wait for a
+    server to settle): a call whose outcome is unknown (:class:`OutcomeUnknownError`, a cluster
+    that lost its leader mid-call) is then tried again after it, up to :data:`UNKNOWN_TRIES`
+    such calls in all.  The lease an unknown claim may have taken lapses first.  A message
+    whose ack's outcome is unknown was left at the drain all the same: it is counted once,
+    and if the ack did not act, its next claim is acked and not counted again.
     """
     drained: list[Message] = []
-    while (lease := transport.claim(worker, visibility)) is not None:
-        if transport.ack(lease) is not True:  # nobody else works now: a False ack is a bug
-            raise AssertionError(f"drain: the ack of a fresh lease returned False: {lease!r}")
-        drained.append((lease.group_id, lease.event))
-    return drained
+    unsure: set[tuple[str, Any]] = set()  # messages counted whose ack may not have acted
+    unknown = 0
+    while True:
+        try:
+            lease = transport.claim(worker, visibility)
+            if lease is None:
+                return drained
+            message = (lease.group_id, getattr(lease, "seq", lease.event))
+            if message in unsure:
+                unsure.discard(message)
+            else:
+                drained.append((lease.group_id, lease.event))
+                unsure.add(message)  # until its ack answers
+            if transport.ack(lease) is not True:  # nobody else works now: a False ack is a bug
+                raise AssertionError(f"drain: the ack of a fresh lease returned False: {lease!r}")
+            unsure.discard(message)
+        except OutcomeUnknownError:
+            unknown += 1
+            if lapse is None or unknown > UNKNOWN_TRIES:
+                raise
+            lapse()
 
 
 # --- The checker ----------------------------------------------------------------------------

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from harel_ref.transport import InMemoryTransport
+from harel_ref.transport import InMemoryTransport, OutcomeUnknownError
+from harel_ref.stateful._machine import FakeClock
 from harel_ref.stateful.history import History, Record, RecordingTransport, check, drain, load
 from harel_ref.stateful._properties import owner
 
@@ -214,3 +215,57 @@ def test_a_line_cut_by_a_kill_is_read_as_a_call_not_recorded(tmp_path):
         file.write('{"id": "w1-2", "worker": "w1", "op": "cl')
     (record,) = load(path)
     assert (record.op, record.ok) == ("publish", True)
+
+
+class UnknownOutcomes:
+    """A queue whose first claim leases and then raises OutcomeUnknownError (it acted), whose
+    first ack raises it before acting, and whose second ack acts and then raises it: a cluster
+    that lost its leader during each."""
+
+    def __init__(self, queue):
+        self.queue, self.claims, self.acks = queue, 0, 0
+
+    def publish(self, *args, **kwargs):
+        return self.queue.publish(*args, **kwargs)
+
+    def claim(self, *args, **kwargs):
+        self.claims += 1
+        lease = self.queue.claim(*args, **kwargs)
+        if self.claims == 1:
+            raise OutcomeUnknownError("leadership lost while committing")
+        return lease
+
+    def ack(self, lease):
+        self.acks += 1
+        if self.acks == 1:
+            raise OutcomeUnknownError("leadership lost before committing")
+        done = self.queue.ack(lease)
+        if self.acks == 2:
+            raise OutcomeUnknownError("leadership lost while committing")
+        return done
+
+
+def test_a_drain_tries_again_past_unknown_outcomes_and_the_history_holds(tmp_path):
+    clock = FakeClock(1000.0)
+    queue = InMemoryTransport(clock=clock)
+    history = History(tmp_path / "h.jsonl", clock=clock)
+    recorder = RecordingTransport(UnknownOutcomes(queue), history, "w1")
+    for event in ("a", "b", "c"):
+        recorder.publish("g", event)
+
+    def lapse():
+        clock.now += 61.0  # past the drain's visibility of 60 s
+
+    drained = drain(RecordingTransport(UnknownOutcomes(queue), history, "drain"), lapse=lapse)
+    history.close()
+    # "a": its claim acted unknown, its first ack did not act, its second acted unknown
+    assert drained == [("g", "a"), ("g", "b"), ("g", "c")]
+    assert check(load(tmp_path), drained).ok
+    assert queue.claim("w1", 10) is None
+
+
+def test_a_drain_without_a_lapse_raises_an_unknown_outcome():
+    queue = InMemoryTransport()
+    queue.publish("g", "a")
+    with pytest.raises(OutcomeUnknownError):
+        drain(UnknownOutcomes(queue))

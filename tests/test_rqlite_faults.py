@@ -196,6 +196,13 @@ def inject(cluster, fault: str, notes: dict[str, Any]) -> int:
     raise ValueError(f"unknown fault {fault!r}")
 
 
+def settled_and_lapsed(cluster, clock: ShiftedClock) -> None:
+    """What the drain does after a call whose outcome is unknown (a leader lost again after the
+    heal): wait for a settled leader, and let any lease that call took lapse."""
+    cluster.wait_settled()
+    clock.offset += LAPSE
+
+
 def run_under_fault(cluster, fault: str, directory: Path) -> dict[str, Any]:
     """Load, fault, heal, more load, lapse, drain: the records, the drained messages, notes.
     The history is also written to ``directory`` (``history.jsonl``, ``drained.json``)."""
@@ -234,7 +241,7 @@ def run_under_fault(cluster, fault: str, directory: Path) -> dict[str, Any]:
         drainer = RecordingTransport(
             RqliteTransport.from_url(cluster.url(leader), clock=clock, prefix=prefix, timeout=30), history, "drain")
         try:
-            notes["drained"] = drain(drainer)
+            notes["drained"] = drain(drainer, lapse=lambda: settled_and_lapsed(cluster, clock))
         finally:
             drainer.close()
         (directory / "drained.json").write_text(json.dumps(notes["drained"]))
