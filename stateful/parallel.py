@@ -948,23 +948,7 @@ def check_program(
         is_async = True
     capabilities = capabilities if capabilities is not None else Capabilities()
     in_processes = (lambda number: processes is not None and not (alternate and number % 2 == 0))
-    one_pool = threading.Lock()  # the branch processes make one run at a time
-
-    def make(number: int, bench: Bench | None) -> tuple[Run, Bench | None]:
-        bench = bench or Bench(factory, capabilities, is_async)
-        try:
-            with one_pool if in_processes(number) else contextlib.nullcontext():
-                run = run_program(factory, program, capabilities, is_async=is_async,
-                                  processes=processes if in_processes(number) else None, bench=bench)
-        except BaseException:
-            bench.close()
-            raise
-        # The next run on a queue surely empty (Bench); with a rule of the model left out
-        # (a kind ignored), the drain may have left anything.  Refusals relax nothing.
-        if (ignore - REFUSALS) or not _left_empty(run):
-            bench.close()
-            return run, None
-        return run, bench
+    make = _run_maker(factory, program, capabilities, is_async, processes, in_processes, ignore)
 
     # runs that wait overlap (SPEC.md C9a); only the runs in threads can
     made = runs_in_order(make, lambda bench: bench and bench.close(), repeats,
@@ -992,6 +976,32 @@ def check_program(
                              contention=contention, processes=processes, ignore=ignore, reached=reached,
                              histories=histories, alternate=alternate, overlap=False)
     return repeats
+
+
+def _run_maker(factory: Callable, program: Program, capabilities: Capabilities, is_async: bool, processes: Any,
+               in_processes: Callable[[int], bool], ignore: frozenset[str]) -> Callable:
+    """``make(number, bench)`` for :func:`~harel_ref.stateful._lanes.runs_in_order`: run
+    ``program`` once on ``bench`` (a new one if None), its branches in ``processes`` when
+    ``in_processes(number)``; the run, and the bench if the next run may keep it."""
+    one_pool = threading.Lock()  # the branch processes make one run at a time
+
+    def make(number: int, bench: Bench | None) -> tuple[Run, Bench | None]:
+        bench = bench or Bench(factory, capabilities, is_async)
+        try:
+            with one_pool if in_processes(number) else contextlib.nullcontext():
+                run = run_program(factory, program, capabilities, is_async=is_async,
+                                  processes=processes if in_processes(number) else None, bench=bench)
+        except BaseException:
+            bench.close()
+            raise
+        # The next run on a queue surely empty (Bench); with a rule of the model left out
+        # (a kind ignored), the drain may have left anything.  Refusals relax nothing.
+        if (ignore - REFUSALS) or not _left_empty(run):
+            bench.close()
+            return run, None
+        return run, bench
+
+    return make
 
 
 def failing_runs(factory: Callable, program: Program, capabilities: Capabilities | None = None, *, runs: int,
