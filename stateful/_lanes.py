@@ -4,9 +4,9 @@
 judges each.  A run of a server transport, of one on a wall clock, or of a store that takes a
 round trip per call spends most of its time waiting: for answers, and for leases and parks to
 pass.  Runs are independent (each on a namespace of its own), so such waits can overlap:
-:func:`runs_in_order` makes the first two runs one after another, and when the ones whose
-branches ran in this process took :data:`LONG_RUN` or more each and kept it busy for less than
-:data:`WAITING` of their time, it makes the rest in :data:`LANES` threads at once, each keeping a
+:func:`runs_in_order` makes the first two runs one after another, and when the second, its
+branches in this process, took :data:`LONG_RUN` or more and kept it busy for less than
+:data:`WAITING` of its time, it makes the rest in :data:`LANES` threads at once, each keeping a
 bench of its own.  The runs come back in their order (1, 2, 3, ...), so the caller judges them
 as it would runs made one at a time: a run that raised raises at its place.  A run that keeps the
 process busy, or takes a moment (the in-memory store, SQLite's own work), is made one at a time,
@@ -39,14 +39,15 @@ open between runs, so a server sees up to this many times a run's connections.""
 
 WAITING = 0.25
 """A run that kept this process's CPU busy for less than this part of its wall time is waiting:
-the first two runs of a program are measured (those whose branches ran here, not in processes)."""
+the second run of a program is measured, if its branches ran here, not in processes (the first
+opens the transports, which on a server is mostly waiting, however the runs go)."""
 
 LONG_RUN = 0.005
 """Seconds a measured run must take, on average, for lanes to be worth their threads: a run of
 the in-memory store takes about 1 ms, and under load its time off the CPU would look like waiting."""
 
 MEASURED = 2
-"""How many runs are made one after another, and measured, before lanes may begin."""
+"""How many runs are made one after another before lanes may begin; the last of them is measured."""
 
 JOIN_GRACE = 5.0
 """Seconds a caller that stopped iterating waits, in all, for the lanes to end the runs they are
@@ -84,7 +85,7 @@ def runs_in_order(make: Make, close: Callable[[Any], None], repeats: int, *, her
             cpu, began = time.process_time(), time.perf_counter()
             held, kept = kept, None  # make closes it if it raises
             run, kept = make(number, held)
-            if number <= MEASURED and here(number):
+            if number == MEASURED and here(number):  # the first run opened the transports: not it
                 busy, wall, measured = busy + time.process_time() - cpu, wall + time.perf_counter() - began, measured + 1
             yield number, run, True
     finally:
