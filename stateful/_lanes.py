@@ -43,7 +43,7 @@ the second run of a program is measured, if its branches ran here, not in proces
 opens the transports, which on a server is mostly waiting, however the runs go)."""
 
 LONG_RUN = 0.005
-"""Seconds a measured run must take, on average, for lanes to be worth their threads: a run of
+"""Seconds the measured run must take for lanes to be worth their threads: a run of
 the in-memory store takes about 1 ms, and under load its time off the CPU would look like waiting."""
 
 MEASURED = 2
@@ -73,10 +73,10 @@ def runs_in_order(make: Make, close: Callable[[Any], None], repeats: int, *, her
     ``here(number)``: whether run ``number``'s branches run in this process, so that its CPU time
     says whether it waited.  ``close(kept)`` closes what a run left for the next.  The caller may
     stop iterating at any run: the lanes then end after the run each is making."""
-    kept, busy, wall, measured, number = None, 0.0, 0.0, 0, 0
+    kept, busy, wall, number = None, 0.0, 0.0, 0
     try:
         while number < repeats:
-            if number == MEASURED and repeats - number >= lanes > 1 and waited(busy, wall, measured):
+            if number == MEASURED and repeats - number >= lanes > 1 and waited(busy, wall):
                 close(kept)  # each lane opens its own, in its own thread
                 kept = None
                 yield from _Lanes(make, close, range(number + 1, repeats + 1), lanes).in_order()
@@ -86,17 +86,17 @@ def runs_in_order(make: Make, close: Callable[[Any], None], repeats: int, *, her
             held, kept = kept, None  # make closes it if it raises
             run, kept = make(number, held)
             if number == MEASURED and here(number):  # the first run opened the transports: not it
-                busy, wall, measured = busy + time.process_time() - cpu, wall + time.perf_counter() - began, measured + 1
+                busy, wall = time.process_time() - cpu, time.perf_counter() - began
             yield number, run, True
     finally:
         close(kept)
 
 
-def waited(busy: float, wall: float, runs: int) -> bool:
-    """Whether ``runs`` runs that kept this process busy ``busy`` seconds of their ``wall``
-    seconds waited: they took :data:`LONG_RUN` or more each, busy less than :data:`WAITING` of
-    it (none measured: no)."""
-    return runs > 0 and wall >= LONG_RUN * runs and busy < WAITING * wall
+def waited(busy: float, wall: float) -> bool:
+    """Whether a run that kept this process busy ``busy`` seconds of its ``wall`` seconds
+    waited: it took :data:`LONG_RUN` or more, busy less than :data:`WAITING` of it (none
+    measured, ``wall`` 0: no)."""
+    return wall >= LONG_RUN and busy < WAITING * wall
 
 
 class _Lanes:
