@@ -67,6 +67,24 @@ def test_one_lease_acked_twice_breaks_fencing():
     assert result.ok is False and owner(result.kind) == "fencing" and result.relaxed is None
 
 
+def test_the_claim_that_took_a_message_out_of_order_is_blamed_not_the_claims_that_then_found_none():
+    """A nack(0) that sent its message to the back of its group (the broken variant "nack(0)
+    to the back of its group") let a branch claim the next message; claims beside it answered
+    None, as they should on that transport.  No state allows any of them, and a None claim was
+    invoked first: the deepest point of the search blamed it (missed-claimable, no-loss).  The
+    claim that took a message is the misfit (not-head, fifo)."""
+    held = lease("g", "e1", "t0")
+    records = [publish(0, 1, "g", "e1"), claim(2, 3, held),
+               publish(6, 9, "g", "e2", worker="b1"), nack(7, 11, held, worker="b2"),
+               nack(8, 15, held, answer=False, worker="b3"),
+               claim(12, 21, None, worker="b2"), claim(14, 17, lease("g", "e2", "t2", seq=2), worker="b0"),
+               claim(16, 18, None, worker="b3")]
+    result = check_linearizable(records)
+    assert result.ok is False and owner(result.kind) == "fifo", result
+    assert result.step.startswith("b0: claim"), result.step
+    assert "'e1'" in result.expected and "'e2'" in result.answered
+
+
 def test_a_claim_during_a_park_breaks_parking():
     held = lease("g", "a", "t1")
     records = [publish(0, 1, "g", "a"), claim(2, 3, held), nack(4, 5, held, delay=3.0),
