@@ -37,7 +37,7 @@ from ._backend import Capabilities, accepted_groups
 
 __all__ = [
     "BACKLOGS", "CLAIM_RUNS", "CLOCK_STARTS", "DELAYS", "EPOCH", "EVENT_SIZES", "GROUP_FAMILIES", "KEY_FAMILIES", "KeySet", "LONG", "OnePass",
-    "STEPS", "TICK", "VISIBILITIES", "WALL_BACKLOGS", "WALL_CLAIM_RUNS", "WORKERS", "WORKER_FAMILIES", "event_family", "event_strategy", "families_drawn", "families_of", "group_families",
+    "STEPS", "TICK", "VISIBILITIES", "WALL_BACKLOGS", "WALL_CLAIM_RUNS", "WORKERS", "WORKER_FAMILIES", "event_family", "event_strategy", "families_drawn", "families_of", "group_families", "pair_in_order",
     "near_collisions", "reshaped", "routing_key_pool", "SHAPES", "shaped", "shaped_keys", "weighted",
 ]
 
@@ -202,6 +202,14 @@ def families_drawn(pool: list[str] | tuple[str, ...], families: dict[str, tuple[
     """The names of the near-collision families whose pair (first two values) ``pool`` holds,
     or ``["plain"]``: what the evidence counts an example's ids or keys as (SPEC.md C13)."""
     return [name for name, values in families.items() if name != "plain" and set(values[:2]) <= set(pool)] or ["plain"]
+
+
+def pair_in_order(pool: list[str] | tuple[str, ...], family: tuple[str, ...]) -> bool:
+    """Whether ``pool`` holds ``family``'s pair (its first two values) in the family's order:
+    :func:`_meeting` draws either order alike, and the machine starts the examples of one
+    order with a message in each id (``begin``)."""
+    first, second = family[:2]
+    return first in pool and second in pool and list(pool).index(first) < list(pool).index(second)
 
 
 def event_family(event: str) -> str:

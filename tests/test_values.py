@@ -67,6 +67,25 @@ def test_publish_each_gives_every_id_of_the_example_a_message():
     state.teardown()
 
 
+def test_a_pair_in_its_family_order_starts_with_a_message_in_each_id():
+    """SPEC.md C13: ``job`` before ``Job`` (half the meetings) begins with a message in each id
+    of the pool, so that a store that merges the pair shows it from the first step; ``Job``
+    before ``job``, and the plain ids, begin empty."""
+    from broken import GroupIdsFoldCase
+
+    met = _machine(InMemoryTransport, ids=["job", "Job", "JOB"])
+    assert {group: [event for event, *_ in events] for group, events in met.model.contents().items()} == {
+        "job": ["0"], "Job": ["1"], "JOB": ["2"]}
+    met.teardown()
+    for ids in (["Job", "job"], ["g1", "g2"]):
+        empty = _machine(InMemoryTransport, ids=ids)
+        assert not empty.model.contents(), ids
+        empty.teardown()
+    merged = _machine(GroupIdsFoldCase, ids=["job", "Job"])  # Job's message went to job
+    with pytest.raises(Divergence):
+        merged.teardown()
+
+
 @pytest.mark.parametrize("events", ["numbered", "equal"])
 def test_a_store_that_folds_case_fails_on_publish_each(events):
     from broken import GroupIdsFoldCase
@@ -90,10 +109,10 @@ def test_claim_other_keys_leaves_out_the_key_of_a_claimable_message():
 def test_a_store_that_splits_keys_at_commas_fails_claim_other_keys():
     from broken import RoutingKeysSplitAtCommas
 
-    state = _machine(RoutingKeysSplitAtCommas, keys=["a", "a,b"], ids=["job", "Job"])
-    state.publish_each(events="numbered", via=0)  # job keyed a, Job keyed a,b
+    state = _machine(RoutingKeysSplitAtCommas, keys=["a", "a,b"], ids=["Job", "job"])
+    state.publish_each(events="numbered", via=0)  # Job keyed a, job keyed a,b
     with pytest.raises(Divergence, match="outside"):
-        state.claim_other_keys(skip=0, shape="list", worker="w1", visibility=5, via=0)  # ["a,b"] takes job
+        state.claim_other_keys(skip=0, shape="list", worker="w1", visibility=5, via=0)  # ["a,b"] takes Job
 
 
 def test_the_evidence_counts_the_families_an_example_drew():
@@ -110,3 +129,35 @@ def test_the_evidence_counts_the_families_an_example_drew():
     state.teardown()
     assert [event_family(event) for event in ("", '{"a": 1}', "x" * 254, "x" * 255, "\U0001f600" * 16_384)] == [
         "empty", "changed by JSON, encoding or trimming", "short text", "255 bytes or more", "64 KiB or more"]
+
+
+def test_the_drain_tells_a_message_lost_from_one_out_of_order():
+    """At the drain, a claim that takes a group's second message is out of order (fifo's
+    not-head) only if the head it passed over comes out later; a head that never does was lost
+    (no-loss's drain-differs), as the linearizability checker judges a concurrent run's drain.
+    (A store that drops an event equal to one it holds showed as not-head, and no-loss's own
+    search blamed fifo.)"""
+    from broken import DropsAnEventEqualToOneItHolds, NackToBack
+
+    lost = _machine(DropsAnEventEqualToOneItHolds, ids=["g1", "g2"])
+    for event in ("a", "b", "a"):  # the second 'a' is dropped; the model holds a, b, a
+        lost.publish(group="g1", event=event, priority=0, routing_key=None, via=0)
+    lost.claim_any(worker="w1", visibility=5, via=0)
+    lease = lost.issued[-1]
+    lost.ack(lease=lease, via=0)  # the transport holds b only; the model b, a
+    lost.publish(group="g1", event="c", priority=0, routing_key=None, via=0)  # b, c against b, a, c
+    claimed = lost.claim_any(worker="w1", visibility=5, via=0)
+    lost.ack(lease=lost.issued[-1], via=0)
+    assert claimed is not None
+    with pytest.raises(Divergence) as caught:
+        lost.teardown()  # the drain gets c where the model has a: a never comes out
+    assert caught.value.fact.kind == "drain-differs", caught.value
+
+    reordered = _machine(NackToBack, ids=["g1", "g2"])
+    for event in ("a", "b"):
+        reordered.publish(group="g1", event=event, priority=0, routing_key=None, via=0)
+    reordered.claim_any(worker="w1", visibility=5, via=0)
+    with pytest.raises(Divergence) as caught:
+        reordered.nack_now(lease=reordered.issued[-1], via=0)  # a goes behind b
+        reordered.teardown()  # the drain gets b where the model has a, and a after it
+    assert caught.value.fact.kind == "not-head", caught.value
