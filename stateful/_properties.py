@@ -41,7 +41,7 @@ from ._facts import CONTEXTS, FAULTS, KINDS
 
 __all__ = [
     "CONTRACT", "DRAWN", "JUDGED", "PROPERTIES", "Property", "SHARED", "drawn", "evidence", "fault_owner", "machine_settings",
-    "owner", "owners", "problems", "running", "SIZES", "largest", "tally",
+    "owner", "owners", "problems", "running", "SIZES", "largest", "tally", "unreached",
 ]
 
 CORE = frozenset({"prefill", "publish", "claim_any", "ack"})
@@ -434,6 +434,17 @@ def evidence(prop: str, caps: Capabilities) -> tuple[str, ...]:
     them says so)."""
     situations = PROPERTIES[prop].evidence
     return tuple(s for s in situations if s not in EXACT_TIME_ONLY) if caps.clock == "wall" else situations
+
+
+CONCURRENT_ONLY = frozenset({OVERLAP, UNJUDGED})
+"""Situations only the concurrent search reaches: runs of programs."""
+
+
+def unreached(prop: str, caps: Capabilities, reached: Mapping[str, int]) -> tuple[str, ...]:
+    """The situations of ``prop``'s evidence that a lockstep search which reached ``reached``
+    never met, but for those only the concurrent search reaches: after a shared search that
+    passed, ``prop``'s own search runs too (SPEC.md C5)."""
+    return tuple(s for s in evidence(prop, caps) if s not in CONCURRENT_ONLY and not reached.get(s))
 
 
 def machine_settings(covered: tuple[str, ...], caps: Capabilities, tick: float) -> dict[str, Any]:

@@ -22,8 +22,8 @@ from harel_ref.transport import InMemoryStore, InMemoryTransport
 from harel_ref.stateful import Capabilities, Divergence
 import harel_ref.stateful._facts as facts
 from harel_ref.stateful._properties import (
-    BRANCHES_IN_A_PROGRAM, GROUPS_AT_A_CLAIM, GROUPS_IN_FLIGHT, LEASE_LAPSED, LONG_GROUP, MANY_GROUPS, MANY_NACKS,
-    MANY_WORKERS, MESSAGES_IN_A_GROUP, NACKS_OF_A_MESSAGE,
+    BRANCHES_IN_A_PROGRAM, GROUPS_AT_A_CLAIM, GROUPS_IN_FLIGHT, LEASE_LAPSED,
+    MESSAGES_IN_A_GROUP, NACKS_OF_A_MESSAGE,
 )
 from harel_ref.stateful.backends import load
 
@@ -43,7 +43,7 @@ def test_bundled_transport_passes_every_property(name, tmp_path):
 
 
 LUCKY = {"a re-created group keeps its place": range(3), "a bad delay frees the lease": range(3),
-         "a later publish sets the priority": range(3), "nack reads the clock twice": range(3)}
+         "a later publish sets the priority": range(3), "nack reads the clock twice": range(3, 6)}
 """Variants the quick search finds at some seeds only; each gets several, and one must do.
 Measured at seeds 0-7 once the searches drew the values of SPEC.md C13 (half the examples
 with plain ids, everyday durations three to one): a re-created group keeping its place (claim
@@ -55,7 +55,8 @@ everyday ones, 111 of 144, and a re-created group at none of 8.  Once ids came f
 families at once, a re-created group at 2 of 24 (3 of 24 before, seeds 0-23): it is searched at
 the standard profile (:data:`STANDARD`), where it was found at 5 of 6.  Once a delay of 1.3 ms
 and a step back to a lapsed lease's end were drawn too, a nack that reads the clock twice was
-still found at 6 of 8, but no longer at seed 0."""
+still found at 6 of 8, but no longer at seed 0; once half the meetings of near-collisions began
+with a message in each id, at 9 of seeds 0-19 (3 to 6 and 9 to 12, 19), where it was 13 of 20."""
 
 STANDARD = {"a re-created group keeps its place"}
 
@@ -216,8 +217,8 @@ def test_one_broken_property_leaves_the_others_passed():
     assert _verdicts(report) == {**dict.fromkeys(PROPERTIES, "passed"), "fencing": "failed"}
     # the shared search found fencing's bug, searched again with fencing taken as broken, and
     # stands for what the examples it set aside could not count against (SPEC.md C5)
-    fifo = report.verdict("fifo").reason
-    assert fifo.startswith("shared search: ") and "(searched again with fencing taken as broken, after " in fifo, fifo
+    stood = [v.reason for v in report.verdicts if v.reason.startswith("shared search: ")]
+    assert stood and all("(searched again with fencing taken as broken, after " in reason for reason in stood), stood
     # those they could (a stale ack after the clock stepped back is lease-expiry's to blame)
     # were left to their own searches, which count the shared search's clean examples
     own = [v for v in report.verdicts if v.verdict == "passed" and not v.reason.startswith("shared search: ")
@@ -285,7 +286,8 @@ def test_after_the_shared_search_a_focused_search_sets_another_bug_aside_unshrun
     time so.)  A fact the shrinker meets while a search shrinks its own failure is rejected and
     not told: told, tie-break's shrinking made fairness, whose own search passed, a consequence
     of no-loss's bug with no steps to show.  A consequence shows its own search's shrunk
-    counterexample.  (A kind a search's own property owns or explains is never set aside:
+    counterexample, or where the shared search stood for it, the one another search met, shrunk.
+    (A kind a search's own property owns or explains is never set aside:
     ``anothers``, tests/test_properties.py.)  The small profile shows all this at seeds 0 and 1
     (25 s of CPU, 72 s at quick)."""
     backend = broken_backend("an event equal to one held is dropped")
@@ -295,12 +297,14 @@ def test_after_the_shared_search_a_focused_search_sets_another_bug_aside_unshrun
     assert report.verdict("fairness").verdict == "passed", report.to_markdown()
     aside = [v for v in report.verdicts if v.verdict == "passed" and "more set aside: they met" in v.reason]
     assert any("a fact of no-loss's" in v.reason for v in aside), report.to_markdown()
-    assert not any("searched again" in v.reason for v in report.verdicts), report.to_markdown()  # one pass each
+    # one pass each (the shared search's second pass, a fact of no-loss's own kind found first, is its own)
+    assert not any("searched again" in v.reason.split("shared search: ")[0] for v in report.verdicts), report.to_markdown()
     assert not [v.property for v in report.verdicts if v.failure is not None and v.failure.echo], report.to_markdown()
     consequences = [v for v in report.verdicts if v.reason.startswith("a consequence of")]
     assert consequences, report.to_markdown()
-    for verdict in consequences:
-        assert verdict.failure.found_by == verdict.property and verdict.failure.steps, report.to_markdown()
+    for verdict in consequences:  # its own search's, or, where the shared search stood for it, the search's that met it
+        assert verdict.failure.steps and not verdict.failure.echo, report.to_markdown()
+    assert any(verdict.failure.found_by == verdict.property for verdict in consequences), report.to_markdown()
 
 
 def test_a_bug_only_other_searches_met_is_shrunk_once_every_search_has_ended():
@@ -418,29 +422,26 @@ def test_a_passing_shared_search_stands_for_the_focused_ones_and_reaches_what_th
     assert "largest: groups at a claim " in report.to_markdown()
     shown = {v["property"]: v["largest"] for v in json.loads(report.to_json())["properties"]}
     assert shown["fifo"] == report.verdict("fifo").largest and shown["contention"][BRANCHES_IN_A_PROGRAM] >= 2
+    topped_up = set()
     for prop in lockstep:
         verdict = report.verdict(prop)
-        assert verdict.reason.startswith("shared search: "), verdict.reason
+        if "run since the shared search never reached" in verdict.reason:
+            topped_up.add(prop)  # its own search ran too, and stands beside the shared one
+            assert "; shared search: " in verdict.reason, verdict.reason
+        else:
+            assert verdict.reason.startswith("shared search: "), verdict.reason
         own = Search(deadline=time.monotonic() + 600, grace=0.0)  # what its focused search reaches
         with hypothesis_apart(str(tmp_path)):
             run_search(focus_machine(backend.factory, prop, backend.capabilities), quick, 0, own)
         assert own.outcome() is None
         for situation in PROPERTIES[prop].evidence:
-            # Reached, not as often: since the values of SPEC.md C13 the shared search reaches a
-            # claim after a park ended 5 times where parking's own search reaches it 26 times,
-            # and a stale release after a reclaim 16 times to fencing's 34 (issue 40, item 5:
-            # the focused searches run in the time the shared one leaves).
-            if situation in SIZE_SITUATIONS:
-                continue  # not yet: see below
+            # Reached, if not as often: a situation the shared search never reached has the
+            # property's own search run (at seed 0, quick: a claim after a park ended, which
+            # parking's own search reaches 23 times, and a claim among 100 messages of one group)
             assert verdict.evidence[situation] > 0 or not own.reached[situation], (prop, situation)
+    assert topped_up, "the quick shared search reaches every situation at seed 0: this test no longer shows the top-up"
 
 
-SIZE_SITUATIONS = {LONG_GROUP, MANY_GROUPS, MANY_NACKS, MANY_WORKERS}
-"""The sizes of SPEC.md C13, which the quick shared search does not always reach where a focused
-search does: fifo's own search made a claim with 100 messages in one group where the shared
-search of the same profile made none (one far backlog in every six is drawn, and fifo's search
-draws backlogs more often).  Issue 40, item 5: the focused searches in the time the shared one
-leaves."""
 
 
 
@@ -448,13 +449,14 @@ def test_a_bug_only_the_shared_search_sees_fails_its_property():
     """A reopen that forgets priorities: durability's own search publishes at priority 0 only,
     and priority-floor's never reopens, so neither sees it; the shared search does, and the
     priority-floor check that trips after a reopen is durability's (quick finds it at 2 of seeds
-    0-2, standard at 3 of 3; the small profile at seed 1, in 10 s of CPU where quick took 46)."""
+    0-2, standard at 3 of 3; the small profile at 4 of seeds 1-16, 6 and 9 among them, once
+    near-collisions started with a message each, 3 of 16 before; 10 s of CPU a seed, quick 46)."""
     backend = broken_backend("a reopen forgets priorities")
     alone = certify(backend.factory, backend.capabilities, profile=SMALL, seed=1,
                     properties=["durability", "priority-floor"])
     assert _verdicts(alone) == {"durability": "passed", "priority-floor": "passed"}
     assert alone.shared == ()  # not every lockstep property was chosen
-    for run_seed in range(1, 5):  # one must do: quick finds it at some seeds only
+    for run_seed in range(5, 10):  # one must do: the small profile finds it at some seeds only
         report = certify(backend.factory, backend.capabilities, profile=SMALL, seed=run_seed)
         if report.verdict("durability").verdict == "failed":
             break

@@ -431,3 +431,19 @@ def test_a_claim_answer_with_a_text_no_publish_was_given_is_an_event_changed():
     assert kind("gone") == facts.UNKNOWN_MESSAGE
     model.publish("g3", "e")
     assert kind("e") == facts.UNKNOWN_MESSAGE
+
+
+def test_a_situation_the_shared_search_never_reached_is_left_to_the_propertys_own_search():
+    """SPEC.md C5: after a shared search that passed, a property with a situation of its
+    evidence the shared search never reached has its own search run; runs of programs, which
+    only the concurrent search makes, do not count, nor what a wall clock cannot reach."""
+    from harel_ref.stateful._properties import LEASE_END, OVERLAP, PARK_ENDED, evidence, unreached
+
+    caps = Capabilities(durable=True, shared=True)
+    reached = dict.fromkeys(evidence("parking", caps), 3)
+    assert unreached("parking", caps, reached) == ()
+    assert unreached("parking", caps, {**reached, PARK_ENDED: 0}) == (PARK_ENDED,)
+    assert OVERLAP in evidence("single-in-flight", caps)
+    assert OVERLAP not in unreached("single-in-flight", caps, {})
+    assert LEASE_END in unreached("lease-expiry", caps, {})
+    assert LEASE_END not in unreached("lease-expiry", dataclasses.replace(caps, clock="wall"), {})

@@ -69,7 +69,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from harel_ref.stateful._async import CallLimits
-from harel_ref.stateful._properties import PROPERTIES, SHARED
+from harel_ref.stateful._properties import PROPERTIES, SHARED, unreached
 from harel_ref.stateful._processes import BranchProcesses
 
 from ._jobs import SearchProcesses
@@ -215,13 +215,17 @@ class Certification:
 
     def shared_ended(self) -> list[int]:
         """Once the shared search has ended: the standby searches to run now (all of them,
-        unless it passed; then those of the properties it left undecided, and those it made
-        needless are recorded as found), first those of the properties its failures count
-        against, which run all their examples (SPEC.md C5)."""
+        unless it passed; then those of the properties it left undecided or whose situations it
+        never reached, and those it made needless are recorded as found), first those of the
+        properties its failures count against, which run all their examples (SPEC.md C5)."""
         wanted = list(self.standby)
         if self.shared_passed():
-            undecided = self.found[self.shared].undecided
-            wanted = [number for number in self.standby if self.tasks[number].prop in undecided]
+            shared = self.found[self.shared]
+            unreached_by_shared = {prop: missed for prop in self.covered
+                                   if (missed := unreached(prop, self.caps, shared.reached))}
+            self.context["unreached"] = unreached_by_shared
+            wanted = [number for number in self.standby
+                      if self.tasks[number].prop in shared.undecided or self.tasks[number].prop in unreached_by_shared]
             for number in set(self.standby) - set(wanted):
                 self.found[number] = Found("covered", "the shared search passed", 0.0, 0)
         self.context["budgeted"] += len(wanted)  # their share of a time budget
@@ -236,12 +240,14 @@ class Certification:
     def shrink_echoes(self, started) -> None:
         """Once every search has ended: a property that failed only by echoes (facts of its bug
         that other searches met after the shared search and set aside unshrunk: SPEC.md C5) has
-        no counterexample to show, as when its own search never meets its bug.  The search whose
+        no counterexample to show, as when its own search never meets its bug; nor has one whose
+        verdict is a consequence of another's failure (unknown) and whose own search never ran
+        (the shared search stood for it).  The search whose
         echo the verdict shows runs again, here, setting aside every other kind of fact (its own
         property's too), so it draws the same examples up to the echo, and shrinks it; what it
         shrank takes the echo's place and its time counts for that search."""
         echoes = [verdict.failure for verdict in self.verdicts().values()
-                  if verdict.verdict == "failed" and verdict.failure is not None and verdict.failure.echo]
+                  if verdict.verdict in ("failed", "unknown") and verdict.failure is not None and verdict.failure.echo]
         self.context["budgeted"] += len(echoes)  # their share of a time budget
         for echo in echoes:
             number = next(n for n in sorted(self.found) if any(f is echo for f in self.found[n].failures))

@@ -233,6 +233,8 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
         reason += f"; {search.probes_unrun} of its probes past the sizes searched did not run: the time was spent"
     if after_shared and total < profile.max_examples and ended == "passed":
         reason += f", beside the shared search's {after_shared} before its failure (SPEC.md C5)"
+    if task.standby and (missed := context.get("unreached", {}).get(kind)) and ended == "passed":
+        reason += f", run since the shared search never reached {'; '.join(missed)} (SPEC.md C5)"
     # only a shared search stands for properties other than its own search's
     shared_passed = kind == SHARED and ended == "passed"
     undecided = left_undecided(list(search.aside_facts.values()), broken, task.covers) if shared_passed else ()
