@@ -472,12 +472,7 @@ def run_parallel(target: Target, caps: Capabilities, profile: Profile, run_seed:
         pass
     except Exception as exc:
         search.error = exc
-    if isinstance(search.error, ConcurrencyFailure) and search.error.program is not None:
-        search.error = _reduced(search.error, concurrent)
-    elif isinstance(search.error, FlakyFailure):  # a race Hypothesis saw fail, then not: its program is as found
-        search.error = FlakyFailure(search.error.message, [
-            _reduced(race, concurrent) if isinstance(race, ConcurrencyFailure) and race.program is not None else race
-            for race in search.error.exceptions])
+    search.error = reduced_error(search.error, concurrent)
     # a flaky one (Hypothesis could not make it fail again) comes in a group
     found = search.error.exceptions if isinstance(search.error, BaseExceptionGroup) else (search.error,)
     for race in (race for race in found if isinstance(race, ConcurrencyFailure) and race.program is not None):
@@ -496,6 +491,17 @@ def _how_often(race: ConcurrencyFailure, target: Target, caps: Capabilities, pro
                         **{**judging, "processes": judging["processes"] if in_processes else None,
                            "alternate": False})
     return seen if seen[1] else None
+
+
+def reduced_error(error: BaseException | None, run: Callable[[Program], None]) -> BaseException | None:
+    """What the concurrent search ended with, each race in it reduced (:func:`_reduced`): a
+    race, or each race of a FlakyFailure (a race Hypothesis saw fail, then not, whose program
+    is as it was found); anything else as it is."""
+    if isinstance(error, ConcurrencyFailure) and error.program is not None:
+        return _reduced(error, run)
+    if isinstance(error, FlakyFailure):
+        return FlakyFailure(error.message, [reduced_error(race, run) for race in error.exceptions])
+    return error
 
 
 def _reduced(failure: ConcurrencyFailure, run: Callable[[Program], None]) -> ConcurrencyFailure:
