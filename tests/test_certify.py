@@ -313,11 +313,12 @@ def test_a_bug_only_other_searches_met_is_shrunk_once_every_search_has_ended():
     ids, and another search sets it aside), the search whose echo the verdict shows runs again,
     alone, to shrink it (SPEC.md C5): the verdict has steps and a regression test, not an echo.
     (Without the rerun: the echo, 0 steps.)  Which seed shows it moves whenever the searches
-    draw other values (5, then 4, then 0 once publish_anew claimed after its publish): the
-    test takes the first of ten seeds at which no-loss's own search misses it, trying the
-    last one known first."""
+    draw other values (5, then 4, then 0 once publish_anew claimed after its publish, then 2
+    once half the meetings of near-collisions began with a message in each id: no-loss's own
+    search now finds it at 6 of seeds 0-9): the test takes the first of ten seeds at which
+    no-loss's own search misses it, trying the last one known first."""
     backend = broken_backend("group ids fold case")
-    for seed in (0, *range(1, 10)):
+    for seed in (2, 0, 1, *range(3, 10)):
         report = certify(backend.factory, backend.capabilities, profile=SMALL, seed=seed)
         failure = report.verdict("no-loss").failure
         if failure is not None and failure.found_by != "no-loss":  # its own search passed: another shrank it
