@@ -410,19 +410,6 @@ class _Search:
     steps: int
     top: _Placed | None  # the order found (ok), or the deepest one reached before failing
     stuck: int | None  # the call whose return came up unplaced at the deepest point
-    never: tuple[int, QueueModel] | None = None  # the first call no state reached allowed, and the deepest it was tried in
-
-
-def _never_placed(calls: Sequence[_Call], impossible: dict[int, tuple[int, QueueModel]], possible: set[int],
-                  invoke_at: list[int]) -> tuple[int, QueueModel] | None:
-    """Of the calls with a known answer that no state the search reached allowed, the one
-    invoked first, and the deepest state it was tried in (the most calls placed before it);
-    None if every call fit somewhere.  A call that acted (a lease, an ack or nack that took
-    effect) comes before one that answered nothing (None, False): nothing is what a call
-    answers after a misfit took what it wanted, which the model never saw taken."""
-    never = [i for i in impossible if i not in possible and calls[i].known]
-    first = min(never, key=lambda i: (calls[i].record.result in (None, False), invoke_at[i]), default=None)
-    return None if first is None else (first, impossible[first][1])
 
 
 def _event_positions(calls: Sequence[_Call]) -> tuple[list[int], list[int], list[int], list[bool]]:
@@ -535,17 +522,11 @@ def _search(calls: Sequence[_Call], model: QueueModel, max_steps: int) -> _Searc
     deepest: tuple[_Placed | None, int | None] = (None, None)
     deepest_depth = -2
     steps = 0
-    possible: set[int] = set()
-    impossible: dict[int, tuple[int, QueueModel]] = {}  # a call: the deepest state that refused it
 
     def place(i: int, first_choice: int) -> bool:
         nonlocal state, placed, top, steps
         steps += 1
         successors = _successors(state, calls[i])
-        if successors:
-            possible.add(i)
-        elif (depth := -1 if top is None else top.depth) >= impossible.get(i, (-2,))[0]:
-            impossible[i] = (depth, state)
         with_i = with_call(placed, i)
         for choice in range(first_choice, len(successors)):
             after, outcome = successors[choice]
@@ -574,7 +555,7 @@ def _search(calls: Sequence[_Call], model: QueueModel, max_steps: int) -> _Searc
             deepest, deepest_depth = (top, i), depth
         while True:  # undo the last placement and try what comes after it
             if top is None:
-                return _Search(False, steps, *deepest, _never_placed(calls, impossible, possible, invoke_at))
+                return _Search(False, steps, *deepest)
             undone, top = top, top.below
             state, placed = undone.before, undone.placed_before
             unlift(undone.call)
@@ -644,15 +625,8 @@ def _first_misfit(calls: list[_Call], order: list[_Placed], model: QueueModel) -
 
 
 def _explain_stuck(calls: list[_Call], found: _Search, model: QueueModel) -> Linearizability:
-    """The call no state the search reached allowed, invoked first, explained in the deepest
-    state it was tried in; where each call fit somewhere, the deepest point of the search: replay the
-    order that got there and explain the call whose answer came back while no order could
-    place it.  The deepest point alone blamed what followed from the misfit, not the misfit: a
-    nack that sent its message to the back of its group let a branch claim the next message,
-    and claims beside it answered None, which fits nowhere once that claim is left unplaced
-    (:func:`_never_placed` puts the claim that took a message first)."""
-    if found.never is not None:
-        return _explain(calls, calls[found.never[0]], found.never[1])
+    """The deepest point of the search: replay the order that got there and explain the call
+    whose answer came back while no order could place it."""
     for placed in _order(found.top):
         model = _successors(model, calls[placed.call])[placed.choice][0]
     return _explain(calls, calls[found.stuck], model)

@@ -38,6 +38,7 @@ from typing import Any
 import harel_ref.stateful._facts as facts
 from ._backend import Capabilities
 from ._facts import CONTEXTS, FAULTS, KINDS
+from ._values import LONG
 
 __all__ = [
     "CONTRACT", "DRAWN", "JUDGED", "PROPERTIES", "Property", "SHARED", "drawn", "evidence", "fault_owner", "machine_settings",
@@ -430,10 +431,15 @@ def running(search: str, kind: str | None = None) -> str:
 
 def evidence(prop: str, caps: Capabilities) -> tuple[str, ...]:
     """The situations whose count ``prop``'s verdict gives for a transport with ``caps``: its
-    row's, less those a wall clock cannot reach (a passed verdict that never reached one of
-    them says so)."""
+    row's, less those a wall clock cannot reach, and long events where it takes none (a
+    passed verdict that never reached one of them says so, and a shared search that passed
+    without one has the property's own search run, SPEC.md C5: for nothing, where it cannot)."""
     situations = PROPERTIES[prop].evidence
-    return tuple(s for s in situations if s not in EXACT_TIME_ONLY) if caps.clock == "wall" else situations
+    if caps.clock == "wall":
+        situations = tuple(s for s in situations if s not in EXACT_TIME_ONLY)
+    if caps.event_bytes and caps.event_bytes < LONG:
+        situations = tuple(s for s in situations if s != LONG_EVENT)
+    return situations
 
 
 CONCURRENT_ONLY = frozenset({OVERLAP, UNJUDGED})

@@ -437,7 +437,8 @@ def test_a_situation_the_shared_search_never_reached_is_left_to_the_propertys_ow
     """SPEC.md C5: after a shared search that passed, a property with a situation of its
     evidence the shared search never reached has its own search run; runs of programs, which
     only the concurrent search makes, do not count, nor what a wall clock cannot reach."""
-    from harel_ref.stateful._properties import LEASE_END, OVERLAP, PARK_ENDED, evidence, unreached
+    from harel_ref.stateful._properties import LEASE_END, LONG_EVENT, OVERLAP, PARK_ENDED, evidence, unreached
+    from harel_ref.stateful._values import LONG
 
     caps = Capabilities(durable=True, shared=True)
     reached = dict.fromkeys(evidence("parking", caps), 3)
@@ -447,3 +448,5 @@ def test_a_situation_the_shared_search_never_reached_is_left_to_the_propertys_ow
     assert OVERLAP not in unreached("single-in-flight", caps, {})
     assert LEASE_END in unreached("lease-expiry", caps, {})
     assert LEASE_END not in unreached("lease-expiry", dataclasses.replace(caps, clock="wall"), {})
+    assert LONG_EVENT in unreached("no-loss", caps, {})  # a transport that takes no long event never reaches one
+    assert LONG_EVENT not in unreached("no-loss", dataclasses.replace(caps, event_bytes=LONG - 1), {})
