@@ -37,7 +37,9 @@ moments of one claim is not caught; everything else is exact.
 R2, some claim took a leased head: the fact is ``claimed-leased``.  If it fits without R10, some
 ack or nack acted for a lease that was not current: ``stale-acted``.  Otherwise the call at the
 deepest point the search reached is explained against the model there, as the lockstep machine
-explains a step.  The answer is a fact (:mod:`harel_ref.stateful._facts`), never a property.
+explains a step; a claim that answered None there, beside a claim that took a message past a
+head it missed which the drain then handed out, is judged again without it
+(:func:`_taken_past`).  The answer is a fact (:mod:`harel_ref.stateful._facts`), never a property.
 """
 
 from __future__ import annotations
@@ -596,7 +598,15 @@ def _judge(calls: list[_Call], fairness: str, relax: frozenset[str], acks: str, 
             explained = _first_misfit(calls, _order(relaxed.top), model(relax))
             if explained is not None:
                 return _with(explained, kind=kind, relaxed=rule, calls=len(calls), steps=steps)
-    explained = _explain_stuck(calls, found, model(relax))
+    explained, at_stuck = _explain_stuck(calls, found, model(relax))
+    stuck = calls[found.stuck]
+    if explained.kind in (facts.MISSED_CLAIMABLE, facts.NONE_UNDER_CONTENTION) and _taken_past(stuck, calls, at_stuck):
+        # the None may be wrong, or only see its group in flight behind a claim out of order:
+        # what the history shows without it decides
+        without = _judge([call for call in calls if call is not stuck], fairness, relax, acks, max_steps)
+        steps += without.steps
+        if without.ok is False:
+            explained = without
     return _with(explained, calls=len(calls), steps=steps)
 
 
@@ -624,12 +634,45 @@ def _first_misfit(calls: list[_Call], order: list[_Placed], model: QueueModel) -
     return None
 
 
-def _explain_stuck(calls: list[_Call], found: _Search, model: QueueModel) -> Linearizability:
+def _explain_stuck(calls: list[_Call], found: _Search, model: QueueModel) -> tuple[Linearizability, QueueModel]:
     """The deepest point of the search: replay the order that got there and explain the call
-    whose answer came back while no order could place it."""
+    whose answer came back while no order could place it; with the model there."""
     for placed in _order(found.top):
         model = _successors(model, calls[placed.call])[placed.choice][0]
-    return _explain(calls, calls[found.stuck], model)
+    return _explain(calls, calls[found.stuck], model), model
+
+
+def _taken_past(stuck: _Call, calls: list[_Call], model: QueueModel) -> bool:
+    """Whether a claim took a message past a head the None claim ``stuck`` missed, where
+    nothing was lost: every head it missed came out of the final drain afterwards, and another
+    claim took a later message of one of their groups (``not-head`` in ``model``, the state at
+    the deepest point).  The None may then only have seen its group in flight (a ``nack(0)``
+    that sent its message to the back, then a claim of the one behind it), and the history is
+    judged again without it (:func:`_judge`): if the rest fits, the None is what broke; if not,
+    the rest says what did.  A head that never came out leaves the None a loss as it was."""
+    heads = [head for head in _allowed(model, stuck) if head is not None]
+    if not heads or not all(_came_out_after(head, stuck, calls) for head in heads):
+        return False
+    missed = {(head.group_id, head.event) for head in heads}
+    return any(
+        call.op == "claim" and call.known and call.record.result is not None and call is not stuck
+        and call.record.worker != DRAIN_WORKER and call.group in {group for group, _ in missed}
+        and (call.group, _field(call.record.result, "event")) not in missed
+        and claim_fact(_allowed(model, call), _as_lease(call.record.result), model, call.at,
+                       call.arg("min_priority", 0), call.arg("routing_keys")) == facts.NOT_HEAD
+        for call in calls)
+
+
+def _allowed(model: QueueModel, call: _Call) -> frozenset[Claimed | None]:
+    """What ``model`` allows the claim ``call`` to answer, by its arguments."""
+    return model.claim_outcomes(call.at, call.arg("min_priority", 0), call.arg("routing_keys"))
+
+
+def _came_out_after(head: Claimed, call: _Call, calls: list[_Call]) -> bool:
+    """Whether the final drain handed out ``head``'s message after ``call`` was made."""
+    return any(c.record.worker == DRAIN_WORKER and c.op == "claim" and c.known and c.invoke > call.invoke
+               and c.record.result is not None and _field(c.record.result, "group_id") == head.group_id
+               and _field(c.record.result, "event") == head.event for c in calls)
 
 
 def _explain(calls: list[_Call], call: _Call, model: QueueModel) -> Linearizability:
@@ -681,11 +724,8 @@ def _drained_later(call: _Call, calls: list[_Call], allowed: Any) -> bool:
     """Whether the heads the model allowed, of the group the drain's ``call`` took a later
     message of, came out of the drain afterwards: then the order broke, and nothing was lost."""
     group = _field(call.record.result, "group_id")
-    heads = {head.event for head in allowed if head is not None and head.group_id == group}
-    later = {_field(c.record.result, "event") for c in calls
-             if c.record.worker == DRAIN_WORKER and c.op == "claim" and c.known and c.invoke > call.invoke
-             and c.record.result is not None and _field(c.record.result, "group_id") == group}
-    return bool(heads) and heads <= later
+    heads = [head for head in allowed if head is not None and head.group_id == group]
+    return bool(heads) and all(_came_out_after(head, call, calls) for head in heads)
 
 
 def _raced(call: _Call, calls: list[_Call], allowed: Any) -> bool:

@@ -48,8 +48,8 @@ from ._values import (
     shaped, shaped_keys,
 )
 from ._properties import (
-    DRAWN, FAR_CLOCK, HELD, LEASE_END, LEASE_LAPSED, LONG_EVENT, LONG_GROUP, LONG_LEASE, MANY_GROUPS, MANY_NACKS,
-    MANY_WORKERS, NEAR_GROUPS, NEAR_KEYS, PARK_ENDED, REOPEN_HELD,
+    ANEW_BY_FLOOR, ANEW_BY_KEY, DRAWN, FAR_CLOCK, HELD, LEASE_END, LEASE_LAPSED, LONG_EVENT, LONG_GROUP, LONG_LEASE,
+    MANY_GROUPS, MANY_NACKS, MANY_WORKERS, NEAR_GROUPS, NEAR_KEYS, PARK_ENDED, REOPEN_HELD,
     STALE_AFTER_RECLAIM, TIE, GROUPS_AT_A_CLAIM, GROUPS_IN_FLIGHT, MESSAGES_IN_A_GROUP, NACKS_OF_A_MESSAGE, WORKERS_IN_AN_EXAMPLE,
     largest,
 )
@@ -92,10 +92,31 @@ IN_RESOLUTIONS = ((1.0, 2.0, 3.0), (1.0, 2.0), (0.5, 1.0, 2.0))
 """The visibilities, delays and wall-clock steps, in multiples of a declared resolution."""
 
 
-ANEW_THEN = ("nothing", "claim at its floor", "claim above its floor", "claim at its old floor", "claim by its key",
+ANEW_THEN = ("claim at its floor", "claim above its floor", "claim at its old floor", "claim by its key",
              "claim by its old key")
 """What :meth:`TransportMachine.publish_anew` does after its publish (the first is what a
-failure shrinks to)."""
+failure shrinks to).  Always a claim: a publish to an emptied group alone is ``publish``'s, and
+a search that made one so and claimed later found a stale setting in ten steps (three claims
+to empty the right group, through the right instance) where the claim right after finds it in
+five."""
+
+
+def _unlike_the_old(then: str, drawn: tuple[int, Any], old: tuple[int, Any], keys: tuple[str, ...]) -> tuple[int, Any]:
+    """The new group's priority and routing key for :meth:`TransportMachine.publish_anew`:
+    as drawn, unless the claim of its ``then`` would not tell the old setting from the new one
+    (a stale copy from the true one).  Then the priority moves by one past the floor the claim
+    uses (above the old one for a claim at the new floor; below it for a claim above the new
+    floor or at the old one), where there is room, and the key becomes the first of ``keys``
+    that is not the old one: draws of five priorities, or of ``None`` and a few keys, leaning
+    to the smallest, repeat the old value often."""
+    priority, key = drawn
+    if then == "claim at its floor" and priority <= old[0] < PRIORITIES[-1]:
+        priority = old[0] + 1
+    elif then in ("claim above its floor", "claim at its old floor") and priority >= old[0] > 0:
+        priority = old[0] - 1
+    if "key" in then and (key == old[1] or key is None):
+        key = next((other for other in keys if other != old[1]), key)
+    return priority, key
 
 
 def backlog_group(groups: tuple[str, ...], number: int) -> str:
@@ -568,6 +589,7 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
         self.workers: set[str] = set()  # every worker that claimed
         # every group id published to, in order, with its last settings: (priority, routing key)
         self.published: dict[str, tuple[int, str | None]] = {}
+        self.made_through: dict[str, Any] = {}  # group id -> the instance that made it last
         self.reached: collections.Counter[str] = collections.Counter()  # situations met (_properties)
         self.draining = False
         self.refused = False  # a bad_input step has been refused
@@ -761,36 +783,41 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
         event=lambda choices: event_strategy(choices.event_bytes),
         priority=st.integers(0, 4),
         routing_key=st.none() | keys,
-        via=st.integers(0, 1),
         then=st.sampled_from(ANEW_THEN),
         visibility=lambda choices: st.sampled_from(choices.visibilities),
     )
     @precondition(lambda self: self._emptied())
-    def publish_anew(self, which, event, priority, routing_key, via, then="nothing", visibility=1.0):
+    def publish_anew(self, which, event, priority, routing_key, then="claim at its floor", visibility=1.0):
         """Publish to a group that was emptied: a new group (R5, R12), with the priority and
-        routing key drawn, through either instance; ``then`` claim through the other instance
-        (opened first, if there is none, and the publish made through it), at the new group's
-        floor, just above it or at the old group's, or by the new group's key or the old one's.
-        What an instance kept of the old group (its priority, its key, its stamp, its place) no
-        longer holds, and a claim through the instance that kept it, filtered where the old and
-        the new settings differ, is where that shows: publishes and claims drawn one by one
-        seldom meet so."""
+        routing key drawn, through the instance that did not make the old group (opened first,
+        if there is none); ``then`` claim through the one that did, at the new group's floor,
+        just above it or at the old group's, or by the new group's key or the old one's, the
+        new setting moved where the drawn one would not let that claim tell it from the old
+        (:func:`_unlike_the_old`).  What an instance kept of the old group (its priority, its
+        key, its stamp, its place) no longer holds, and a claim through the instance that kept
+        it is where that shows: publishes and claims drawn one by one seldom meet so.  After a
+        reopen no open instance made the old group: the first claims, and nothing is counted."""
         emptied = self._emptied()
         group = emptied[which % len(emptied)]
         old_priority, old_key = self.published[group]
         caps = self.backend.capabilities
-        if then != "nothing" and caps.shared and len(self.instances) == 1:
-            self.open_second_instance()  # the other instance: the first one kept the old group
-            via = 1
-        self._publish(group, event, priority, routing_key, via)
-        if then == "nothing":
-            return multiple()
+        priority, routing_key = _unlike_the_old(then, (priority, routing_key), (old_priority, old_key),
+                                                self.key_pool or PLAIN_ROUTING_KEYS[1:])
+        if caps.shared and len(self.instances) == 1:
+            self.open_second_instance()
+        kept = self.made_through.get(group) in self.instances and len(self.instances) > 1
+        maker = self.instances.index(self.made_through[group]) if kept else 0
+        self._publish(group, event, priority, routing_key, maker + 1)  # through the other, where there are two
         new_priority, new_key = self.published[group]
         floor = {"claim at its floor": new_priority, "claim above its floor": min(new_priority + 1, PRIORITIES[-1]),
                  "claim at its old floor": old_priority}.get(then, 0) if caps.priority else 0  # none above 4
         key = {"claim by its key": new_key, "claim by its old key": old_key}.get(then)
+        if kept and (old_priority >= floor) != (new_priority >= floor):  # the floor tells a stale priority
+            self.reached[ANEW_BY_FLOOR] += 1
+        if kept and key is not None and (old_key == key) != (new_key == key):
+            self.reached[ANEW_BY_KEY] += 1
         self.in_step = True
-        lease = self._claim(self._instance(via + 1), WORKERS[0], visibility, floor, None if key is None else [key])
+        lease = self._claim(self._instance(maker), WORKERS[0], visibility, floor, None if key is None else [key])
         self.in_step = False
         return multiple() if lease is None else lease
 
@@ -803,6 +830,8 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
         priority = priority if caps.priority else 0
         routing_key = routing_key if caps.routing else None
         self.in_step = True
+        if self.model.group_info(group) is None:
+            self.made_through[group] = self._instance(via)
         answer, _ = self._call(self._instance(via).publish, group, event, priority, routing_key)
         if answer is not None:
             self._fail(facts.PUBLISH_ANSWERED, f"publish({group!r}, ...)", "None", answer)

@@ -90,6 +90,8 @@ MANY_GROUPS = "a claim among 100 groups or more"
 LONG_GROUP = "a claim with 100 messages or more in one group"
 MANY_NACKS = "a message nacked 8 times or more"
 MANY_WORKERS = "claims by 8 workers or more in one example"
+ANEW_BY_FLOOR = "a claim by floor, through the instance that made a group, after another made it anew"
+ANEW_BY_KEY = "a claim by key, through the instance that made a group, after another made it anew"
 """Situations a search can reach: what a property's rules are about (R2, R3, R9, R10, R4, R15, R19),
 and the values and sizes they are tried with (SPEC.md C13).  The checkers count them
 (``TransportMachine.reached``, the parallel search's runs) and each verdict reports, for the
@@ -256,6 +258,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         judges=frozenset({"priority"}), owns=frozenset({facts.BELOW_FLOOR, facts.MISSED_ABOVE_FLOOR}),
         # a floor misapplied passes over a group above it whose lease or park lapsed, too
         explains=frozenset({facts.MISSED_LAPSED_LEASE, facts.MISSED_ENDED_PARK}),
+        evidence=(ANEW_BY_FLOOR,),
     ),
     Property(
         "routing",
@@ -265,7 +268,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         needs=_declared("routing", "the transport does not declare routing keys"),
         judges=frozenset({"routing"}), owns=frozenset({facts.OUTSIDE_KEYS, facts.MISSED_KEYED}),
         explains=frozenset({facts.MISSED_LAPSED_LEASE, facts.MISSED_ENDED_PARK}),
-        evidence=(NEAR_KEYS,),
+        evidence=(NEAR_KEYS, ANEW_BY_KEY),
     ),
     Property(
         "durability",
@@ -431,7 +434,8 @@ def running(search: str, kind: str | None = None) -> str:
 
 def evidence(prop: str, caps: Capabilities) -> tuple[str, ...]:
     """The situations whose count ``prop``'s verdict gives for a transport with ``caps``: its
-    row's, less those a wall clock cannot reach, and long events where it takes none (a
+    row's, less those a wall clock cannot reach, long events where it takes none and a group
+    made anew through another instance where it opens one only (a
     passed verdict that never reached one of them says so, and a shared search that passed
     without one has the property's own search run, SPEC.md C5: for nothing, where it cannot)."""
     situations = PROPERTIES[prop].evidence
@@ -439,6 +443,8 @@ def evidence(prop: str, caps: Capabilities) -> tuple[str, ...]:
         situations = tuple(s for s in situations if s not in EXACT_TIME_ONLY)
     if caps.event_bytes and caps.event_bytes < LONG:
         situations = tuple(s for s in situations if s != LONG_EVENT)
+    if not caps.shared:  # one instance: nothing to make a group anew through
+        situations = tuple(s for s in situations if s not in (ANEW_BY_FLOOR, ANEW_BY_KEY))
     return situations
 
 

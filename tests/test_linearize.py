@@ -84,6 +84,60 @@ def test_the_claim_that_took_a_message_out_of_order_is_blamed_not_the_claims_tha
     assert "'e1'" in result.expected and "'e2'" in result.answered
 
 
+def nacked_to_the_back(drained_first: bool):
+    """The broken variant "nack(0) to the back of its group" as a certification recorded it: b1
+    nacks e1, which the store sends behind e2; b2 claims e2, and b0's claim then answers None
+    (right on that store: its group is in flight).  The search gets stuck at b0's None."""
+    held = lease("g", "e1", "t0")
+    records = [publish(0, 1, "g", "e1", worker="prefix"), claim(2, 3, held, worker="prefix"),
+               claim(4, 5, None, worker="prefix"),
+               claim(10, 100, lease("g", "e2", "t2", seq=2), worker="b2"),
+               publish(11, 12, "g", "e2", worker="b1"), nack(13, 14, held, worker="b1"),
+               ack(15, 60, held, answer=False, worker="b0"), claim(61, 62, None, worker="b0")]
+    taken = [lease("g", "e2", "t3", seq=2), lease("g", "e1", "t4")] if drained_first else [lease("g", "e2", "t3", seq=2)]
+    return check_linearizable(drained(records, taken), fairness="claim")
+
+
+def test_a_none_beside_a_claim_past_the_head_it_missed_is_fifo_when_the_head_came_out_later():
+    """The None missed e1, which the drain handed out afterwards: nothing was lost, and the claim
+    that took e2 past it broke the group's order.  Had e1 never come out, the None is a loss."""
+    result = nacked_to_the_back(drained_first=True)
+    assert owner(result.kind) == "fifo" and result.step.startswith("b2: claim"), result
+    assert "'e1'" in result.expected and "'e2'" in result.answered
+    lost = nacked_to_the_back(drained_first=False)
+    assert owner(lost.kind) == "no-loss", lost
+
+
+def drained(records, taken, start=200):
+    """``records`` and a final drain that takes and acks ``taken`` in turn, then finds nothing."""
+    for number, held in enumerate(taken):
+        at = start + 10 * number
+        records += [claim(at, at + 1, held, worker="drain"), ack(at + 2, at + 3, held, worker="drain")]
+    return records + [claim(start + 100, start + 101, None, worker="drain")]
+
+
+def test_a_wrong_none_beside_correct_claims_past_its_head_stays_the_none():
+    """A fresh reviewer's histories, where a claim took a later message of the group a wrong
+    None missed, the missed head came out of the drain, and that claim was right in another
+    order: judged again without the None, the rest fits (or shows its own bug), so the None,
+    not the claim, is blamed."""
+    e1, e2, e3 = lease("g", "e1", "t2"), lease("g", "e2", "t1", seq=2), lease("g", "e3", "t3", seq=3)
+    at_once = [publish(0, 10, "g", "e1", worker="p1"), publish(0, 10, "g", "e2", worker="p2"),  # e2 may be first
+               claim(11, 12, None, worker="w0"), claim(13, 14, e2, worker="w1"), ack(15, 16, e2, worker="w1")]
+    beside_a_publish = at_once[:3] + [publish(11, 14, "g", "e3", worker="p3")] + at_once[3:]  # SKIP LOCKED's case
+    for records in (drained(list(at_once), [e1]), drained(beside_a_publish, [e1, e3])):
+        result = check_linearizable(records, fairness="claim")
+        assert owner(result.kind) in ("no-loss", "contention") and result.step.startswith("w0: claim"), result
+    first, second, again = lease("g", "e1", "t1"), lease("g", "e2", "t2", seq=2), lease("g", "e1", "t3", seq=3)
+    handed_out = [publish(0, 1, "g", "e1"), publish(1.2, 1.8, "g", "e2"), claim(2, 3, None, worker="w0"),
+                  claim(4, 5, first, worker="w1"), ack(6, 7, first, worker="w1"),
+                  claim(8, 9, second, worker="w2"), ack(10, 11, second, worker="w2")]
+    published_again = check_linearizable(drained(handed_out + [publish(12, 13, "g", "e1")], [again]))
+    assert owner(published_again.kind) == "no-loss" and published_again.step.startswith("w0: claim"), published_again
+    acked_comes_back = check_linearizable(drained(list(handed_out), [again]))  # the None, and a duplicate
+    assert owner(acked_comes_back.kind) == "no-loss", acked_comes_back
+
+
 def test_a_claim_that_missed_a_free_group_is_blamed_not_a_later_claim_that_had_no_state_yet():
     """A fresh reviewer's two histories, against a rule tried and dropped (blame the first call
     no state the search reached allowed, one that took a message first): the search never gets

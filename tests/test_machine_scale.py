@@ -5,15 +5,18 @@ import pytest
 
 from harel_ref.stateful import Backend, Capabilities, Divergence, make_machine
 from harel_ref.stateful import _facts as facts
-from harel_ref.stateful._machine import SHOWN_GROUPS
+from harel_ref.stateful._machine import ANEW_THEN, SHOWN_GROUPS
 import collections
+import contextlib
 
 from harel_ref.stateful._properties import (
-    GROUPS_AT_A_CLAIM, LONG_GROUP, MANY_GROUPS, MANY_NACKS, MANY_WORKERS, MESSAGES_IN_A_GROUP, NACKS_OF_A_MESSAGE,
+    ANEW_BY_FLOOR, ANEW_BY_KEY, GROUPS_AT_A_CLAIM, LONG_GROUP, MANY_GROUPS, MANY_NACKS, MANY_WORKERS, MESSAGES_IN_A_GROUP, NACKS_OF_A_MESSAGE,
     WORKERS_IN_AN_EXAMPLE, tally,
 )
 from harel_ref.transport import InMemoryStore, InMemoryTransport
 from harel_ref.transport.memory import InMemoryCore
+
+from broken import GroupSettingsKeptByEachInstance
 
 
 def machine(cls=InMemoryTransport):
@@ -147,3 +150,26 @@ def test_a_long_event_in_an_answer_is_cut_in_the_failure_message():
     assert cut_runs(repr(("9" * 4096, "\x00" * 40, "ab" * 40, 10**40))) == (
         "('99999999...(4096 chars)', '\\x00\\x00\\x00\\x00\\x00\\x00\\x00\\x00...(40 chars)', "
         f"'{'ab' * 40}', {10**40})")
+
+
+@pytest.mark.parametrize("then", ANEW_THEN)
+def test_a_group_made_anew_is_claimed_through_the_instance_that_made_the_old_one(then):
+    """``publish_anew`` (SPEC.md C13) publishes through the other instance and claims through
+    the one that made the old group, the setting it claims by moved so that the claim tells the
+    new group from the old where the drawn one is the old one's (priority 2, key ``blue``): a
+    store whose instances keep each group's settings fails every such claim, a correct one
+    none, and each counts as its situation."""
+    for cls in (InMemoryTransport, GroupSettingsKeptByEachInstance):
+        state = machine(cls)
+        state.publish(group="g1", event="a", priority=2, routing_key="blue", via=0)
+        state.ack(lease=state.claim_any(worker="w1", visibility=5, via=0), via=0)
+        try:
+            state.publish_anew(which=0, event="b", priority=2, routing_key="blue", then=then, visibility=5)
+        except Divergence as seen:
+            assert cls is GroupSettingsKeptByEachInstance, seen
+        else:
+            assert cls is InMemoryTransport, f"{then}: a stale setting passed"
+        finally:
+            with contextlib.suppress(Divergence):
+                state.teardown()
+        assert state.reached[ANEW_BY_KEY if "key" in then else ANEW_BY_FLOOR] == 1, dict(state.reached)
