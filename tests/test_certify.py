@@ -334,10 +334,12 @@ def test_the_property_the_shared_search_blames_searches_all_its_examples():
     """The shared search's clean examples count for each focused search's, but for the
     property its failure counts against: that one's own search runs all its examples, for a
     counterexample in its own machine (SPEC.md C5; "leases in 32-bit milliseconds" shrank to 9
-    steps in the shared machine, to 4 in lease-expiry's).  At seed 2 of a small profile the
-    shared search finds routing broken on a store that splits routing keys at commas (seed 1
-    before publish_anew claimed after its publish: the test takes the first of eight seeds at
-    which it does, trying the last one known first)."""
+    steps in the shared machine, to 4 in lease-expiry's).  At seed 9 of a small profile the
+    shared search finds routing broken on a store that splits routing keys at commas (at others
+    it passes, and routing's own search runs as its top-up, C5): the test takes the first of
+    ten seeds at which the shared search stopped early (the other searches count fewer than
+    their examples), trying the last one known first.  Which seeds do moves whenever the
+    searches draw other values (1, 2, then 9 once publish_anew always claimed)."""
     from harel_ref.certify._progress import Progress
 
     class Totals(Progress):
@@ -348,14 +350,13 @@ def test_the_property_the_shared_search_blames_searches_all_its_examples():
             self.totals[prop, search] = total
 
     backend = broken_backend("routing keys split at commas")
-    for seed in (2, *range(8)):
+    for seed in (9, *range(9)):
         progress = Totals()
         report = certify(backend.factory, backend.capabilities, profile=SMALL, seed=seed, progress=progress)
-        failure = report.verdict("routing").failure
-        if failure is not None and failure.found_by == "shared":
+        if progress.totals.get(("fifo", "lockstep"), SMALL.max_examples) < SMALL.max_examples:
             break
     else:
-        pytest.fail("at no seed of 8 did the shared search find the store that splits keys at commas")
+        pytest.fail("at no seed of 10 did the shared search stop at the store that splits keys at commas")
     assert report.verdict("routing").verdict == "failed", report.to_markdown()
     assert progress.totals["routing", "lockstep"] == SMALL.max_examples, progress.totals
     assert all(total < SMALL.max_examples for (prop, search), total in progress.totals.items()
