@@ -38,8 +38,8 @@ R2, some claim took a leased head: the fact is ``claimed-leased``.  If it fits w
 ack or nack acted for a lease that was not current: ``stale-acted``.  Otherwise the call at the
 deepest point the search reached is explained against the model there, as the lockstep machine
 explains a step; a claim that answered None there, beside a claim that took a message past a
-head it missed which the drain then handed out, is judged again without it
-(:func:`_taken_past`).  The answer is a fact (:mod:`harel_ref.stateful._facts`), never a property.
+head it missed which the drain then handed out, has the history judged again without the
+claims that answered None (:func:`_taken_past`).  The answer is a fact (:mod:`harel_ref.stateful._facts`), never a property.
 """
 
 from __future__ import annotations
@@ -602,8 +602,11 @@ def _judge(calls: list[_Call], fairness: str, relax: frozenset[str], acks: str, 
     stuck = calls[found.stuck]
     if explained.kind in (facts.MISSED_CLAIMABLE, facts.NONE_UNDER_CONTENTION) and _taken_past(stuck, calls, at_stuck):
         # the None may be wrong, or only see its group in flight behind a claim out of order:
-        # what the history shows without it decides
-        without = _judge([call for call in calls if call is not stuck], fairness, relax, acks, max_steps)
+        # what the history shows without its Nones decides (a None changes nothing, so what
+        # the rest breaks, a call that answered broke; one search, where a None at a time
+        # would be one per None)
+        answered = [call for call in calls if not _found_nothing(call)]
+        without = _judge(answered, fairness, relax, acks, max_steps)
         steps += without.steps
         if without.ok is False:
             explained = without
@@ -648,8 +651,9 @@ def _taken_past(stuck: _Call, calls: list[_Call], model: QueueModel) -> bool:
     claim took a later message of one of their groups (``not-head`` in ``model``, the state at
     the deepest point).  The None may then only have seen its group in flight (a ``nack(0)``
     that sent its message to the back, then a claim of the one behind it), and the history is
-    judged again without it (:func:`_judge`): if the rest fits, the None is what broke; if not,
-    the rest says what did.  A head that never came out leaves the None a loss as it was."""
+    judged again without its claims that answered None (:func:`_judge`): if the rest fits, the
+    None is what broke; if not, the rest says what did.  A head that never came out leaves the
+    None a loss as it was."""
     heads = [head for head in _allowed(model, stuck) if head is not None]
     if not heads or not all(_came_out_after(head, stuck, calls) for head in heads):
         return False
@@ -666,6 +670,11 @@ def _taken_past(stuck: _Call, calls: list[_Call], model: QueueModel) -> bool:
 def _allowed(model: QueueModel, call: _Call) -> frozenset[Claimed | None]:
     """What ``model`` allows the claim ``call`` to answer, by its arguments."""
     return model.claim_outcomes(call.at, call.arg("min_priority", 0), call.arg("routing_keys"))
+
+
+def _found_nothing(call: _Call) -> bool:
+    """A claim that answered None, the final drain's aside."""
+    return call.op == "claim" and call.known and call.record.result is None and call.record.worker != DRAIN_WORKER
 
 
 def _came_out_after(head: Claimed, call: _Call, calls: list[_Call]) -> bool:
