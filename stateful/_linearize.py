@@ -38,7 +38,7 @@ R2, some claim took a leased head: the fact is ``claimed-leased``.  If it fits w
 ack or nack acted for a lease that was not current: ``stale-acted``.  Otherwise the call at the
 deepest point the search reached is explained against the model there, as the lockstep machine
 explains a step; a claim that answered None there, beside a claim that took a message past a
-head it missed which the drain then handed out, has the history judged again without the
+head it missed which a later claim handed out, has the history judged again without the
 claims that answered None (:func:`_taken_past`).  The answer is a fact (:mod:`harel_ref.stateful._facts`), never a property.
 """
 
@@ -647,15 +647,15 @@ def _explain_stuck(calls: list[_Call], found: _Search, model: QueueModel) -> tup
 
 def _taken_past(stuck: _Call, calls: list[_Call], model: QueueModel) -> bool:
     """Whether a claim took a message past a head the None claim ``stuck`` missed, where
-    nothing was lost: every head it missed came out of the final drain afterwards, and another
+    nothing was lost: every head it missed was handed out afterwards, and another
     claim took a later message of one of their groups (``not-head`` in ``model``, the state at
     the deepest point).  The None may then only have seen its group in flight (a ``nack(0)``
     that sent its message to the back, then a claim of the one behind it), and the history is
     judged again without its claims that answered None (:func:`_judge`): if the rest fits, the
-    None is what broke; if not, the rest says what did.  A head that never came out leaves the
-    None a loss as it was."""
+    None is what broke; if not, the rest says what did.  A head never handed out again leaves
+    the None a loss as it was."""
     heads = [head for head in _allowed(model, stuck) if head is not None]
-    if not heads or not all(_came_out_after(head, stuck, calls) for head in heads):
+    if not heads or not all(_handed_out_after(head, stuck, calls) for head in heads):
         return False
     missed = {(head.group_id, head.event) for head in heads}
     return any(
@@ -677,10 +677,11 @@ def _found_nothing(call: _Call) -> bool:
     return call.op == "claim" and call.known and call.record.result is None and call.record.worker != DRAIN_WORKER
 
 
-def _came_out_after(head: Claimed, call: _Call, calls: list[_Call]) -> bool:
-    """Whether the final drain handed out ``head``'s message after ``call`` was made."""
-    return any(c.record.worker == DRAIN_WORKER and c.op == "claim" and c.known and c.invoke > call.invoke
-               and c.record.result is not None and _field(c.record.result, "group_id") == head.group_id
+def _handed_out_after(head: Claimed, call: _Call, calls: list[_Call]) -> bool:
+    """Whether a claim made after ``call`` (a branch's, or the final drain's) handed out
+    ``head``'s message: then it was not lost."""
+    return any(c.op == "claim" and c.known and c.invoke > call.invoke and c.record.result is not None
+               and _field(c.record.result, "group_id") == head.group_id
                and _field(c.record.result, "event") == head.event for c in calls)
 
 
@@ -734,7 +735,7 @@ def _drained_later(call: _Call, calls: list[_Call], allowed: Any) -> bool:
     message of, came out of the drain afterwards: then the order broke, and nothing was lost."""
     group = _field(call.record.result, "group_id")
     heads = [head for head in allowed if head is not None and head.group_id == group]
-    return bool(heads) and all(_came_out_after(head, call, calls) for head in heads)
+    return bool(heads) and all(_handed_out_after(head, call, calls) for head in heads)
 
 
 def _raced(call: _Call, calls: list[_Call], allowed: Any) -> bool:

@@ -812,14 +812,24 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
         floor = {"claim at its floor": new_priority, "claim above its floor": min(new_priority + 1, PRIORITIES[-1]),
                  "claim at its old floor": old_priority}.get(then, 0) if caps.priority else 0  # none above 4
         key = {"claim by its key": new_key, "claim by its old key": old_key}.get(then)
-        if kept and (old_priority >= floor) != (new_priority >= floor):  # the floor tells a stale priority
+        if kept and (old_priority >= floor) != (new_priority >= floor) and self._first_either_way(group, floor, None):
             self.reached[ANEW_BY_FLOOR] += 1
-        if kept and key is not None and (old_key == key) != (new_key == key):
+        if kept and key is not None and (old_key == key) != (new_key == key) and self._first_either_way(group, 0, key):
             self.reached[ANEW_BY_KEY] += 1
         self.in_step = True
         lease = self._claim(self._instance(maker), WORKERS[0], visibility, floor, None if key is None else [key])
         self.in_step = False
         return multiple() if lease is None else lease
+
+    def _first_either_way(self, group: str, floor: int, key: str | None) -> bool:
+        """Whether the group made anew is the claim's answer by its new settings or by its old
+        ones: claimable by a claim whose filter lets both pass (the lower floor, both keys).
+        Else a group ahead of it is the answer either way, and the claim cannot tell a stale
+        setting from the true one."""
+        new_priority, new_key = self.published[group]
+        keys = None if key is None or new_key is None else sorted({key, new_key})
+        now = time.time() if self.wall else self.clock.now
+        return self.model.claimable(group, now, min(floor, new_priority), keys)
 
     def _emptied(self) -> list[str]:
         """The group ids published to that the queue holds no more (their last message acked)."""

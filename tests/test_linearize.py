@@ -108,6 +108,20 @@ def test_a_none_beside_a_claim_past_the_head_it_missed_is_fifo_when_the_head_cam
     assert owner(lost.kind) == "no-loss", lost
 
 
+def test_a_none_beside_a_claim_past_its_head_is_fifo_when_a_branch_hands_the_head_out_later():
+    """As above, with ``e1`` claimed and acked by a branch, not the drain (a reviewer's
+    history): handed out later, by whoever, it was not lost."""
+    held, e2, again = lease("g", "e1", "t0"), lease("g", "e2", "t2", seq=2), lease("g", "e1", "t5")
+    records = [publish(0, 1, "g", "e1", worker="prefix"), claim(2, 3, held, worker="prefix"),
+               claim(4, 5, None, worker="prefix"), claim(10, 100, e2, worker="b2"),
+               publish(11, 12, "g", "e2", worker="b1"), nack(13, 14, held, worker="b1"),
+               ack(15, 60, held, answer=False, worker="b0"), claim(61, 62, None, worker="b0"),
+               ack(101, 102, e2, worker="b2"), claim(103, 104, again, worker="b1"), ack(105, 106, again, worker="b1")]
+    for partition in (False, True):
+        result = check_linearizable(drained(list(records), []), partition=partition)
+        assert owner(result.kind) == "fifo" and result.step.startswith("b2: claim"), result
+
+
 def drained(records, taken, start=200):
     """``records`` and a final drain that takes and acks ``taken`` in turn, then finds nothing."""
     for number, held in enumerate(taken):

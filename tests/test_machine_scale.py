@@ -173,3 +173,17 @@ def test_a_group_made_anew_is_claimed_through_the_instance_that_made_the_old_one
             with contextlib.suppress(Divergence):
                 state.teardown()
         assert state.reached[ANEW_BY_KEY if "key" in then else ANEW_BY_FLOOR] == 1, dict(state.reached)
+
+
+def test_a_claim_after_a_group_made_anew_counts_only_where_that_group_is_its_answer():
+    """A group ahead of the one made anew, past every floor, is the claim's answer by the new
+    settings and by the old: the claim cannot tell them apart, the stale store passes, and the
+    situation is not counted (a reviewer's example)."""
+    for cls in (InMemoryTransport, GroupSettingsKeptByEachInstance):
+        state = machine(cls)
+        state.publish(group="g2", event="x", priority=4, routing_key=None, via=0)  # ahead of g1, past every floor
+        state.publish(group="g1", event="a", priority=2, routing_key="blue", via=0)
+        state.ack(lease=state.claim(worker="w1", visibility=5, min_priority=2, routing_keys=["blue"], via=0), via=0)
+        state.publish_anew(which=0, event="b", priority=2, routing_key="blue", then="claim at its floor", visibility=5)
+        assert not state.reached[ANEW_BY_FLOOR], dict(state.reached)
+        state.teardown()
