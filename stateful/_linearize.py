@@ -39,7 +39,8 @@ ack or nack acted for a lease that was not current: ``stale-acted``.  Otherwise 
 deepest point the search reached is explained against the model there, as the lockstep machine
 explains a step; a claim that answered None there, beside a claim that took a message past a
 head it missed which a later claim handed out, has the history judged again without the
-claims that answered None (:func:`_taken_past`).  The answer is a fact (:mod:`harel_ref.stateful._facts`), never a property.
+claims that answered None (:func:`_taken_past`).  The answer is a fact
+(:mod:`harel_ref.stateful._facts`), never a property.
 """
 
 from __future__ import annotations
