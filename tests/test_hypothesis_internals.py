@@ -335,3 +335,47 @@ def test_initialize_rules_built_once_draw_as_hypothesis_draws_them():
     )
     assert sum(step.startswith("state.use(") for step in our_steps) == 1, our_steps
     assert sum(".set_up(" in step for step in our_steps) == 2, our_steps
+
+
+def _drawn_on_a_new_thread(before=lambda: None) -> tuple[list, int]:
+    """The values a seeded test draws, run on a thread of its own (``before`` first), and how
+    often Hypothesis registered a Random meanwhile."""
+    import threading
+
+    from hypothesis import seed
+    from hypothesis.internal import entropy
+
+    drawn, registered = [], []
+    real = entropy.register_random
+
+    @seed(7)
+    @settings(max_examples=20, database=None, deadline=None)
+    @given(st.lists(st.integers(0, 9), max_size=4))
+    def test(values):
+        drawn.append(values)
+
+    def run():
+        before()
+        test()
+
+    entropy.register_random = lambda r: (registered.append(r), real(r))[1]
+    try:
+        thread = threading.Thread(target=run)
+        thread.start()
+        thread.join()
+    finally:
+        entropy.register_random = real
+    return drawn, len(registered)
+
+
+def test_a_search_thread_is_given_hypothesis_random_so_no_collection_runs():
+    """harel_ref.certify._driver.no_collection_per_thread: Hypothesis makes and registers a
+    Random (a full garbage collection, then gc.get_referrers) at the first example of every
+    thread; set beforehand, it does neither, and a seeded test draws the same values."""
+    from harel_ref.certify._driver import no_collection_per_thread
+
+    as_hypothesis_does, registered = _drawn_on_a_new_thread()
+    assert registered == 1, "Hypothesis no longer registers a Random per thread: no_collection_per_thread is moot"
+    given_beforehand, registered = _drawn_on_a_new_thread(no_collection_per_thread)
+    assert registered == 0, "hypothesis.core.threadlocal._hypothesis_global_random is no longer what Hypothesis reads"
+    assert given_beforehand == as_hypothesis_does
