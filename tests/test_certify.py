@@ -574,6 +574,7 @@ def test_wall_clock_certification_catches_a_lease_that_lasts_too_long():
     assert report.verdict("lease-expiry").verdict == "failed", report.to_markdown()
 
 
+@pytest.mark.waits
 def test_wall_clock_certification_still_catches_a_parking_bug():
     from broken import ParkedClaimableEarly
 
@@ -649,6 +650,7 @@ def test_a_failure_after_a_reopen_is_not_blamed_on_durability_when_its_check_fai
     assert both["fifo"].consequences == ("durability",)
 
 
+@pytest.mark.waits
 def test_a_crash_found_before_the_time_budget_runs_out_is_reported():
     crashed = threading.Event()
 

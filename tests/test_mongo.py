@@ -118,6 +118,7 @@ def test_broken_cores_fail_their_property(core, prop):
 # --- processes racing for claims ------------------------------------------------------------
 
 
+@pytest.mark.waits
 def test_concurrent_properties_pass_with_branches_in_processes(tmp_path):
     assert_concurrent_properties_pass_in_processes(["mongo", "mongo-async"], tmp_path)
 

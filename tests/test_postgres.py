@@ -92,6 +92,7 @@ def test_the_broken_edits_change_the_functions():
 # --- processes racing for claims ------------------------------------------------------------
 
 
+@pytest.mark.waits
 def test_concurrent_properties_pass_with_branches_in_processes(tmp_path):
     assert_concurrent_properties_pass_in_processes(["postgres", "postgres-async"], tmp_path)
 

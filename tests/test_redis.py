@@ -87,6 +87,7 @@ def test_broken_fairness_policies_fail_fairness(broken):
 # --- processes racing for claims ------------------------------------------------------------
 
 
+@pytest.mark.waits
 def test_concurrent_properties_pass_with_branches_in_processes(tmp_path):
     assert_concurrent_properties_pass_in_processes(["redis", "redis-async"], tmp_path)
 

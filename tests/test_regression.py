@@ -513,6 +513,7 @@ def test_a_races_test_compiles_whatever_its_failure_says_and_none_is_written_for
     assert not code and "branches in processes" in why and "import by name" in why
 
 
+@pytest.mark.waits
 def test_a_race_only_processes_show_gets_a_test_that_runs_its_branches_in_processes(tmp_path, monkeypatch):
     """A race the concurrent search saw with its branches in processes (claims kept apart by a
     lock of their process, so no two in one process meet): its test runs them in processes too,
