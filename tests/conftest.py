@@ -83,9 +83,10 @@ _import_every_project_module()
 # core then idles.  On the 2-core machine the suite took 1,144 s with 2 workers and 964 s with 3
 # (the cores idle 21 % of that time); with 4, and two tests made cheaper, 808 s (idle 8 %).  With
 # the two groups on 2 of 4 workers, the other two both took tests that wait at the start, and
-# the cores idled 17-43 % of its first three minutes.  PYTEST_XDIST_AUTO_NUM_WORKERS decides
-# where it is set.
+# the cores idled 17-43 % of its first three minutes; with 6, under 8 % (docs/certify-speed.md).
+# PYTEST_XDIST_AUTO_NUM_WORKERS decides where it is set.
 
+@pytest.hookimpl(optionalhook=True)  # -p no:xdist: no such hook
 def pytest_xdist_auto_num_workers(config):
     if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
         return None  # xdist's own hook reads it
@@ -96,10 +97,11 @@ def pytest_xdist_auto_num_workers(config):
 # Modules that mostly wait run first, each group on one worker of its own.  The rqlite
 # cluster's tests wait for Raft and take turns at the cluster's lock (a fault test holds it
 # alone); the SQS tests wait for ElasticMQ's whole-second leases and parks.  Left in the
-# alphabet's order they came last: the last 150 s of a 924 s suite ran them with the cores
-# 20-74 % idle, behind the cluster's lock.  Run from the start beside the tests that compute,
+# alphabet's order they came last, behind the cluster's lock: through the last four minutes of
+# a 924 s suite the cores were 26-94 % idle.  Run from the start beside the tests that compute,
 # they fill the cores' gaps instead, and each group starts one server, not one per worker.
-# (xdist's own --dist loadgroup names each test by its group, which pytest 9.2 no longer reads.)
+# (xdist's own --dist loadgroup names each test by its group through Item._nodeid, which
+# pytest 9.2 no longer reads.)
 WAITING_GROUPS = {
     "test_rqlite.py": "rqlite-cluster", "test_rqlite_faults.py": "rqlite-cluster",
     "test_harel_rqlite.py": "rqlite-cluster",
@@ -107,26 +109,42 @@ WAITING_GROUPS = {
 }
 
 
+def _waiting_group(nodeid: str) -> str | None:
+    return WAITING_GROUPS.get(nodeid.split("::", 1)[0].rsplit("/", 1)[-1])
+
+
+def _dist_chosen(config) -> bool:
+    """Whether the user gave ``--dist`` (``-n`` alone sets xdist's default, ``load``)."""
+    words = [*config.invocation_params.args, *os.environ.get("PYTEST_ADDOPTS", "").split(),
+             *config.getini("addopts")]
+    return any(word == "--dist" or word.startswith("--dist=") or word == "-d" for word in words)
+
+
+@pytest.hookimpl(optionalhook=True)
 def pytest_xdist_make_scheduler(config, log):
-    """Under ``-n`` with xdist's default distribution: xdist's load-by-scope scheduler, where a
-    scope is a group of WAITING_GROUPS or else one test.  It hands out the scopes with the most
-    tests first, so the groups go first; every other test is handed out alone, as ``load`` does."""
-    if config.getvalue("dist") != "load":
-        return None  # a --dist the user chose
+    """Under ``-n`` without a ``--dist``: xdist's load-by-scope scheduler, where a scope is a
+    group of WAITING_GROUPS or else one test.  It hands out the scopes with the most tests
+    first, so the groups go first, each to one worker; every other test goes alone to the next
+    worker that has two or fewer left.  Where the tests collected are all of one group (or
+    of none), each is a scope of its own: a run of test_sqs.py alone keeps every worker."""
+    if config.getoption("dist") != "load" or _dist_chosen(config):
+        return None
     from xdist.scheduler import LoadScopeScheduling
 
     class WaitingFirst(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
-            module = nodeid.split("::", 1)[0].rsplit("/", 1)[-1]
-            return WAITING_GROUPS.get(module, nodeid)
+            if not hasattr(self, "_mixed"):  # the collection is complete when this is first asked
+                self._mixed = len({_waiting_group(each) for each in self.collection}) > 1
+            group = _waiting_group(nodeid) if self._mixed else None
+            return group or nodeid
 
     return WaitingFirst(config, log)
 
 
 def pytest_collection_modifyitems(items):
-    """Tests marked ``waits`` first, in their order, then the rest in theirs: xdist hands out
-    single tests in this order, so a long wait starts beside tests that compute, not at the end
-    with the cores idle (the last 70 s of a 913 s suite were one such test, 9 s of CPU)."""
+    """Tests marked ``waits`` first, in their order, then the rest in theirs: a long wait
+    starts beside tests that compute, not at the end with the cores idle (the last 70 s of a
+    913 s suite were one such test, 9 s of CPU)."""
     items.sort(key=lambda item: item.get_closest_marker("waits") is None)
 
 

@@ -375,16 +375,17 @@ _SEARCHES_RANDOM = random.Random()
 
 
 def no_collection_per_thread() -> None:
-    """Give this thread Hypothesis's per-thread ``Random`` before Hypothesis makes one.
+    """Give the calling thread Hypothesis's per-thread ``Random``, unless it has one.
 
-    Hypothesis keeps a ``Random`` per thread to pick a test's seed where none was given.  It
-    makes it at the first example a thread runs and registers it (``register_random``), which
-    runs the garbage collector over the whole heap and then asks the collector who refers to
-    it.  Every lockstep search runs on a thread of its own (:func:`run_search`), so every search
-    paid for that: 9 % of the test suite's CPU (py-spy, 4,047 of 84,049 samples), a worker's
-    heap holding up to a million objects.  A search always gives its seed (C1), so that
-    ``Random`` never picks one: the one set here, made once per process and not registered
-    (Hypothesis neither seeds nor restores it), changes no draw, and nothing is collected.
+    Hypothesis keeps a ``Random`` per thread to pick a test's seed where none was given.  A
+    thread whose first test is seeded gets it at its first example, registered
+    (``register_random``), which runs the garbage collector over the whole heap and then asks
+    the collector who refers to it.  Every lockstep search runs on a thread of its own
+    (:func:`run_search`), so every search paid for that: 4,047 of 84,049 py-spy samples of the
+    test suite (4.8 %), in workers whose heaps hold up to a million objects.  A search always
+    gives its seed (C1), so that ``Random`` never picks one: the one set here, made once per
+    process and not registered (Hypothesis neither seeds nor restores it), changes no draw, and
+    nothing is collected.  Only a test without a seed run inside an example would see it.
     (``hypothesis.core.threadlocal`` is not Hypothesis's documented API:
     tests/test_hypothesis_internals.py checks what this relies on.)"""
     from hypothesis import core
