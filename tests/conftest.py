@@ -97,9 +97,10 @@ def pytest_xdist_auto_num_workers(config):
 # Modules that mostly wait run first, each group on one worker of its own.  The rqlite
 # cluster's tests wait for Raft and take turns at the cluster's lock (a fault test holds it
 # alone); the SQS tests wait for ElasticMQ's whole-second leases and parks.  Left in the
-# alphabet's order they came last, behind the cluster's lock: through the last four minutes of
-# a 924 s suite the cores were 26-94 % idle.  Run from the start beside the tests that compute,
-# they fill the cores' gaps instead, and each group starts one server, not one per worker.
+# alphabet's order they came last, behind the cluster's lock: through the last four and a half
+# minutes of a 924 s suite the cores were 13-74 % idle.  Run from the start beside the tests
+# that compute, they fill the cores' gaps instead, and each group starts one server, not one
+# per worker.
 # (xdist's own --dist loadgroup names each test by its group through Item._nodeid, which
 # pytest 9.2 no longer reads.)
 WAITING_GROUPS = {
