@@ -171,7 +171,8 @@ def rounds(peers: dict[str, Any], count: int, measure: Callable[[str, Any], floa
 
 # --- Loading a backlog in bulk -------------------------------------------------------------------
 # harel-ref and harel 0.9.0 share the seeds' table and column names (harel_transport_messages,
-# harel_transport_groups), so one loader fills both; harel-ref's triggers keep claimable_at.
+# harel_transport_groups), so one loader fills both.  A blocked group's lease is on its head's row
+# in harel 0.9.0 and on the group's row in harel-ref (schema version 6), with its claimable_at.
 
 
 @dataclass(frozen=True)
@@ -189,8 +190,9 @@ class Backlog:
     def messages(self) -> int:
         return self.groups * self.per_group + self.blocked
 
-    def statements(self, prefix: str = "harel") -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
-        """(sql, rows) pairs that load this backlog into empty tables named with ``prefix``."""
+    def statements(self, prefix: str = "harel", lease_on_group: bool = True) -> Iterator[tuple[str, list[tuple[Any, ...]]]]:
+        """(sql, rows) pairs that load this backlog into empty tables named with ``prefix``, the
+        blocked heads' leases on their groups' rows (harel-ref) or on their own (harel 0.9.0)."""
         messages, groups = f"{prefix}_transport_messages", f"{prefix}_transport_groups"
         blocked = [f"b{i}" for i in range(self.blocked)]
         free = [f"g{i}" for i in range(self.groups)]
@@ -199,7 +201,10 @@ class Backlog:
         yield (f"INSERT INTO {messages} (group_id, event) VALUES (?, ?)",
                [(g, self.event) for g in blocked] + [(free[i % self.groups], self.event) for i in range(self.groups * self.per_group)])
         holders = [("bench:held" if i % 2 == 0 else "__parked__", FAR, g) for i, g in enumerate(blocked)]
-        yield (f"UPDATE {messages} SET locked_by = ?, lock_expiry = ? WHERE group_id = ?", holders)
+        if lease_on_group:
+            yield (f"UPDATE {groups} SET locked_by = ?, lock_expiry = ?, claimable_at = {FAR} WHERE group_id = ?", holders)
+        else:
+            yield (f"UPDATE {messages} SET locked_by = ?, lock_expiry = ? WHERE group_id = ?", holders)
 
 
 def event_of(size: int) -> str:
@@ -213,8 +218,9 @@ def event_of(size: int) -> str:
 def load_sqlite(path: Path, backlog: Backlog, connect: Callable[[str], Any]) -> None:
     """Load ``backlog`` through a plain connection of the transport's own driver."""
     conn = connect(str(path))
+    columns = [row[1] for row in conn.execute("PRAGMA table_info(harel_transport_groups)").fetchall()]
     conn.execute("BEGIN IMMEDIATE")
-    for sql, rows in backlog.statements():
+    for sql, rows in backlog.statements(lease_on_group="locked_by" in columns):
         conn.executemany(sql, rows)
     conn.execute("COMMIT")
     conn.close()
@@ -483,7 +489,7 @@ def raw_drainer(directory: Path, backlog: Backlog, level: str) -> Queue:
     def ack(row: Any) -> Any:
         if switch:
             conn.execute(ack_level)
-        return conn.execute(t.ack_sql, (row[0], "raw:token", row[1].decode())).fetchall()
+        return conn.execute(t.ack_sql, (row[0], row[1].decode(), "raw:token")).fetchall()
 
     return Queue(claim, ack, conn.close)
 

@@ -28,13 +28,21 @@ __all__ = ["SeedsClaim", "main"]
 
 
 class SeedsClaim:
-    """The seeds' three-request claim, as written there, on a transport's tables and client."""
+    """The seeds' three-request claim, as written there, on the seeds' own tables (their lease
+    on the message's row), made under ``prefix``."""
 
-    def __init__(self, transport: RqliteTransport, url: str) -> None:
-        self.client = transport.client
+    def __init__(self, client: httpx.Client, url: str, prefix: str) -> None:
+        self.client = client
         self.url = url
-        self.t = transport._core.tables
-        self.clock = transport._clock
+        self.t = Tables.named(prefix)
+        self.clock = time.time
+        self._post("/db/execute?transaction", [
+            [f"CREATE TABLE {self.t.messages} (seq INTEGER PRIMARY KEY AUTOINCREMENT, group_id TEXT NOT NULL,"
+             " event TEXT NOT NULL, locked_by TEXT, lock_expiry REAL)"],
+            [f"CREATE TABLE {self.t.groups} (group_id TEXT PRIMARY KEY, last_claimed_at REAL NOT NULL DEFAULT 0.0,"
+             " priority INT NOT NULL DEFAULT 0)"],
+            [f"CREATE INDEX {self.t.messages}_by_group ON {self.t.messages} (group_id, seq)"],
+        ])
 
     def _post(self, path: str, statements: list) -> list:
         results = self.client.post(self.url + path, json=statements, timeout=10).json()["results"]
@@ -65,18 +73,20 @@ class SeedsClaim:
         return seq, group_id, event, token
 
 
-def _backlog(transport: RqliteTransport, groups: int, per_group: int) -> None:
+def _backlog(client: httpx.Client, url: str, t: Tables, groups: int, per_group: int) -> None:
     """The same backlog in every queue: ``per_group`` messages in each of ``groups`` groups,
-    published in batches (one request per batch, through the transport's own statements)."""
+    published in batches of 400 statements, one request each (the seeds' tables and
+    harel-ref's take the same two inserts)."""
     batch = []
     for n in range(per_group):
         for g in range(groups):
-            batch += next(transport._core.publish(f"group-{g}", f"event-{g}-{n}", 0, None)).statements  # the one request
+            batch += [[f"INSERT INTO {t.messages} (group_id, event) VALUES (?, ?)", f"group-{g}", f"event-{g}-{n}"],
+                      [f"INSERT OR IGNORE INTO {t.groups} (group_id) VALUES (?)", f"group-{g}"]]
             if len(batch) >= 400:
-                transport.client.post(transport._core.nodes.urls[0] + "/db/execute?transaction", json=batch, timeout=60)
+                client.post(url + "/db/execute?transaction", json=batch, timeout=60).raise_for_status()
                 batch = []
     if batch:
-        transport.client.post(transport._core.nodes.urls[0] + "/db/execute?transaction", json=batch, timeout=60)
+        client.post(url + "/db/execute?transaction", json=batch, timeout=60).raise_for_status()
 
 
 def _drop(url: str, prefix: str) -> None:
@@ -98,11 +108,11 @@ def main() -> None:
 
     run = uuid.uuid4().hex[:8]
     one = RqliteTransport.from_url(args.url, prefix=f"bench_one_{run}")
-    three = RqliteTransport.from_url(args.url, prefix=f"bench_seeds_{run}")
-    seeds = SeedsClaim(three, args.url)
+    client = httpx.Client()
     try:
-        for transport in (one, three):
-            _backlog(transport, args.groups, args.per_group)
+        seeds = SeedsClaim(client, args.url, f"bench_seeds_{run}")
+        for t in (one._core.tables, seeds.t):
+            _backlog(client, args.url, t, args.groups, args.per_group)
         variants = {"one request (this transport)": lambda: one.claim("bench", 3600.0),
                     "three requests (seeds)": lambda: seeds.claim("bench", 3600.0)}
         spent = dict.fromkeys(variants, 0.0)
@@ -126,7 +136,7 @@ def main() -> None:
         print(f"  ratio one-request / seeds: {first / second:.2f}x")
     finally:
         one.close()
-        three.close()
+        client.close()
         _drop(args.url, f"bench_one_{run}")
         _drop(args.url, f"bench_seeds_{run}")
 

@@ -996,21 +996,26 @@ from harel_ref.transport._base import new_token  # noqa: E402
 
 
 def select_then_lease_plan(t, clock, token, visibility, min_priority, routing_keys):
-    """The claim as it is often first written: read the next head, then lease it by seq.
+    """The claim as it is often first written: read the next group, lease it by its rowid,
+    then read its head.
 
     Sequentially it behaves exactly like the reference claim (the same head query, the same
-    triggers).  It reads first and writes afterwards, so whether two callers can pick the
-    same head depends entirely on the transaction it runs in.
+    trigger).  It reads first and writes afterwards, so whether two callers can pick the
+    same group depends entirely on the transaction it runs in.
     """
     now = read_clock(clock)
     keys = None if routing_keys is None else len(routing_keys)
     rows = yield Statement(head_query(t, keys), head_params(now, min_priority, routing_keys), fetch=True)
     if not rows:
         return None
-    ((seq, group_id, event),) = yield Statement(
-        f"UPDATE {t.messages} SET locked_by = ?, lock_expiry = ?, leased_at = ? WHERE seq = ?"
-        f" RETURNING seq, group_id, event",
-        (token, now + visibility, now, rows[0][0]), fetch=True,
+    until = now + visibility
+    ((group_id,),) = yield Statement(
+        f"UPDATE {t.groups} SET locked_by = ?, lock_expiry = ?, claimable_at = ?, last_claimed_at = ?"
+        f" WHERE _rowid_ = ? RETURNING group_id",
+        (token, until, until, now, rows[0][0]), fetch=True,
+    )
+    ((seq, event),) = yield Statement(
+        f"SELECT seq, event FROM {t.messages} WHERE group_id = ? ORDER BY seq LIMIT 1", (group_id,), fetch=True,
     )
     return Lease(group_id, event, seq, token)
 
@@ -1066,7 +1071,8 @@ class AckCheckThenDelete(SqliteTransport):
         with self._lock:
             self._check_open()
             with self._errors("ack"):
-                rows = self._conn.execute(f"SELECT locked_by FROM {t.messages} WHERE seq = ?", (lease.seq,)).fetchall()
+                rows = self._conn.execute(f"SELECT locked_by FROM {t.groups} WHERE group_id = ?",
+                                          (lease.group_id,)).fetchall()
                 if not rows or rows[0][0] != lease.token:
                     return False
                 self._between_check_and_delete()
@@ -1138,8 +1144,7 @@ class AckDropsItsGroupApart(SqliteTransport):
         with self._serial:
             self._check_open()
             with self._errors("ack"):
-                deleted = self._conn.execute(f"DELETE FROM {t.messages} WHERE seq = ? AND locked_by = ?"
-                                             f" RETURNING seq", (lease.seq, lease.token)).fetchall()
+                deleted = self._conn.execute(t.ack_sql, (lease.seq, lease.group_id, lease.token)).fetchall()
                 if not deleted:
                     return False
                 (left,), = self._conn.execute(f"SELECT count(*) FROM {t.messages} WHERE group_id = ?",
@@ -1185,7 +1190,7 @@ class ClaimRereadsTheClockAfterWaiting(SqliteTransport):
                 try:
                     statement = claim_statement(self._tables, token, decided, visibility, min_priority, routing_keys)
                     ends = first + visibility  # ...but the lease's end from before it
-                    rows = self._conn.execute(statement.sql, (token, ends, *statement.params[2:])).fetchall()
+                    rows = self._conn.execute(statement.sql, (token, ends, ends, *statement.params[3:])).fetchall()
                     if not rows:
                         promote = promote_statement(self._tables, decided)
                         self._conn.execute(promote.sql, promote.params)

@@ -14,7 +14,7 @@ Python start-ups on a busy machine.  It answers on stdout, one JSON object a lin
 A worker (:func:`work`) opens the transport on the shared file, records every call in its own
 JSON-lines history (:class:`harel_ref.stateful.history.History`, flushed line by line so it survives the
 kill) and loops: publish, or claim then ack / nack(0) / nack(delay) / ack after the lease
-lapsed.  It marks where it is in a small memory-mapped *phase file* (``"claim:update-messages"``:
+lapsed.  It marks where it is in a small memory-mapped *phase file* (``"claim:update-groups"``:
 the claim's one statement has changed the rows, but its rows are not read yet, so its
 autocommit has not happened; ``claim:invoking`` and
 ``claim:returned`` while the history lines of the call are written), which the driver reads after the
@@ -51,7 +51,7 @@ PHASE_BYTES = 96
 
 
 def stage_of(sql: str) -> str:
-    """A statement's short name: ``begin``, ``select``, ``update-messages``, ``commit``..."""
+    """A statement's short name: ``begin``, ``select``, ``update-groups``, ``commit``..."""
     words = sql.split()
     verb = words[0].upper()
     if verb in ("INSERT", "UPDATE", "DELETE"):
@@ -180,7 +180,7 @@ def _two_step_claim(base: type) -> type:
                 if lease is not None:
                     self.phase.reached("reserved")  # the first transaction committed, not the second
                     until = self._clock() + visibility
-                    self._run("claim", _shorten(self._tables.messages, lease, until), transaction=True)
+                    self._run("claim", _shorten(self._tables.groups, lease, until), transaction=True)
                 return lease
 
     return TwoStepClaim
@@ -190,9 +190,9 @@ def _one(statement: Statement) -> Plan[Any]:
     return (yield statement)
 
 
-def _shorten(messages: str, lease: Lease, until: float) -> Plan[None]:
-    yield Statement(f"UPDATE {messages} SET lock_expiry = ? WHERE seq = ? AND locked_by = ?",
-                    (until, lease.seq, lease.token))
+def _shorten(groups: str, lease: Lease, until: float) -> Plan[None]:
+    yield Statement(f"UPDATE {groups} SET lock_expiry = ?, claimable_at = ? WHERE group_id = ? AND locked_by = ?",
+                    (until, until, lease.group_id, lease.token))
 
 
 # --- One worker -----------------------------------------------------------------------------

@@ -1,10 +1,11 @@
 """Tables of older harel-ref versions, holding data, to test the in-place upgrade on every SQL
 backend (SQLite, libSQL, rqlite): the same statements build them everywhere.
 
-``V4_WITH_DATA`` is schema version 4 as harel-ref wrote it, with four groups whose heads are in
-every state a lease can be in at ``NOW``: live, parked, lapsed and free.
-:func:`check_upgraded_v4` then drives the upgraded queue and checks that every message comes out
-once, in claim order, with the blocked groups still blocked and the old live lease still acking.
+:func:`v4_with_data` and :func:`v5_with_data` are schema versions 4 and 5 as harel-ref wrote
+them, with four groups whose heads are in every state a lease can be in at ``NOW``: live,
+parked, lapsed and free.  :func:`check_upgraded` then drives the upgraded queue and checks that
+every message comes out once, in claim order, with the blocked groups still blocked and the old
+live lease still acking.
 """
 
 from __future__ import annotations
@@ -34,20 +35,46 @@ def seeds_schema(prefix: str = "") -> list[str]:
     ]
 
 
-def first_v5_triggers(prefix: str = "") -> list[str]:
-    """The claim's two triggers of the first release of schema version 5 (each updated the
-    group's row: one set ``claimable_at``, the other ``last_claimed_at``), in place of the
-    current ones.  The same meaning, so the version number stayed 5."""
-    messages, groups, _ = names(prefix)
-    return [
-        f"DROP TRIGGER {messages}_claim_blocks_group",
-        f"DROP TRIGGER {messages}_nack_sets_group",
-        f"CREATE TRIGGER {messages}_lease_blocks_group AFTER UPDATE OF locked_by, lock_expiry ON {messages} BEGIN"
-        f" UPDATE {groups} SET claimable_at = CASE WHEN NEW.locked_by IS NULL THEN {FREE} ELSE NEW.lock_expiry END"
-        f" WHERE group_id = NEW.group_id; END",
-        f"CREATE TRIGGER {messages}_claim_stamps_group AFTER UPDATE OF leased_at ON {messages} BEGIN"
-        f" UPDATE {groups} SET last_claimed_at = NEW.leased_at WHERE group_id = NEW.group_id;"
+def v5_schema(prefix: str = "", first_release: bool = False) -> list[str]:
+    """Schema version 5, the lease on the message's row: ``groups.claimable_at``, its
+    claim-order indexes and the three triggers on the messages that kept it.  The first release
+    of version 5 had two claim triggers, each updating the group's row, in place of one."""
+    messages, groups, meta = names(prefix)
+    claim = (
+        f"CREATE TRIGGER {messages}_claim_blocks_group AFTER UPDATE OF leased_at ON {messages} BEGIN"
+        f" UPDATE {groups} SET last_claimed_at = NEW.leased_at, claimable_at = NEW.lock_expiry"
+        f" WHERE group_id = NEW.group_id;"
         f" UPDATE {groups} SET claimable_at = {FREE} WHERE claimable_at >= 0 AND claimable_at < NEW.leased_at; END",
+        f"CREATE TRIGGER {messages}_nack_sets_group AFTER UPDATE OF locked_by, lock_expiry ON {messages}"
+        f" WHEN NEW.leased_at IS OLD.leased_at BEGIN UPDATE {groups}"
+        f" SET claimable_at = CASE WHEN NEW.locked_by IS NULL THEN {FREE} ELSE NEW.lock_expiry END"
+        f" WHERE group_id = NEW.group_id; END",
+    )
+    if first_release:
+        claim = (
+            f"CREATE TRIGGER {messages}_lease_blocks_group AFTER UPDATE OF locked_by, lock_expiry ON {messages} BEGIN"
+            f" UPDATE {groups} SET claimable_at = CASE WHEN NEW.locked_by IS NULL THEN {FREE} ELSE NEW.lock_expiry END"
+            f" WHERE group_id = NEW.group_id; END",
+            f"CREATE TRIGGER {messages}_claim_stamps_group AFTER UPDATE OF leased_at ON {messages} BEGIN"
+            f" UPDATE {groups} SET last_claimed_at = NEW.leased_at WHERE group_id = NEW.group_id;"
+            f" UPDATE {groups} SET claimable_at = {FREE} WHERE claimable_at >= 0 AND claimable_at < NEW.leased_at; END",
+        )
+    return [
+        f"CREATE TABLE {messages} (seq INTEGER PRIMARY KEY AUTOINCREMENT, group_id TEXT NOT NULL,"
+        " event TEXT NOT NULL, locked_by TEXT, lock_expiry REAL, leased_at REAL)",
+        f"CREATE TABLE {groups} (group_id TEXT PRIMARY KEY, last_claimed_at REAL NOT NULL DEFAULT 0.0,"
+        f" priority INT NOT NULL DEFAULT 0, routing_key TEXT, claimable_at REAL NOT NULL DEFAULT {FREE})",
+        f"CREATE TABLE {meta} (key TEXT PRIMARY KEY, value INTEGER NOT NULL)",
+        f"CREATE INDEX {groups}_claim_order ON {groups} (claimable_at, last_claimed_at)",
+        f"CREATE INDEX {groups}_claim_order_by_routing_key ON {groups}"
+        " (routing_key, claimable_at, last_claimed_at) WHERE routing_key IS NOT NULL",
+        f"CREATE INDEX {messages}_by_group ON {messages} (group_id, seq)",
+        *claim,
+        f"CREATE TRIGGER {messages}_delete_frees_group AFTER DELETE ON {messages} BEGIN"
+        f" DELETE FROM {groups} WHERE group_id = OLD.group_id"
+        f" AND NOT EXISTS (SELECT 1 FROM {messages} WHERE group_id = OLD.group_id);"
+        f" UPDATE {groups} SET claimable_at = {FREE} WHERE group_id = OLD.group_id; END",
+        f"INSERT INTO {meta} (key, value) VALUES ('schema_version', 5)",
     ]
 
 
@@ -75,6 +102,20 @@ def v4_with_data(prefix: str = "") -> list[str]:
     - ``lapsed``: head leased until 990 (lapsed), then one more message;
     - ``free``: routing key ``blue``, never claimed, head free, then one more message.
     """
+    return v4_schema(prefix) + _data(prefix)
+
+
+def v5_with_data(prefix: str = "", first_release: bool = False) -> list[str]:
+    """Version 5 (of its first release, or of the later one) holding the data of
+    :func:`v4_with_data`, each group's ``claimable_at`` as version 5 kept it."""
+    _, groups, _ = names(prefix)
+    return v5_schema(prefix, first_release) + _data(prefix) + [
+        f"UPDATE {groups} SET claimable_at = {until} WHERE group_id = '{group}'"
+        for group, until in EXPECTED_CLAIMABLE_AT.items()
+    ]
+
+
+def _data(prefix: str) -> list[str]:
     messages, groups, _ = names(prefix)
     rows = [
         # seq, group, event, locked_by, lock_expiry
@@ -86,8 +127,7 @@ def v4_with_data(prefix: str = "") -> list[str]:
         (6, "lapsed", "lapsed-2", "NULL", "NULL"),
         (7, "free", "free-2", "NULL", "NULL"),
     ]
-    statements = v4_schema(prefix)
-    statements += [
+    statements = [
         f"INSERT INTO {messages} (seq, group_id, event, locked_by, lock_expiry)"
         f" VALUES ({seq}, '{group}', '{event}', {holder}, {until})"
         for seq, group, event, holder, until in rows
@@ -108,9 +148,14 @@ def v4_with_data(prefix: str = "") -> list[str]:
 EXPECTED_CLAIMABLE_AT = {"leased": 1010.0, "parked": 1020.0, "lapsed": 990.0, "free": FREE}
 """What the upgrade fills in: each head's lease or park end, FREE for a free head."""
 
+EXPECTED_LEASES = {"leased": ("w1:live", 1010.0), "parked": ("__parked__", 1020.0), "lapsed": ("w0:old", 990.0),
+                   "free": (None, None)}
+"""What the upgrade to version 6 moves onto each group's row: its head's lease."""
 
-def check_upgraded_v4(queue, clock) -> None:
-    """Drive the queue opened on :func:`v4_with_data` (clock at ``NOW``) until it is empty."""
+
+def check_upgraded(queue, clock) -> None:
+    """Drive the queue opened on :func:`v4_with_data` or :func:`v5_with_data` (clock at ``NOW``)
+    until it is empty."""
     assert clock() == NOW
     first = queue.claim("w", 100.0)  # the never-claimed group goes first
     assert (first.group_id, first.event, first.seq) == ("free", "free-1", 4)
@@ -133,5 +178,5 @@ def check_upgraded_v4(queue, clock) -> None:
     assert queue.claim("w", 100.0) is None
 
 
-__all__ = ["EXPECTED_CLAIMABLE_AT", "LIVE", "NOW", "SCHEMA_VERSION", "check_upgraded_v4",
-           "names", "seeds_schema", "v4_schema", "v4_with_data"]
+__all__ = ["EXPECTED_CLAIMABLE_AT", "EXPECTED_LEASES", "LIVE", "NOW", "SCHEMA_VERSION", "check_upgraded",
+           "names", "seeds_schema", "v4_schema", "v4_with_data", "v5_schema", "v5_with_data"]

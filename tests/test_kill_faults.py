@@ -70,20 +70,20 @@ PER_ROUND = 10  # kills per queue: the model search is exponential in unanswered
 # Where a planned death happens: (op, stage) in tests/kill_worker.py's names.  A round deals one
 # of these two sets of ten, shuffled, in turn: every point within two rounds, and never more than
 # four kills inside claims in one round (each leaves an unanswered claim; see the docstring).
-# A claim and an ack are one statement each: killed at "update-messages" / "delete-messages",
+# A claim and an ack are one statement each: killed at "update-groups" / "delete-messages",
 # the statement has changed its rows but not committed (its RETURNING rows are not read yet).
 ROUND_POINTS = [
-    [("claim", "update-messages"), ("claim", "update-messages"), ("claim", "returned"),
+    [("claim", "update-groups"), ("claim", "update-groups"), ("claim", "returned"),
      ("ack", "delete-messages"), ("ack", "delete-messages"), ("ack", "returned"),
-     ("publish", "insert-messages"), ("nack", "update-messages"), ("idle", "holding"), ("external", None)],
-    [("claim", "update-messages"), ("claim", "update-messages"), ("claim", "returned"),
+     ("publish", "insert-messages"), ("nack", "update-groups"), ("idle", "holding"), ("external", None)],
+    [("claim", "update-groups"), ("claim", "update-groups"), ("claim", "returned"),
      ("ack", "delete-messages"), ("ack", "delete-messages"), ("ack", "call"),
      ("publish", "begin"), ("publish", "commit"), ("idle", "holding"), ("external", None)],
 ]
 # The broken two-step claim commits twice per claim; it marks "reserved" between the two.
 TWO_STEP_POINTS = [
     [("claim", "reserved")] * 3 + [("claim", "returned"), ("ack", "delete-messages"), ("publish", "commit"),
-                                   ("idle", "holding"), ("ack", "returned"), ("nack", "update-messages"),
+                                   ("idle", "holding"), ("ack", "returned"), ("nack", "update-groups"),
                                    ("external", None)],
 ]
 NTH = {"claim": (1, 6), "ack": (1, 4), "publish": (1, 6), "nack": (1, 1), "idle": (1, 4)}
@@ -517,7 +517,7 @@ def test_a_torn_history_line_is_mended_not_fatal(tmp_path):
 
 
 def test_where_a_kill_landed():
-    assert where("claim:update-messages:self") == "claim txn"
+    assert where("claim:update-groups:self") == "claim txn"
     assert where("ack:begin") == "ack txn"
     assert where("ack:commit:self") == "ack committed, answer unrecorded"
     assert where("claim:returned") == "claim committed, answer unrecorded"
@@ -526,4 +526,4 @@ def test_where_a_kill_landed():
     assert where("idle:holding:self") == "holding a lease"
     assert where("idle:between") == "between calls"
     assert where("open:pragma") == "while opening"
-    assert where("nack:update-messages") == "nack (one autocommit statement)"
+    assert where("nack:update-groups") == "nack (one autocommit statement)"

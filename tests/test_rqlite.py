@@ -27,7 +27,7 @@ from harel_ref.transport import (
     TransportClosedError,
 )
 from harel_ref.transport._sql import head_params, head_query
-from old_schemas import EXPECTED_CLAIMABLE_AT, NOW, check_upgraded_v4, names, v4_with_data
+from old_schemas import EXPECTED_CLAIMABLE_AT, EXPECTED_LEASES, NOW, check_upgraded, names, v4_with_data, v5_with_data
 from harel_ref.stateful import FakeClock, make_machine
 from harel_ref.stateful.backends.rqlite import prefix_for, rqlite, rqlite_async
 
@@ -284,20 +284,24 @@ def test_the_claim_reads_only_free_groups_on_the_cluster_sqlite(queue, shared_cl
     assert all(line.startswith("SEARCH") for line in tables), plan
 
 
-def test_upgrade_from_version_4_keeps_every_message_and_every_lease(shared_cluster):  # noqa: F811
-    """The tables of harel-ref's schema version 4, with heads leased, parked, lapsed and free,
-    upgraded in place through the cluster, then an open of the current tables: two reads."""
+@pytest.mark.parametrize("old_tables", [v4_with_data, v5_with_data], ids=["version 4", "version 5"])
+def test_upgrade_keeps_every_message_and_every_lease(shared_cluster, old_tables):  # noqa: F811
+    """The tables of harel-ref's schema versions 4 and 5, with heads leased, parked, lapsed and
+    free, upgraded in place through the cluster (each group takes its head's lease), then an
+    open of the current tables: two reads."""
     prefix, url = _prefix(), shared_cluster[0]
     _, groups, _ = names(prefix)
     try:
-        old = [[statement] for statement in v4_with_data(prefix)]
+        old = [[statement] for statement in old_tables(prefix)]
         httpx.post(f"{url}/db/execute?transaction", json=old, timeout=10).raise_for_status()
         clock = FakeClock(NOW)
         with RqliteTransport.from_url(shared_cluster, clock=clock, prefix=prefix) as transport:
-            stored = httpx.post(f"{url}/db/query?level=strong", json=[[f"SELECT group_id, claimable_at FROM {groups}"]],
+            stored = httpx.post(f"{url}/db/query?level=strong",
+                                json=[[f"SELECT group_id, claimable_at, locked_by, lock_expiry FROM {groups}"]],
                                 timeout=10).json()["results"][0]["values"]
-            assert dict(stored) == EXPECTED_CLAIMABLE_AT
-            check_upgraded_v4(transport, clock)
+            assert {group: until for group, until, _, _ in stored} == EXPECTED_CLAIMABLE_AT
+            assert {group: (holder, end) for group, _, holder, end in stored} == EXPECTED_LEASES
+            check_upgraded(transport, clock)
         with httpx.Client() as client:
             counter = Counter(client)
             RqliteTransport.from_url(shared_cluster, prefix=prefix, client=client).close()

@@ -31,7 +31,7 @@ def test_a_core_is_steps_without_io():
     core = SqlCore(Tables.named("t"))
     steps = core.claim("w1:token", 10.0, 2.0, 0, None)
     statement = next(steps)
-    assert isinstance(statement, Statement) and statement.fetch and "UPDATE t_harel_transport_messages" in statement.sql
+    assert isinstance(statement, Statement) and statement.fetch and "UPDATE t_harel_transport_groups" in statement.sql
     with pytest.raises(StopIteration) as done:
         steps.send([(7, b"g1", b"event")])
     assert done.value.value == Lease("g1", "event", 7, "w1:token")

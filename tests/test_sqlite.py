@@ -47,7 +47,8 @@ from harel_ref.transport._sql import (
     publish_plan,
     run,
 )
-from old_schemas import EXPECTED_CLAIMABLE_AT, NOW, check_upgraded_v4, first_v5_triggers, seeds_schema, v4_with_data
+from old_schemas import (EXPECTED_CLAIMABLE_AT, EXPECTED_LEASES, NOW, check_upgraded, seeds_schema, v4_with_data,
+                         v5_schema, v5_with_data)
 from harel_ref.stateful.history import History, RecordingTransport, check, drain, load
 
 TRANSPORTS = {"sqlite": SqliteTransport, "libsql": LibsqlTransport}
@@ -119,7 +120,7 @@ def test_no_operation_scans_groups_or_messages(driver, tmp_path, routing_keys):
     plan = _plans(conn, [(s.sql, s.params) for s in statements] + triggers)
     claim_plan = _plans(conn, [(statements[0].sql, statements[0].params)])
     conn.close()
-    assert len(triggers) == 5, triggers
+    assert len(triggers) == 3, triggers
     groups_lines = [line for line in claim_plan if " g " in f"{line} "]
     assert len(groups_lines) == 3, claim_plan  # the two candidates of the claim, then the FREE one alone
     assert all("USING INDEX harel_transport_groups_claim_order" in line for line in groups_lines), plan
@@ -147,6 +148,9 @@ def test_upgrade_from_the_seeds_tables_keeps_every_message(driver, tmp_path):
     for seq, (group, event) in enumerate([("g1", "a"), ("g2", "b"), ("g1", "c")], start=1):
         conn.execute("INSERT INTO harel_transport_messages (seq, group_id, event) VALUES (?, ?, ?)", (seq, group, event))
         conn.execute("INSERT OR IGNORE INTO harel_transport_groups (group_id, priority) VALUES (?, 0)", (group,))
+    # A seeds' ack killed between its two statements leaves a group's row behind its last
+    # message: here first in claim order, and empty.
+    conn.execute("INSERT INTO harel_transport_groups (group_id, priority, last_claimed_at) VALUES ('empty', 0, -5)")
     conn.close()
 
     queue = TRANSPORTS[driver](path, clock=Clock())
@@ -179,10 +183,23 @@ def test_old_tables_are_upgraded_under_a_prefix_in_another_case(driver, tmp_path
     queue.close()
 
 
-def test_upgrade_from_version_4_keeps_every_message_and_every_lease(driver, tmp_path):
-    path = tmp_path / "v4.db"
+CURRENT_TRIGGERS = ["harel_transport_groups_claim_promotes_lapsed", "harel_transport_messages_ack_frees_group"]
+
+OLD_TABLES = {
+    "version 4": v4_with_data,
+    "version 5": v5_with_data,
+    "version 5, first release": lambda: v5_with_data(first_release=True),
+}
+
+
+@pytest.mark.parametrize("old", sorted(OLD_TABLES))
+def test_upgrade_keeps_every_message_and_every_lease(driver, tmp_path, old):
+    """Each group takes its head's lease (version 6 keeps it on the group's row) and the
+    ``claimable_at`` it gives; the old indexes and triggers go; a lease taken before the
+    upgrade still blocks its group and acks, a park still holds its group."""
+    path = tmp_path / "old.db"
     conn = CONNECT[driver](path)
-    for statement in v4_with_data():
+    for statement in OLD_TABLES[old]():
         conn.execute(statement)
     conn.close()
 
@@ -191,67 +208,33 @@ def test_upgrade_from_version_4_keeps_every_message_and_every_lease(driver, tmp_
     schema = dict(rows(driver, path, "SELECT name, type FROM sqlite_master"))
     assert rows(driver, path, "SELECT value FROM harel_transport_meta WHERE key = 'schema_version'") == [(SCHEMA_VERSION,)]
     assert dict(rows(driver, path, "SELECT group_id, claimable_at FROM harel_transport_groups")) == EXPECTED_CLAIMABLE_AT
+    leases = rows(driver, path, "SELECT group_id, locked_by, lock_expiry FROM harel_transport_groups")
+    assert {group: (holder, until) for group, holder, until in leases} == EXPECTED_LEASES
     assert "harel_transport_groups_by_last_claimed" not in schema and "harel_transport_groups_by_routing_key" not in schema
     assert schema["harel_transport_groups_claim_order"] == "index"
-    assert [name for name, kind in schema.items() if kind == "trigger"] == [
-        "harel_transport_messages_claim_blocks_group", "harel_transport_messages_nack_sets_group",
-        "harel_transport_messages_delete_frees_group"]
-    assert "leased_at" in [row[1] for row in rows(driver, path, "PRAGMA table_info(harel_transport_messages)")]
-    check_upgraded_v4(queue, clock)
+    assert [name for name, kind in schema.items() if kind == "trigger"] == CURRENT_TRIGGERS
+    check_upgraded(queue, clock)
     queue.close()
     TRANSPORTS[driver](path).close()  # opening an up-to-date database again changes nothing
     assert dict(rows(driver, path, "SELECT name, type FROM sqlite_master")) == schema
     assert rows(driver, path, "SELECT count(*) FROM harel_transport_groups") == [(0,)]
 
 
-def test_the_first_version_5_triggers_are_replaced_and_every_lease_kept(driver, tmp_path):
-    """A file made by the first release of version 5 has the claim's two triggers; opening it
-    replaces them with the one that does both (same version: same meaning).  A lease taken
-    under the old triggers still blocks its group and acks; a park still holds its group."""
-    path = tmp_path / "first-v5.db"
-    clock = Clock(100.0)
-    with TRANSPORTS[driver](path, clock=clock) as queue:
-        for group, event in [("g1", "a"), ("g1", "b"), ("g2", "c"), ("g3", "d")]:
-            queue.publish(group, event)
-    conn = CONNECT[driver](path)
-    for statement in first_v5_triggers():
-        conn.execute(statement)
-    # Under the old triggers, the statements the transports send: lease g1's head, park g2's.
-    t = Tables.named()
-    held = _run_statement(conn, claim_statement(t, "w:old", 100.0, 30.0, 0, None))[0]
-    parked = _run_statement(conn, claim_statement(t, "w:park", 100.0, 30.0, 0, None))[0]
-    _run_statement(conn, nack_statement(t, Lease(parked[1].decode(), "c", parked[0], "w:park"), 100.0, 500.0))
-    conn.close()
-
-    with TRANSPORTS[driver](path, clock=clock) as queue:
-        triggers = sorted(name for name, kind in rows(driver, path, "SELECT name, type FROM sqlite_master") if kind == "trigger")
-        assert triggers == ["harel_transport_messages_claim_blocks_group", "harel_transport_messages_delete_frees_group",
-                            "harel_transport_messages_nack_sets_group"]
-        lease = queue.claim("w", 30.0)  # g1 is held, g2 parked: only g3 is free
-        assert (lease.group_id, lease.event) == ("g3", "d")
-        assert queue.claim("w", 30.0) is None
-        assert queue.ack(Lease(held[1].decode(), held[2].decode(), held[0], "w:old"))  # the old lease acks
-        assert queue.claim("w", 30.0).event == "b"
-    schema = rows(driver, path, "SELECT name, sql FROM sqlite_master ORDER BY name")
-    TRANSPORTS[driver](path).close()  # opening it again changes nothing
-    assert rows(driver, path, "SELECT name, sql FROM sqlite_master ORDER BY name") == schema
-
-
-def test_both_sets_of_claim_triggers_are_left_to_the_new_one(driver, tmp_path):
+def test_triggers_of_version_5_beside_the_new_ones_are_removed(driver, tmp_path):
     """An older and a newer release upgrading the same tables at once (rqlite sends a plan's
-    reads and writes apart) can leave the first version 5 triggers beside the new one: each
-    claim then updates the group three times.  The next open removes the old ones."""
+    reads and writes apart) can leave version 5's triggers beside version 6's.  The next open
+    removes the old ones."""
     path = tmp_path / "both.db"
     TRANSPORTS[driver](path).close()
     conn = CONNECT[driver](path)
-    for statement in first_v5_triggers():
-        if statement.startswith("CREATE"):
-            conn.execute(statement)
+    for statement in v5_schema() + v5_schema(first_release=True):
+        if statement.startswith("CREATE TRIGGER"):
+            conn.execute(statement.replace("CREATE TRIGGER", "CREATE TRIGGER IF NOT EXISTS"))
     conn.close()
+    assert len(rows(driver, path, "SELECT name FROM sqlite_master WHERE type = 'trigger'")) == 7
     TRANSPORTS[driver](path).close()
     triggers = sorted(name for name, kind in rows(driver, path, "SELECT name, type FROM sqlite_master") if kind == "trigger")
-    assert triggers == ["harel_transport_messages_claim_blocks_group", "harel_transport_messages_delete_frees_group",
-                        "harel_transport_messages_nack_sets_group"]
+    assert triggers == CURRENT_TRIGGERS
 
 
 def test_an_interrupt_just_after_begin_leaves_no_transaction_open(driver, tmp_path):
@@ -575,7 +558,8 @@ def test_at_full_a_claim_waits_for_the_job_of_a_cancelled_call_in_the_thread(tmp
 
     asyncio.run(main())
     assert events_in("sqlite", path) == ["first", "held"]
-    assert rows("sqlite", path, "SELECT locked_by IS NOT NULL FROM harel_transport_messages ORDER BY seq") == [(1,), (0,)]
+    assert rows("sqlite", path, "SELECT group_id, locked_by IS NOT NULL FROM harel_transport_groups ORDER BY group_id") == [
+        ("g", 1), ("h", 0)]
 
 
 TWINS = {  # every asyncio twin, in each place its calls run, and a connection of its driver
@@ -991,7 +975,10 @@ if kind.startswith("sqlite, async"):
             lease = await queue.claim("w", 60.0)
             if acks:
                 await queue.ack(lease)
-    asyncio.run(main())
+        return queue
+    # Held until _exit: a twin dropped stops its thread, which closes the connection, and the
+    # close checkpoints (two more syncs) if it wins the race with _exit.
+    kept = asyncio.run(main())
 else:
     queue = {"sqlite": SqliteTransport, "libsql": LibsqlTransport}[kind](path, synchronous=level)
     for _ in range(20):

@@ -7,13 +7,12 @@ None), then returns the operation's result.  :func:`run` executes a plan on a DB
 (``sqlite3``, ``libsql``); :func:`run_on_loop` does the same on the event loop's thread.  The
 plans hold the logic; the runners hold the transaction and nothing else.
 
-Schema (the seeds' tables, plus ``routing_key``, ``claimable_at`` and ``leased_at``)::
+Schema (the seeds' tables, plus ``routing_key``, ``claimable_at`` and the lease on the group)::
 
-    <p>harel_transport_messages(seq INTEGER PRIMARY KEY AUTOINCREMENT, group_id, event,
-                                locked_by, lock_expiry, leased_at)
+    <p>harel_transport_messages(seq INTEGER PRIMARY KEY AUTOINCREMENT, group_id, event)
     <p>harel_transport_groups(group_id PRIMARY KEY, last_claimed_at, priority, routing_key,
-                              claimable_at)
-    <p>harel_transport_meta(key PRIMARY KEY, value)     -- 'schema_version' -> 5, and
+                              claimable_at, locked_by, lock_expiry)
+    <p>harel_transport_meta(key PRIMARY KEY, value)     -- 'schema_version' -> 6, and
                                                         -- 'wal_restarts' -> n (the SQLite twin's checkpoints)
 
 ``<p>`` is empty, or ``prefix + "_"`` when a ``prefix`` is given (``^[A-Za-z_][A-Za-z0-9_]{0,40}$``)
@@ -22,41 +21,45 @@ so that several queues (tests, tenants) can share one database file.
 **Where the schema version lives.**  ``SCHEMA_VERSION`` is kept in the small meta table, not in
 ``PRAGMA user_version``: user_version is one number per database file, while each prefix has its
 own tables and may be at its own version.  Older tables (the seeds', with no meta table, or
-version 4) are upgraded in place when a transport opens them: ``PRAGMA table_info`` tells which
-columns are missing, ``ALTER TABLE ... ADD COLUMN`` adds them, ``claimable_at`` is filled in from
-each group's head, and the indexes and triggers are replaced, all inside ``BEGIN IMMEDIATE`` so
-that two processes opening at once do not both alter.  A database recording a *newer* version
-than this code knows is refused with :class:`StorageError`.
+versions 4 and 5) are upgraded in place when a transport opens them: ``PRAGMA table_info`` tells
+which columns are missing, ``ALTER TABLE ... ADD COLUMN`` adds them, each group's lease and
+``claimable_at`` are filled in from its head, and the indexes and triggers are replaced, all
+inside ``BEGIN IMMEDIATE`` so that two processes opening at once do not both alter.  A database
+recording a *newer* version than this code knows is refused with :class:`StorageError`.
 
-**The lease** is the pair ``(locked_by, lock_expiry)`` of a message: ``locked_by`` holds the
-claim's token (``new_token(worker_id)``), or ``'__parked__'`` for a parked message, or NULL when
-the message is free.  Only a group's head is ever leased, so "the group has something in flight"
-is "its head has ``locked_by`` set and ``lock_expiry >= now``" (live while ``now <= t + v``).
+**The lease** is the pair ``(locked_by, lock_expiry)`` of a *group*, and holds its head (the
+message of smallest ``seq``): ``locked_by`` is the claim's token (``new_token(worker_id)``), or
+``'__parked__'`` when the head is parked, or NULL when it is free.  Only a group's head is ever
+leased, and the head cannot change while it is (only its ack deletes it), so "the group has
+something in flight" is "``locked_by`` is set and ``lock_expiry >= now``" (live while
+``now <= t + v``).  A message's row is written once, by its publish, and deleted by its ack.
+(Versions up to 5 kept the lease on the message's row.  A claim then grew the row by about 54
+bytes, and rows of about 1 KB, two to a page, no longer fitted: every claim split a page and
+every ack freed one, at 0.78 of harel 0.9.0's speed.  Upgraded tables keep those columns,
+unused.)
 
 **Fencing** (departs from the seeds, whose ``DELETE ... WHERE seq = ?`` lets a stale worker delete
-a message someone else holds): ack and nack match ``locked_by = token``.  A lapsed lease that
-nobody re-claimed still acks (the work was done); a superseded or consumed lease matches no row,
-returns False and changes nothing.
+a message someone else holds): ack and nack match the group's ``locked_by = token``.  A lapsed
+lease that nobody re-claimed still acks (the work was done); a superseded or consumed lease
+matches no row, returns False and changes nothing.
 
 **Claim order, at a cost independent of blocked groups.**  A claim takes the claimable group
 with the smallest ``last_claimed_at``, then ``rowid`` (arrival order; a group re-created after
 its last ack gets a new, larger rowid).  Walking the groups in that order and skipping the
 blocked ones would cost as many reads as there are leased or parked groups ahead (the seeds'
 claim, and version 4).  So each group carries ``claimable_at``, the time its head can next be
-claimed: ``FREE`` (-1) when the head is free, else the end of its lease or park.  Triggers on
-the messages table keep it, in the same statement as the write:
+claimed: ``FREE`` (-1) when the head is free, else the end of its lease or park.  A claim and a
+nack write it with the lease; two triggers keep the rest, in the same statement as the write:
 
-- ``<p>..._claim_blocks_group``: a claim (which sets ``leased_at = now``) blocks the group
-  until its lease ends and stamps its ``last_claimed_at``, in one update of its row, then
-  promotes the lapsed groups (below);
-- ``<p>..._nack_sets_group``: a nack (which leaves ``leased_at`` alone) frees the group or
-  parks it until the park ends;
-- ``<p>..._delete_frees_group``: deleting a message frees its group, or drops it when that was
-  its last message.
+- ``<p>harel_transport_groups_claim_promotes_lapsed``: a claim (which stamps
+  ``last_claimed_at``) promotes the groups that lapsed (below);
+- ``<p>harel_transport_messages_ack_frees_group``: deleting a message frees its group, or
+  drops it when that was its last message.
 
 The index ``(claimable_at, last_claimed_at)`` then lists the FREE groups in claim order and
-never touches a blocked one.  So a claim is one statement, ``UPDATE ... WHERE seq = (the next
-head) RETURNING ...``, which SQLite makes atomic without a transaction, and so are ack and nack.
+never touches a blocked one.  So a claim is one statement, ``UPDATE groups ... WHERE rowid =
+(the next group) RETURNING (its head)``, which SQLite makes atomic without a transaction, and so
+are ack and nack.
 
 A lease or park that *lapses* is the subtle part: nothing is written at that moment, yet its
 group must be claimable one tick later (R3).  The claim's head query therefore has two
@@ -64,8 +67,8 @@ candidates: the first FREE group in claim order, and the first group whose ``cla
 passed (an index range holding only the groups that lapsed since the last *promotion*).  A
 promotion moves those to FREE: the claim's trigger does it after each lease, and a claim that
 finds nothing runs it as a statement of its own, so the range stays small and each lapse is
-moved once.  The head is still checked, free or lapsed, so a group moved to FREE whose lease
-is live again after the clock stepped back (R3) is passed over, as it must be.  The clock is
+moved once.  The group's lease is still checked, free or lapsed, so a group moved to FREE whose
+lease is live again after the clock stepped back (R3) is passed over, as it must be.  The clock is
 read before the statement, outside the write lock: two claims may commit in the opposite
 order of their readings, which R3 allows (fairness stamps are taken as read).
 ``tests/test_sqlite.py`` checks the query plans of every statement and trigger.
@@ -141,9 +144,10 @@ __all__ = [
     "storage_errors",
 ]
 
-SCHEMA_VERSION = 5
-"""Version 5: ``groups.claimable_at``, its claim-order indexes and the triggers that keep it.
-Version 4: the seeds' two tables plus ``groups.routing_key`` and its index."""
+SCHEMA_VERSION = 6
+"""Version 6: the lease on the group's row (it was on the message's).  Version 5:
+``groups.claimable_at``, its claim-order indexes and the triggers that keep it.  Version 4: the
+seeds' two tables plus ``groups.routing_key`` and its index."""
 
 FREE = -1.0
 """``claimable_at`` of a group whose head is free: earlier than any time a clock may show
@@ -180,17 +184,23 @@ class Tables:
     @functools.cached_property
     def claim_sql(self) -> str:
         """:func:`lease_head_sql` without routing keys, returning the lease."""
-        return lease_head_sql(self, None, _RETURN_LEASE, guarded=True)
+        return lease_head_sql(self, None, guarded=True)
 
     @functools.cached_property
     def ack_sql(self) -> str:
-        return f"DELETE FROM {self.messages} WHERE seq = ? AND locked_by = ? AND group_id = ? RETURNING seq"
+        """Parameters: seq, group_id, token."""
+        return (
+            f"DELETE FROM {self.messages} WHERE seq = ? AND group_id = ? AND EXISTS (SELECT 1"
+            f" FROM {self.groups} AS g WHERE g.group_id = {self.messages}.group_id AND g.locked_by = ?)"
+            f" RETURNING seq"
+        )
 
     @functools.cached_property
     def nack_sql(self) -> str:
+        """Parameters: locked_by, lock_expiry, claimable_at, group_id, token."""
         return (
-            f"UPDATE {self.messages} SET locked_by = ?, lock_expiry = ?"
-            f" WHERE seq = ? AND locked_by = ? AND group_id = ? RETURNING seq"
+            f"UPDATE {self.groups} SET locked_by = ?, lock_expiry = ?, claimable_at = ?"
+            f" WHERE group_id = ? AND locked_by = ? RETURNING 1"
         )
 
     @classmethod
@@ -321,7 +331,7 @@ def open_plan(t: Tables) -> Plan[None]:
     """
     existing = yield from _existing_tables(t)
     version = (yield from _stored_version(t)) if t.meta in existing else None
-    if version == SCHEMA_VERSION and _CLAIM_TRIGGER in existing and _FIRST_TRIGGERS not in existing:
+    if version == SCHEMA_VERSION and _CURRENT_TRIGGERS in existing and _OLD_TRIGGERS not in existing:
         return
     if version is not None and version > SCHEMA_VERSION:
         raise StorageError(
@@ -332,10 +342,7 @@ def open_plan(t: Tables) -> Plan[None]:
         f"CREATE TABLE IF NOT EXISTS {t.messages} ("
         " seq INTEGER PRIMARY KEY AUTOINCREMENT,"  # FIFO order and the lease's handle
         " group_id TEXT NOT NULL,"
-        " event TEXT NOT NULL,"
-        " locked_by TEXT,"  # lease token, '__parked__', or NULL when free
-        " lock_expiry REAL,"  # end of the lease or park
-        " leased_at REAL)"  # when the last lease was taken (its claim's now)
+        " event TEXT NOT NULL)"
     )
     yield Statement(
         f"CREATE TABLE IF NOT EXISTS {t.groups} ("
@@ -343,7 +350,9 @@ def open_plan(t: Tables) -> Plan[None]:
         " last_claimed_at REAL NOT NULL DEFAULT 0.0,"
         " priority INT NOT NULL DEFAULT 0,"
         " routing_key TEXT,"
-        f" claimable_at REAL NOT NULL DEFAULT {FREE})"
+        f" claimable_at REAL NOT NULL DEFAULT {FREE},"
+        " locked_by TEXT,"  # the head's lease token, '__parked__', or NULL when it is free
+        " lock_expiry REAL)"  # end of the lease or park
     )
     yield Statement(f"CREATE TABLE IF NOT EXISTS {t.meta} (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
     if existing:
@@ -362,33 +371,24 @@ def open_plan(t: Tables) -> Plan[None]:
         f" ON {t.groups} (routing_key, claimable_at, last_claimed_at) WHERE routing_key IS NOT NULL"
     )
     yield Statement(f"CREATE INDEX IF NOT EXISTS {t.messages}_by_group ON {t.messages} (group_id, seq)")
-    # The first release of version 5 kept the group with two triggers on a claim, each updating
-    # its row (and moving its index entry); one does it now.  Same meaning, so same version.
-    for suffix in _FIRST_CLAIM_TRIGGERS:
-        yield Statement(f"DROP TRIGGER IF EXISTS {t.messages}{suffix}")
+    # Versions 5 kept the group from triggers on the messages' lease; version 6 keeps the lease
+    # on the group.  (The first release of version 5 had two claim triggers.)
+    for name in _old_triggers(t):
+        yield Statement(f"DROP TRIGGER IF EXISTS {name}")
     yield Statement(
-        f"CREATE TRIGGER IF NOT EXISTS {t.messages}{_CLAIM_TRIGGER}"
-        f" AFTER UPDATE OF leased_at ON {t.messages} BEGIN"
-        f" UPDATE {t.groups} SET last_claimed_at = NEW.leased_at, claimable_at = NEW.lock_expiry"
-        f" WHERE group_id = NEW.group_id;"
+        f"CREATE TRIGGER IF NOT EXISTS {t.groups}{_CLAIM_TRIGGER}"
+        f" AFTER UPDATE OF last_claimed_at ON {t.groups} BEGIN"
         f" UPDATE {t.groups} SET claimable_at = {FREE}"
-        f" WHERE claimable_at >= 0 AND claimable_at < NEW.leased_at;"
-        f" END"
-    )
-    yield Statement(  # a claim sets leased_at, a nack never does
-        f"CREATE TRIGGER IF NOT EXISTS {t.messages}_nack_sets_group"
-        f" AFTER UPDATE OF locked_by, lock_expiry ON {t.messages} WHEN NEW.leased_at IS OLD.leased_at BEGIN"
-        f" UPDATE {t.groups}"
-        f" SET claimable_at = CASE WHEN NEW.locked_by IS NULL THEN {FREE} ELSE NEW.lock_expiry END"
-        f" WHERE group_id = NEW.group_id;"
+        f" WHERE claimable_at >= 0 AND claimable_at < NEW.last_claimed_at;"
         f" END"
     )
     yield Statement(
-        f"CREATE TRIGGER IF NOT EXISTS {t.messages}_delete_frees_group"
+        f"CREATE TRIGGER IF NOT EXISTS {t.messages}{_ACK_TRIGGER}"
         f" AFTER DELETE ON {t.messages} BEGIN"
         f" DELETE FROM {t.groups} WHERE group_id = OLD.group_id"
         f" AND NOT EXISTS (SELECT 1 FROM {t.messages} WHERE group_id = OLD.group_id);"
-        f" UPDATE {t.groups} SET claimable_at = {FREE} WHERE group_id = OLD.group_id;"
+        f" UPDATE {t.groups} SET claimable_at = {FREE}, locked_by = NULL, lock_expiry = NULL"
+        f" WHERE group_id = OLD.group_id;"
         f" END"
     )
     yield Statement(
@@ -397,35 +397,47 @@ def open_plan(t: Tables) -> Plan[None]:
     )
 
 
-_CLAIM_TRIGGER = "_claim_blocks_group"
-"""The suffix of the claim's trigger: present when the triggers are this release's."""
+_CLAIM_TRIGGER = "_claim_promotes_lapsed"
+"""The suffix of the groups' trigger that promotes the lapsed groups at each claim."""
 
-_FIRST_CLAIM_TRIGGERS = ("_lease_blocks_group", "_claim_stamps_group")
-"""The suffixes of the claim's two triggers in the first release of version 5."""
+_ACK_TRIGGER = "_ack_frees_group"
+"""The suffix of the messages' trigger that frees or drops a group at each ack."""
 
-_FIRST_TRIGGERS = "first triggers"
-"""In :func:`_existing_tables`' answer: one of ``_FIRST_CLAIM_TRIGGERS`` is there (also beside the
-new one, when an older release upgraded the same tables at the same time on rqlite)."""
+_OLD_MESSAGE_TRIGGERS = ("_claim_blocks_group", "_nack_sets_group", "_delete_frees_group",
+                         "_lease_blocks_group", "_claim_stamps_group")
+"""The suffixes of the messages' triggers of version 5 (the last two: its first release)."""
+
+_CURRENT_TRIGGERS = "current triggers"
+"""In :func:`_existing_tables`' answer: both of this version's triggers are there."""
+
+_OLD_TRIGGERS = "old triggers"
+"""In :func:`_existing_tables`' answer: a trigger of version 5 is there (also beside the new
+ones, when an older release upgraded the same tables at the same time on rqlite)."""
+
+
+def _old_triggers(t: Tables) -> list[str]:
+    return [f"{t.messages}{suffix}" for suffix in _OLD_MESSAGE_TRIGGERS]
 
 
 def _existing_tables(t: Tables) -> Plan[set[str]]:
-    """Which of the three tables exist already, with ``_CLAIM_TRIGGER`` if the claim's trigger
-    does and ``_FIRST_TRIGGERS`` if an older one does.  SQLite's names ignore case, so tables
-    made under ``Foo`` are this prefix's under ``foo`` too."""
+    """Which of the three tables exist already, with ``_CURRENT_TRIGGERS`` if this version's
+    triggers do and ``_OLD_TRIGGERS`` if an older one does.  SQLite's names ignore case, so
+    tables made under ``Foo`` are this prefix's under ``foo`` too."""
     names = (t.messages, t.groups, t.meta)
-    current = f"{t.messages}{_CLAIM_TRIGGER}".lower()
-    first = tuple(f"{t.messages}{suffix}".lower() for suffix in _FIRST_CLAIM_TRIGGERS)
+    current = (f"{t.groups}{_CLAIM_TRIGGER}".lower(), f"{t.messages}{_ACK_TRIGGER}".lower())
+    old = tuple(name.lower() for name in _old_triggers(t))
+    triggers = ", ".join("?" * (len(current) + len(old)))
     rows = yield Statement(
         "SELECT lower(name) FROM sqlite_master WHERE (type = 'table' AND lower(name) IN (?, ?, ?))"
-        " OR (type = 'trigger' AND lower(name) IN (?, ?, ?))",
-        (*(name.lower() for name in names), current, *first), fetch=True,
+        f" OR (type = 'trigger' AND lower(name) IN ({triggers}))",
+        (*(name.lower() for name in names), *current, *old), fetch=True,
     )
     found = {row[0] for row in rows}
     existing = {name for name in names if name.lower() in found}
-    if current in found:
-        existing.add(_CLAIM_TRIGGER)
-    if found.intersection(first):
-        existing.add(_FIRST_TRIGGERS)
+    if found.issuperset(current):
+        existing.add(_CURRENT_TRIGGERS)
+    if found.intersection(old):
+        existing.add(_OLD_TRIGGERS)
     return existing
 
 
@@ -437,20 +449,25 @@ def _stored_version(t: Tables) -> Plan[int | None]:
 
 def _upgrade_columns(t: Tables) -> Plan[None]:
     """Older tables (the seeds', or versions 4 and 5) gain the columns they lack (SQLite has no
-    ADD COLUMN IF NOT EXISTS)."""
-    columns = {row[1] for row in (yield Statement(f"PRAGMA table_info({t.messages})", fetch=True))}
-    if "leased_at" not in columns:  # version 5
-        yield Statement(f"ALTER TABLE {t.messages} ADD COLUMN leased_at REAL")
-    columns = {row[1] for row in (yield Statement(f"PRAGMA table_info({t.groups})", fetch=True))}
-    if "routing_key" not in columns:  # version 4
+    ADD COLUMN IF NOT EXISTS): each group takes its head's lease, then the ``claimable_at``
+    that lease gives.  The messages' lease columns stay, unused."""
+    messages = {row[1] for row in (yield Statement(f"PRAGMA table_info({t.messages})", fetch=True))}
+    groups = {row[1] for row in (yield Statement(f"PRAGMA table_info({t.groups})", fetch=True))}
+    if "routing_key" not in groups:  # version 4
         yield Statement(f"ALTER TABLE {t.groups} ADD COLUMN routing_key TEXT")
-    if "claimable_at" not in columns:  # version 5: filled in from each group's head
+    if "locked_by" not in groups:  # version 6
+        yield Statement(f"ALTER TABLE {t.groups} ADD COLUMN locked_by TEXT")
+        yield Statement(f"ALTER TABLE {t.groups} ADD COLUMN lock_expiry REAL")
+        if {"locked_by", "lock_expiry"} <= messages:
+            yield Statement(
+                f"UPDATE {t.groups} SET (locked_by, lock_expiry) = (SELECT m.locked_by, m.lock_expiry"
+                f" FROM {t.messages} AS m WHERE m.seq = (SELECT MIN(h.seq) FROM {t.messages} AS h"
+                f" WHERE h.group_id = {t.groups}.group_id))"
+            )
+    if "claimable_at" not in groups:  # version 5
         yield Statement(f"ALTER TABLE {t.groups} ADD COLUMN claimable_at REAL NOT NULL DEFAULT {FREE}")
         yield Statement(
-            f"UPDATE {t.groups} SET claimable_at = COALESCE("
-            f"(SELECT m.lock_expiry FROM {t.messages} AS m"
-            f" WHERE m.seq = (SELECT MIN(h.seq) FROM {t.messages} AS h WHERE h.group_id = {t.groups}.group_id)"
-            f" AND m.locked_by IS NOT NULL), {FREE})"
+            f"UPDATE {t.groups} SET claimable_at = COALESCE(lock_expiry, {FREE}) WHERE locked_by IS NOT NULL"
         )
 
 
@@ -479,14 +496,14 @@ def promote_lapsed_sql(t: Tables) -> str:
 
     A lapse writes nothing at the moment it happens; the claim moves the groups that lapsed
     since into the FREE range of the index.  A claim that leases does it in its trigger
-    (``<p>..._claim_blocks_group``); a claim that finds nothing runs this statement.
+    (``<p>..._claim_promotes_lapsed``); a claim that finds nothing runs this statement.
     """
     return f"UPDATE {t.groups} SET claimable_at = {FREE} WHERE claimable_at >= 0 AND claimable_at < ?"
 
 
 @functools.lru_cache(maxsize=256)
 def head_query(t: Tables, routing_keys: int | None) -> str:
-    """The seq of the head of the next claimable group.  Parameters: :func:`head_params`.
+    """The rowid of the next claimable group.  Parameters: :func:`head_params`.
 
     Two candidates, each found on the claim-order index, the earlier in claim order wins:
 
@@ -495,30 +512,34 @@ def head_query(t: Tables, routing_keys: int | None) -> str:
     - the first group whose lease or park lapsed since the last promotion (an index range
       that holds only those, usually none, sorted).
 
-    Leased and parked groups are never read.  Each candidate's priority, routing key and head
-    must fit.  The head check (free, or its lease lapsed) fails only for a group promoted
-    before the clock stepped back (R3): its lease is live again.  A group with a NULL routing
-    key never matches ``IN (...)``, so it is only reachable by an unfiltered claim.  The
+    Leased and parked groups are never read, nor is any message.  Each candidate's priority,
+    routing key and lease must fit.  The lease check (none, or lapsed) fails only for a group
+    promoted before the clock stepped back (R3): its lease is live again.  A group with a NULL
+    routing key never matches ``IN (...)``, so it is only reachable by an unfiltered claim.  The
     arrival order is spelled ``_rowid_``, a name rqlite's parser reads.
     """
     free = _first_candidate(t, routing_keys, f"g.claimable_at = {FREE}")
     lapsed = _first_candidate(t, routing_keys, "g.claimable_at >= 0 AND g.claimable_at < ?")
-    return f"SELECT seq FROM ({free} UNION ALL {lapsed}) ORDER BY stamp, arrival LIMIT 1"
+    return f"SELECT arrival FROM ({free} UNION ALL {lapsed}) ORDER BY stamp, arrival LIMIT 1"
 
 
 def _first_candidate(t: Tables, routing_keys: int | None, groups: str) -> str:
-    """The first group in claim order among ``groups`` whose priority, routing key and head fit:
-    its head's seq, ``stamp`` and ``arrival``.  Parameters: min_priority, the keys, now."""
+    """The first group in claim order among ``groups`` whose priority, routing key and lease
+    fit, and that holds a message: its ``arrival`` (rowid) and ``stamp``.  Parameters:
+    min_priority, the keys, now.
+
+    harel-ref never leaves a group without messages (the last ack drops it in the same
+    statement), but the seeds' ack drops it in a second statement, so a crash between the two
+    leaves one behind, and an upgrade keeps what it finds."""
     routing = ""
     if routing_keys is not None:
         routing = f" AND g.routing_key IN ({', '.join('?' * routing_keys)})"
     return (
-        f"SELECT * FROM (SELECT m.seq AS seq, g.last_claimed_at AS stamp, g._rowid_ AS arrival"
+        f"SELECT * FROM (SELECT g._rowid_ AS arrival, g.last_claimed_at AS stamp"
         f" FROM {t.groups} AS g"
-        f" JOIN {t.messages} AS m"
-        f" ON m.seq = (SELECT MIN(h.seq) FROM {t.messages} AS h WHERE h.group_id = g.group_id)"
         f" WHERE {groups} AND g.priority >= ?{routing}"
-        f" AND (m.locked_by IS NULL OR m.lock_expiry < ?)"
+        f" AND (g.locked_by IS NULL OR g.lock_expiry < ?)"
+        f" AND EXISTS (SELECT 1 FROM {t.messages} AS h WHERE h.group_id = g.group_id)"
         f" ORDER BY g.last_claimed_at, g._rowid_ LIMIT 1)"
     )
 
@@ -538,30 +559,34 @@ def head_query_when_lapsed(t: Tables, routing_keys: int | None) -> str:
     The lapsed candidate's ``ORDER BY`` and the choice between the two candidates each sort in
     a temporary b-tree, which SQLite opens on every run even when the lapsed range is empty, as
     it nearly always is: 1.9 µs of CPU a claim (6.4 µs for the head query, 4.4 guarded, on the
-    2-core VM of docs/performance.md), of about 52 µs a claim+ack at NORMAL.  One seek on the
-    claim-order index tells whether that range holds any group; with none, the answer is the
-    FREE candidate's, as it would be anyway.  (SQLite and libSQL only: rqlite's claim keeps
-    :func:`head_query`, whose SQL its parser is known to read.)
+    2-core VM of docs/performance.md, measured at version 5).  One seek on the claim-order index
+    tells whether that range holds any group; with none, the answer is the FREE candidate's, as
+    it would be anyway.  (SQLite and libSQL only: rqlite's claim keeps :func:`head_query`,
+    whose SQL its parser is known to read.)
     """
     free = _first_candidate(t, routing_keys, f"g.claimable_at = {FREE}")
     return (
         f"SELECT CASE WHEN EXISTS (SELECT 1 FROM {t.groups} WHERE claimable_at >= 0 AND claimable_at < ?)"
-        f" THEN ({head_query(t, routing_keys)}) ELSE (SELECT seq FROM ({free})) END"
+        f" THEN ({head_query(t, routing_keys)}) ELSE (SELECT arrival FROM ({free})) END"
     )
 
 
 @functools.lru_cache(maxsize=256)
-def lease_head_sql(t: Tables, routing_keys: int | None, returning: str, guarded: bool = False) -> str:
+def lease_head_sql(t: Tables, routing_keys: int | None, *, text_as_blob: bool = True, guarded: bool = False) -> str:
     """Parameters: :func:`claim_params` (with the same ``guarded``).  Leases the head of the
-    next claimable group and returns ``returning`` of it (no row: nothing is claimable).  One
-    statement, so SQLite runs it atomically on its own; its triggers block the group until the
-    lease ends, stamp its ``last_claimed_at`` and promote the groups that lapsed.  ``guarded``:
-    the head is found by :func:`head_query_when_lapsed`, else by :func:`head_query`."""
+    next claimable group, blocks the group until the lease ends and stamps its
+    ``last_claimed_at``, and returns the head's seq, group_id and event (no row: nothing is
+    claimable).  One statement, so SQLite runs it atomically on its own; its trigger promotes
+    the groups that lapsed.  ``text_as_blob``: group_id and event come back as BLOB (see the
+    top; rqlite's JSON brings text back whole).  ``guarded``: the group is found by
+    :func:`head_query_when_lapsed`, else by :func:`head_query`."""
     head = head_query_when_lapsed(t, routing_keys) if guarded else head_query(t, routing_keys)
+    group_id, event = ("CAST(group_id AS BLOB)", "CAST(h.event AS BLOB)") if text_as_blob else ("group_id", "h.event")
+    of_the_head = f"FROM {t.messages} AS h WHERE h.group_id = {t.groups}.group_id ORDER BY h.seq LIMIT 1"
     return (
-        f"UPDATE {t.messages} SET locked_by = ?, lock_expiry = ?, leased_at = ?"
-        f" WHERE seq = ({head})"
-        f" RETURNING {returning}"
+        f"UPDATE {t.groups} SET locked_by = ?, lock_expiry = ?, claimable_at = ?, last_claimed_at = ?"
+        f" WHERE _rowid_ = ({head})"
+        f" RETURNING (SELECT h.seq {of_the_head}), {group_id}, (SELECT {event} {of_the_head})"
     )
 
 
@@ -569,30 +594,30 @@ def claim_params(token: str, now: float, visibility: float, min_priority: int,
                  routing_keys: tuple[str, ...] | None, guarded: bool = False) -> tuple[Any, ...]:
     """The parameters of :func:`lease_head_sql`: the lease's, then those of its head query,
     spelled out here because this runs on every claim."""
+    until = now + visibility
     if routing_keys is None:
         if guarded:
-            return (token, now + visibility, now, now, min_priority, now, now, min_priority, now, min_priority, now)
-        return (token, now + visibility, now, min_priority, now, now, min_priority, now)
+            return (token, until, until, now, now, min_priority, now, now, min_priority, now, min_priority, now)
+        return (token, until, until, now, min_priority, now, now, min_priority, now)
     keys = routing_keys
     if guarded:
-        return (token, now + visibility, now, now, min_priority, *keys, now, now, min_priority, *keys, now,
+        return (token, until, until, now, now, min_priority, *keys, now, now, min_priority, *keys, now,
                 min_priority, *keys, now)
-    return (token, now + visibility, now, min_priority, *keys, now, now, min_priority, *keys, now)
+    return (token, until, until, now, min_priority, *keys, now, now, min_priority, *keys, now)
 
 
 def claim_statement(t: Tables, token: str, now: float, visibility: float, min_priority: int,
                     routing_keys: tuple[str, ...] | None) -> Statement:
-    """The claim: lease the head of the next claimable group (its group stamped ``now`` by the
-    trigger).  One statement, atomic without a transaction; read its rows with
-    :func:`claimed`.  When it finds nothing, :func:`promote_statement` should follow (it need
-    not be atomic with it)."""
+    """The claim: lease the head of the next claimable group (its group stamped ``now``).  One
+    statement, atomic without a transaction; read its rows with :func:`claimed`.  When it finds
+    nothing, :func:`promote_statement` should follow (it need not be atomic with it)."""
     sql = t.claim_sql if routing_keys is None else claim_sql(t, len(routing_keys))
     return Statement(sql, claim_params(token, now, visibility, min_priority, routing_keys, guarded=True), True)
 
 
 def claim_sql(t: Tables, routing_keys: int) -> str:
     """The claim's SQL with ``routing_keys`` keys (without: ``t.claim_sql``), returning the lease."""
-    return lease_head_sql(t, routing_keys, _RETURN_LEASE, guarded=True)
+    return lease_head_sql(t, routing_keys, guarded=True)
 
 
 def claimed(rows: list[Any], token: str) -> Lease | None:
@@ -607,20 +632,20 @@ def promote_statement(t: Tables, now: float) -> Statement:
     return Statement(promote_lapsed_sql(t), (now,))
 
 
-_RETURN_LEASE = "seq, CAST(group_id AS BLOB), CAST(event AS BLOB)"  # text as BLOB: see the top
-
-
 def ack_statement(t: Tables, lease: Lease) -> Statement:
-    """Delete the message if still held under the lease's token (a row back: it was).  Its
-    trigger frees the group (its next message is free), or drops it after its last message."""
-    return Statement(t.ack_sql, (lease.seq, lease.token, lease.group_id), True)
+    """Delete the message if its group is still held under the lease's token (a row back: it
+    was).  Its trigger frees the group (its next message is free), or drops it after its last
+    message."""
+    return Statement(t.ack_sql, (lease.seq, lease.group_id, lease.token), True)
 
 
 def nack_statement(t: Tables, lease: Lease, now: float, delay: float) -> Statement:
-    """Free the message (delay 0) or park it until now + delay, if still held by the lease (a
-    row back: it was).  Its trigger sets the group's ``claimable_at`` to match."""
-    holder, until = (None, None) if delay == 0 else (PARKED, now + delay)
-    return Statement(t.nack_sql, (holder, until, lease.seq, lease.token, lease.group_id), True)
+    """Free the group's head (delay 0) or park it until now + delay, if the group is still held
+    under the lease's token (a row back: it was); ``claimable_at`` follows in the same write."""
+    if delay == 0:
+        return Statement(t.nack_sql, (None, None, FREE, lease.group_id, lease.token), True)
+    until = now + delay
+    return Statement(t.nack_sql, (PARKED, until, until, lease.group_id, lease.token), True)
 
 
 # --- Runners --------------------------------------------------------------------------------

@@ -10,17 +10,18 @@ round, and a crash between them left a lease without its group stamp.
 
 The claim is one statement (the SQL transports' claim, :mod:`harel_ref.transport._sql`)::
 
-    UPDATE messages SET locked_by = :token, lock_expiry = :now + :visibility, leased_at = :now
-     WHERE seq = (<the seq of the head of the next claimable group>)
-    RETURNING seq, group_id, event;
+    UPDATE groups SET locked_by = :token, lock_expiry = :now + :visibility,
+                      claimable_at = :now + :visibility, last_claimed_at = :now
+     WHERE rowid = (<the next claimable group>)
+    RETURNING <its head's seq>, group_id, <its head's event>;
 
 sent in one transaction with the promotion of lapsed groups that a claim finding nothing
-needs.  The schema's triggers stamp the group, block it until the lease ends and promote the
-groups that lapsed, in the same Raft entry; ``_sql`` explains ``claimable_at``, by which a
-claim never reads a leased or parked group.  ack is the fenced ``DELETE ... WHERE seq = ? AND
-locked_by = :token RETURNING seq`` and nack the fenced ``UPDATE ... RETURNING seq``; their
-triggers free, block or drop the group in the same statement.  The schema, publish, ack, nack
-and claim are the SQL of :mod:`harel_ref.transport._sql`, shared with SQLite and libSQL.
+needs.  The schema's trigger promotes the groups that lapsed, in the same Raft entry; ``_sql``
+explains ``claimable_at``, by which a claim never reads a leased or parked group.  ack is the
+fenced ``DELETE ... WHERE seq = ? AND <its group's locked_by = :token> RETURNING seq``, whose
+trigger frees or drops the group in the same statement, and nack the fenced ``UPDATE groups
+... RETURNING``.  The schema, publish, ack, nack and claim are the SQL of
+:mod:`harel_ref.transport._sql`, shared with SQLite and libSQL.
 
 ``now`` is read from ``clock`` by the client, once per operation, and sent as a parameter: the
 nodes' clocks never enter the queue's logic, so tests can drive time exactly.
@@ -397,7 +398,7 @@ def _claim_statements(t: Tables, token: str, now: float, visibility: float, min_
     JSON, so the lease returns plain columns."""
     keys = None if routing_keys is None else len(routing_keys)
     return [
-        [lease_head_sql(t, keys, "seq, group_id, event"),
+        [lease_head_sql(t, keys, text_as_blob=False),
          *claim_params(token, now, visibility, min_priority, routing_keys)],
         [promote_lapsed_sql(t), now],
     ]
