@@ -811,7 +811,7 @@ class TimedConnection:
         self._conn, self.seconds = conn, seconds
 
     def execute(self, sql: str, params: Any = ()) -> Any:
-        label = STATEMENT_LABELS.get(" ".join(sql.split()[:3]), sql[:30])
+        label = STATEMENT_LABELS.get(" ".join(sql.split()[:4]), sql[:30])
         start = time.perf_counter()
         try:
             return TimedCursor(self._conn.execute(sql, params), label, self.seconds)
@@ -837,11 +837,12 @@ class TimedCursor:
         return getattr(self._cursor, name)
 
 
-STATEMENT_LABELS = {
-    "UPDATE harel_transport_messages SET": "claim: its one statement, triggers and commit (synced at EXTRA only)",
-    "DELETE FROM harel_transport_messages": "ack: its one statement, trigger and commit (synced at FULL and EXTRA)",
-    "UPDATE harel_transport_groups SET": "the last claim, which found nothing: promote lapsed groups",
-    "PRAGMA synchronous =": "at FULL, the switch to NORMAL before a claim and back before an ack",
+STATEMENT_LABELS = {  # by the statement's first four words
+    "UPDATE harel_transport_groups SET locked_by": "claim: its one statement, trigger and commit (synced at EXTRA only)",
+    "DELETE FROM harel_transport_messages WHERE": "ack: its one statement, trigger and commit (synced at FULL and EXTRA)",
+    "UPDATE harel_transport_groups SET claimable_at": "the last claim, which found nothing: promote lapsed groups",
+    "PRAGMA synchronous = NORMAL": "at FULL, the switch to NORMAL before a claim and back before an ack",
+    "PRAGMA synchronous = FULL": "at FULL, the switch to NORMAL before a claim and back before an ack",
 }
 
 

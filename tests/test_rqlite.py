@@ -284,7 +284,8 @@ def test_the_claim_reads_only_free_groups_on_the_cluster_sqlite(queue, shared_cl
     assert all(line.startswith("SEARCH") for line in tables), plan
 
 
-@pytest.mark.parametrize("old_tables", [v4_with_data, v5_with_data], ids=["version 4", "version 5"])
+@pytest.mark.parametrize("old_tables", [v4_with_data, v5_with_data, lambda prefix: v5_with_data(prefix, first_release=True)],
+                         ids=["version 4", "version 5", "version 5, first release"])
 def test_upgrade_keeps_every_message_and_every_lease(shared_cluster, old_tables):  # noqa: F811
     """The tables of harel-ref's schema versions 4 and 5, with heads leased, parked, lapsed and
     free, upgraded in place through the cluster (each group takes its head's lease), then an

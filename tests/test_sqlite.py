@@ -33,6 +33,7 @@ from harel_ref.transport import (
     StorageError,
     TransportClosedError,
 )
+from harel_ref.transport._shell import run_steps
 from harel_ref.transport._sql import (
     PAGE_SIZE,
     WAL_BYTES,
@@ -43,12 +44,13 @@ from harel_ref.transport._sql import (
     ack_statement,
     claim_statement,
     nack_statement,
+    open_plan,
     promote_statement,
     publish_plan,
     run,
 )
-from old_schemas import (EXPECTED_CLAIMABLE_AT, EXPECTED_LEASES, NOW, check_upgraded, seeds_schema, v4_with_data,
-                         v5_schema, v5_with_data)
+from old_schemas import (EXPECTED_CLAIMABLE_AT, EXPECTED_LEASES, LIVE, NOW, check_upgraded, seeds_schema,
+                         v4_with_data, v5_schema, v5_with_data)
 from harel_ref.stateful.history import History, RecordingTransport, check, drain, load
 
 TRANSPORTS = {"sqlite": SqliteTransport, "libsql": LibsqlTransport}
@@ -184,6 +186,7 @@ def test_old_tables_are_upgraded_under_a_prefix_in_another_case(driver, tmp_path
 
 
 CURRENT_TRIGGERS = ["harel_transport_groups_claim_promotes_lapsed", "harel_transport_messages_ack_frees_group"]
+RETIRED_LEASES = "harel_transport_messages_lease_is_on_the_group"
 
 OLD_TABLES = {
     "version 4": v4_with_data,
@@ -212,12 +215,71 @@ def test_upgrade_keeps_every_message_and_every_lease(driver, tmp_path, old):
     assert {group: (holder, until) for group, holder, until in leases} == EXPECTED_LEASES
     assert "harel_transport_groups_by_last_claimed" not in schema and "harel_transport_groups_by_routing_key" not in schema
     assert schema["harel_transport_groups_claim_order"] == "index"
-    assert [name for name, kind in schema.items() if kind == "trigger"] == CURRENT_TRIGGERS
+    assert [name for name, kind in schema.items() if kind == "trigger"] == [RETIRED_LEASES, *CURRENT_TRIGGERS]
+    # A process of an older harel-ref still running: its claims and nacks fail, its acks match nothing.
+    conn = CONNECT[driver](path)
+    with pytest.raises(Exception, match="schema version 6"):
+        conn.execute("UPDATE harel_transport_messages SET locked_by = 'w9:old', lock_expiry = 2000.0 WHERE seq = 7")
+    assert conn.execute("DELETE FROM harel_transport_messages WHERE seq = 1 AND locked_by = 'w1:live'"
+                        " RETURNING seq").fetchall() == []
+    conn.close()
     check_upgraded(queue, clock)
     queue.close()
     TRANSPORTS[driver](path).close()  # opening an up-to-date database again changes nothing
     assert dict(rows(driver, path, "SELECT name, type FROM sqlite_master")) == schema
     assert rows(driver, path, "SELECT count(*) FROM harel_transport_groups") == [(0,)]
+
+
+def test_a_late_second_upgrade_keeps_the_leases_taken_since(driver, tmp_path):
+    """On rqlite two processes may upgrade the same tables at once, each plan's reads and
+    writes sent apart: the one that read the old tables first may write last.  Its writes,
+    played after the first upgrade ended and leases were taken, change no lease."""
+    old, path = tmp_path / "old.db", tmp_path / "q.db"
+    for target in (old, path):
+        conn = CONNECT[driver](target)
+        for statement in v5_with_data():
+            conn.execute(statement)
+        conn.close()
+    conn, late = CONNECT[driver](old), []
+
+    def perform(statement):  # the late plan reads the old tables; its writes wait
+        if statement.fetch:
+            return conn.execute(statement.sql, statement.params).fetchall()
+        late.append(statement)
+
+    run_steps(open_plan(Tables.named()), perform)
+    conn.close()
+    clock = Clock(NOW)
+    queue = TRANSPORTS[driver](path, clock=clock)  # the first upgrade
+    taken = [queue.claim("w", 100.0), queue.claim("w", 100.0)]  # free-1, then lapsed-1 over w0:old
+    conn = CONNECT[driver](path)
+    for statement in late:
+        if not statement.sql.startswith("ALTER TABLE"):  # rqlite: "duplicate column", taken as done
+            conn.execute(statement.sql, statement.params)
+    conn.close()
+    assert [lease.event for lease in taken] == ["free-1", "lapsed-1"]
+    assert not queue.ack(Lease("lapsed", "lapsed-1", 3, "w0:old"))  # superseded, and stays so
+    assert queue.claim("w", 100.0) is None  # taken, leased and parked: every group still held
+    assert all(queue.ack(lease) for lease in taken) and queue.ack(LIVE)
+    queue.close()
+
+
+def test_a_lease_with_its_token_and_another_seq_acts_on_nothing(driver, tmp_path):
+    """The token is checked on the group's row; the seq must still be the group's head (the
+    leased message), or the ack would delete a message never handed out and free the group."""
+    with TRANSPORTS[driver](tmp_path / "q.db", clock=Clock()) as queue:
+        for group, event in [("g", "a"), ("h", "x"), ("g", "b"), ("g", "c")]:  # seqs 1 to 4
+            queue.publish(group, event)
+        lease = queue.claim("w", 10.0)
+        assert (lease.event, lease.seq) == ("a", 1)
+        for seq in (2, 3, 4):  # h's head, then g's two waiting messages
+            forged = Lease(lease.group_id, lease.event, seq, lease.token)
+            assert not queue.ack(forged) and not queue.nack(forged) and not queue.nack(forged, 5.0)
+        assert queue.claim("w2", 10.0).event == "x"
+        assert queue.claim("w2", 10.0) is None  # g still held
+        assert queue.ack(lease)
+        assert queue.claim("w", 10.0).event == "b"
+    assert events_in(driver, tmp_path / "q.db") == ["x", "b", "c"]
 
 
 def test_triggers_of_version_5_beside_the_new_ones_are_removed(driver, tmp_path):

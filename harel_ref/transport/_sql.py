@@ -24,7 +24,11 @@ own tables and may be at its own version.  Older tables (the seeds', with no met
 versions 4 and 5) are upgraded in place when a transport opens them: ``PRAGMA table_info`` tells
 which columns are missing, ``ALTER TABLE ... ADD COLUMN`` adds them, each group's lease and
 ``claimable_at`` are filled in from its head, and the indexes and triggers are replaced, all
-inside ``BEGIN IMMEDIATE`` so that two processes opening at once do not both alter.  A database
+inside ``BEGIN IMMEDIATE`` so that two processes opening at once do not both alter (rqlite
+sends the reads and writes apart, so there each step may run twice, and is written so that
+a second run changes nothing).  The
+messages' old lease columns are then cleared, and a trigger refuses writes to them: an older
+harel-ref still running on the tables fails its claims instead of breaking R2.  A database
 recording a *newer* version than this code knows is refused with :class:`StorageError`.
 
 **The lease** is the pair ``(locked_by, lock_expiry)`` of a *group*, and holds its head (the
@@ -36,10 +40,11 @@ something in flight" is "``locked_by`` is set and ``lock_expiry >= now``" (live 
 (Versions up to 5 kept the lease on the message's row.  A claim then grew the row by about 54
 bytes, and rows of about 1 KB, two to a page, no longer fitted: every claim split a page and
 every ack freed one, at 0.78 of harel 0.9.0's speed.  Upgraded tables keep those columns,
-unused.)
+cleared, and refuse writes to them.)
 
 **Fencing** (departs from the seeds, whose ``DELETE ... WHERE seq = ?`` lets a stale worker delete
-a message someone else holds): ack and nack match the group's ``locked_by = token``.  A lapsed
+a message someone else holds): ack and nack match the group's ``locked_by = token``, and the
+lease's seq must be the group's head.  A lapsed
 lease that nobody re-claimed still acks (the work was done); a superseded or consumed lease
 matches no row, returns False and changes nothing.
 
@@ -188,19 +193,24 @@ class Tables:
 
     @functools.cached_property
     def ack_sql(self) -> str:
-        """Parameters: seq, group_id, token."""
+        """Parameters: seq, group_id, token.  The message must be its group's head (a lease's
+        seq is its head's, R16): a lease with the right token and another seq matches nothing."""
         return (
             f"DELETE FROM {self.messages} WHERE seq = ? AND group_id = ? AND EXISTS (SELECT 1"
             f" FROM {self.groups} AS g WHERE g.group_id = {self.messages}.group_id AND g.locked_by = ?)"
+            f" AND seq = (SELECT MIN(h.seq) FROM {self.messages} AS h WHERE h.group_id = {self.messages}.group_id)"
             f" RETURNING seq"
         )
 
     @functools.cached_property
     def nack_sql(self) -> str:
-        """Parameters: locked_by, lock_expiry, claimable_at, group_id, token."""
+        """Parameters: locked_by, lock_expiry, claimable_at, group_id, token, seq (the head's,
+        as for :attr:`ack_sql`)."""
         return (
             f"UPDATE {self.groups} SET locked_by = ?, lock_expiry = ?, claimable_at = ?"
-            f" WHERE group_id = ? AND locked_by = ? RETURNING 1"
+            f" WHERE group_id = ? AND locked_by = ?"
+            f" AND (SELECT MIN(h.seq) FROM {self.messages} AS h WHERE h.group_id = {self.groups}.group_id) = ?"
+            f" RETURNING 1"
         )
 
     @classmethod
@@ -355,8 +365,9 @@ def open_plan(t: Tables) -> Plan[None]:
         " lock_expiry REAL)"  # end of the lease or park
     )
     yield Statement(f"CREATE TABLE IF NOT EXISTS {t.meta} (key TEXT PRIMARY KEY, value INTEGER NOT NULL)")
+    messages_hold_leases = False
     if existing:
-        yield from _upgrade_columns(t)
+        messages_hold_leases = yield from _upgrade_columns(t)
     # Version 4's claim-order indexes walked blocked groups too; version 5's skip them.  (And
     # version 4's rqlite claim found its group by token; version 5's claim is one statement.)
     yield Statement(f"DROP INDEX IF EXISTS {t.groups}_by_last_claimed")
@@ -371,26 +382,13 @@ def open_plan(t: Tables) -> Plan[None]:
         f" ON {t.groups} (routing_key, claimable_at, last_claimed_at) WHERE routing_key IS NOT NULL"
     )
     yield Statement(f"CREATE INDEX IF NOT EXISTS {t.messages}_by_group ON {t.messages} (group_id, seq)")
-    # Versions 5 kept the group from triggers on the messages' lease; version 6 keeps the lease
+    # Version 5 kept the group from triggers on the messages' lease; version 6 keeps the lease
     # on the group.  (The first release of version 5 had two claim triggers.)
     for name in _old_triggers(t):
         yield Statement(f"DROP TRIGGER IF EXISTS {name}")
-    yield Statement(
-        f"CREATE TRIGGER IF NOT EXISTS {t.groups}{_CLAIM_TRIGGER}"
-        f" AFTER UPDATE OF last_claimed_at ON {t.groups} BEGIN"
-        f" UPDATE {t.groups} SET claimable_at = {FREE}"
-        f" WHERE claimable_at >= 0 AND claimable_at < NEW.last_claimed_at;"
-        f" END"
-    )
-    yield Statement(
-        f"CREATE TRIGGER IF NOT EXISTS {t.messages}{_ACK_TRIGGER}"
-        f" AFTER DELETE ON {t.messages} BEGIN"
-        f" DELETE FROM {t.groups} WHERE group_id = OLD.group_id"
-        f" AND NOT EXISTS (SELECT 1 FROM {t.messages} WHERE group_id = OLD.group_id);"
-        f" UPDATE {t.groups} SET claimable_at = {FREE}, locked_by = NULL, lock_expiry = NULL"
-        f" WHERE group_id = OLD.group_id;"
-        f" END"
-    )
+    if messages_hold_leases:  # only once the old triggers are gone: they would free the groups
+        yield from _retire_message_leases(t)
+    yield from _triggers(t)
     yield Statement(
         f"INSERT OR REPLACE INTO {t.meta} (key, value) VALUES ('schema_version', ?)",
         (SCHEMA_VERSION,),
@@ -417,6 +415,49 @@ ones, when an older release upgraded the same tables at the same time on rqlite)
 
 def _old_triggers(t: Tables) -> list[str]:
     return [f"{t.messages}{suffix}" for suffix in _OLD_MESSAGE_TRIGGERS]
+
+
+def _triggers(t: Tables) -> Plan[None]:
+    """This version's two triggers (see the top)."""
+    yield Statement(
+        f"CREATE TRIGGER IF NOT EXISTS {t.groups}{_CLAIM_TRIGGER}"
+        f" AFTER UPDATE OF last_claimed_at ON {t.groups} BEGIN"
+        f" UPDATE {t.groups} SET claimable_at = {FREE}"
+        f" WHERE claimable_at >= 0 AND claimable_at < NEW.last_claimed_at;"
+        f" END"
+    )
+    yield Statement(
+        f"CREATE TRIGGER IF NOT EXISTS {t.messages}{_ACK_TRIGGER}"
+        f" AFTER DELETE ON {t.messages} BEGIN"
+        f" DELETE FROM {t.groups} WHERE group_id = OLD.group_id"
+        f" AND NOT EXISTS (SELECT 1 FROM {t.messages} WHERE group_id = OLD.group_id);"
+        f" UPDATE {t.groups} SET claimable_at = {FREE}, locked_by = NULL, lock_expiry = NULL"
+        f" WHERE group_id = OLD.group_id;"
+        f" END"
+    )
+
+
+def _retire_message_leases(t: Tables) -> Plan[None]:
+    """Once every group holds its head's lease: clear the messages' lease columns, and refuse
+    any later write to them.
+
+    A process of an older harel-ref that opened before the upgrade (it checks the version only
+    when it opens) would go on leasing messages without blocking their groups (R2), and its
+    acks would match the tokens left in the messages' rows (R10).  So its claims and nacks now
+    fail with the trigger's message, and its acks match nothing; its publishes still work.
+    Both statements can run twice (a second upgrade racing on rqlite): the clear then changes
+    no row, so the trigger does not fire."""
+    yield Statement(
+        f"UPDATE {t.messages} SET locked_by = NULL, lock_expiry = NULL"
+        f" WHERE locked_by IS NOT NULL OR lock_expiry IS NOT NULL"
+    )
+    yield Statement(
+        f"CREATE TRIGGER IF NOT EXISTS {t.messages}_lease_is_on_the_group"
+        f" BEFORE UPDATE OF locked_by, lock_expiry ON {t.messages} BEGIN"
+        f" SELECT RAISE(ABORT, 'harel-ref: these tables are at schema version {SCHEMA_VERSION}, where the lease"
+        f" is kept on the group: upgrade harel-ref in this process');"
+        f" END"
+    )
 
 
 def _existing_tables(t: Tables) -> Plan[set[str]]:
@@ -447,10 +488,15 @@ def _stored_version(t: Tables) -> Plan[int | None]:
     return rows[0][0] if rows else None
 
 
-def _upgrade_columns(t: Tables) -> Plan[None]:
+def _upgrade_columns(t: Tables) -> Plan[bool]:
     """Older tables (the seeds', or versions 4 and 5) gain the columns they lack (SQLite has no
     ADD COLUMN IF NOT EXISTS): each group takes its head's lease, then the ``claimable_at``
-    that lease gives.  The messages' lease columns stay, unused."""
+    that lease gives.  Whether the messages have lease columns (to retire, by
+    :func:`_retire_message_leases`).
+
+    On rqlite the plan's reads and writes are separate requests, so two processes may both
+    upgrade: each copy and fill acts only while no process has recorded version 6 yet, else a
+    late one would put a lease from before the upgrade back over one taken since."""
     messages = {row[1] for row in (yield Statement(f"PRAGMA table_info({t.messages})", fetch=True))}
     groups = {row[1] for row in (yield Statement(f"PRAGMA table_info({t.groups})", fetch=True))}
     if "routing_key" not in groups:  # version 4
@@ -462,13 +508,20 @@ def _upgrade_columns(t: Tables) -> Plan[None]:
             yield Statement(
                 f"UPDATE {t.groups} SET (locked_by, lock_expiry) = (SELECT m.locked_by, m.lock_expiry"
                 f" FROM {t.messages} AS m WHERE m.seq = (SELECT MIN(h.seq) FROM {t.messages} AS h"
-                f" WHERE h.group_id = {t.groups}.group_id))"
+                f" WHERE h.group_id = {t.groups}.group_id)) WHERE {_before_version_6(t)}"
             )
     if "claimable_at" not in groups:  # version 5
         yield Statement(f"ALTER TABLE {t.groups} ADD COLUMN claimable_at REAL NOT NULL DEFAULT {FREE}")
         yield Statement(
-            f"UPDATE {t.groups} SET claimable_at = COALESCE(lock_expiry, {FREE}) WHERE locked_by IS NOT NULL"
+            f"UPDATE {t.groups} SET claimable_at = COALESCE(lock_expiry, {FREE})"
+            f" WHERE locked_by IS NOT NULL AND {_before_version_6(t)}"
         )
+    return {"locked_by", "lock_expiry"} <= messages
+
+
+def _before_version_6(t: Tables) -> str:
+    """SQL: no process has recorded schema version 6 (or later) in the meta table yet."""
+    return f"NOT EXISTS (SELECT 1 FROM {t.meta} WHERE key = 'schema_version' AND value >= 6)"
 
 
 # --- Operations -----------------------------------------------------------------------------
@@ -512,7 +565,8 @@ def head_query(t: Tables, routing_keys: int | None) -> str:
     - the first group whose lease or park lapsed since the last promotion (an index range
       that holds only those, usually none, sorted).
 
-    Leased and parked groups are never read, nor is any message.  Each candidate's priority,
+    Leased and parked groups are never read, and of the messages only the ``(group_id, seq)``
+    index, to see that a candidate holds one.  Each candidate's priority,
     routing key and lease must fit.  The lease check (none, or lapsed) fails only for a group
     promoted before the clock stepped back (R3): its lease is live again.  A group with a NULL
     routing key never matches ``IN (...)``, so it is only reachable by an unfiltered claim.  The
@@ -643,9 +697,9 @@ def nack_statement(t: Tables, lease: Lease, now: float, delay: float) -> Stateme
     """Free the group's head (delay 0) or park it until now + delay, if the group is still held
     under the lease's token (a row back: it was); ``claimable_at`` follows in the same write."""
     if delay == 0:
-        return Statement(t.nack_sql, (None, None, FREE, lease.group_id, lease.token), True)
+        return Statement(t.nack_sql, (None, None, FREE, lease.group_id, lease.token, lease.seq), True)
     until = now + delay
-    return Statement(t.nack_sql, (PARKED, until, until, lease.group_id, lease.token), True)
+    return Statement(t.nack_sql, (PARKED, until, until, lease.group_id, lease.token, lease.seq), True)
 
 
 # --- Runners --------------------------------------------------------------------------------
