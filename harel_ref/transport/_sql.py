@@ -25,11 +25,11 @@ versions 4 and 5) are upgraded in place when a transport opens them: ``PRAGMA ta
 which columns are missing, ``ALTER TABLE ... ADD COLUMN`` adds them, each group's lease and
 ``claimable_at`` are filled in from its head, and the indexes and triggers are replaced, all
 inside ``BEGIN IMMEDIATE`` so that two processes opening at once do not both alter (rqlite
-sends the reads and writes apart, so there each step may run twice, and is written so that
-a second run changes nothing).  The
-messages' old lease columns are then cleared, and a trigger refuses writes to them: an older
-harel-ref still running on the tables fails its claims instead of breaking R2.  A database
-recording a *newer* version than this code knows is refused with :class:`StorageError`.
+sends the reads and writes apart, so there each step may run twice, and is written so that a
+second run changes nothing).  The messages' old lease columns are then cleared, and a trigger
+refuses writes to them: an older harel-ref still running on the tables fails its claims instead
+of breaking R2.  A database recording a *newer* version than this code knows is refused with
+:class:`StorageError`.
 
 **The lease** is the pair ``(locked_by, lock_expiry)`` of a *group*, and holds its head (the
 message of smallest ``seq``): ``locked_by`` is the claim's token (``new_token(worker_id)``), or
