@@ -1532,15 +1532,25 @@ SHOWN_EVENTS = 8
 backlog holds hundreds)."""
 
 
-_RUN = re.compile(r"(?<=['\"])(\\x[0-9a-f]{2}|\\u[0-9a-f]{4}|\\U[0-9a-f]{8}|\\.|.)\1{31,}", re.DOTALL)
+_RUN = re.compile(r"(?<=['\"])(\\x[0-9a-f]{2}|\\u[0-9a-f]{4}|\\U[0-9a-f]{8}|\\.|.)\1{31}", re.DOTALL)
+"""The first 32 of a run of one character (or escape) that opens a string, in a repr."""
 
 
 def cut_runs(text: str) -> str:
     """``text`` (a repr) with each run of one character 32 long or more that opens a string cut
     to its first 8 and its length: an answer holding an event of 1 MiB reads as
     ``'99999999...(1048577 chars)'``, as the queue does in :func:`describe_queue` (a character
-    escaped in the repr counts as one)."""
-    return _RUN.sub(lambda run: f"{run.group(1) * 8}...({len(run.group(0)) // len(run.group(1))} chars)", text)
+    escaped in the repr counts as one).  The run is found by its first 32 and followed on by a
+    pattern of its own: a backreference repeated over a run of 1 MiB took 55 ms, on every
+    divergence of a search that shrinks one."""
+    kept, at = [], 0
+    while (run := _RUN.search(text, at)) is not None:
+        unit = run.group(1)
+        end = re.compile(f"(?:{re.escape(unit)})*").match(text, run.end()).end()
+        kept += (text[at:run.start()], f"{unit * 8}...({(end - run.start()) // len(unit)} chars)")
+        at = end
+    kept.append(text[at:])
+    return "".join(kept)
 
 
 def describe_queue(model: QueueModel, clock: str) -> str:
