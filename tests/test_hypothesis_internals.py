@@ -143,6 +143,30 @@ def test_hypothesis_keeps_each_machine_class_it_ran_where_the_certifier_forgets_
     assert Searched not in kept and Earlier in kept and RuleStrategy._setup_for.cache_info().currsize == 0
 
 
+def test_hypothesis_digests_a_searched_machine_by_its_name_without_parsing_a_module(tmp_path, monkeypatch):
+    """At each search Hypothesis digests the machine (``function_digest``): ``inspect.getsource``
+    parsed the whole module the class named (7-30 ms), only to find no such class, since the
+    certifier makes it, and fall back to its name.  The searched class names a module with no
+    file: no parse, and the digest of a class of that name that Hypothesis cannot find."""
+    import ast
+    import tempfile
+
+    from hypothesis.internal.reflection import function_digest
+
+    from harel_ref.certify._driver import watched_machine
+    from harel_ref.stateful import make_machine
+    from harel_ref.stateful.backends import load
+
+    machine = make_machine(load("memory")(tempfile.mkdtemp(dir=tmp_path)))
+    searched = watched_machine(machine, None)
+    nowhere = type(machine.__name__, (machine,), {"__module__": "harel_ref.stateful._machine"})  # not found there
+    parsed = []
+    monkeypatch.setattr(ast, "parse", lambda *args, **kwargs: parsed.append(args) or pytest.fail("parsed"))
+    assert function_digest(searched) != b"" and not parsed
+    monkeypatch.undo()
+    assert function_digest(searched) == function_digest(nowhere)
+
+
 @pytest.mark.parametrize("jobs", ["1", "2"])
 def test_a_certification_leaves_nothing_in_the_current_or_temporary_directory(tmp_path, jobs):
     import os
