@@ -217,7 +217,7 @@ class _Call:
         known = record.ok
         judged = known and (acks_answer or record.op not in ("ack", "nack") or record.result is not None)
         complete = record.complete if known else math.inf
-        did_nothing = record.error is not None and record.error.startswith("StorageError")
+        did_nothing = record.did_nothing
         if record.at is not None:
             at = When.at(float(record.at))
         else:  # a call without an answer may take effect after it gave up (a late request)

@@ -7,7 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["Record"]
+from harel_ref.transport import StorageError
+
+__all__ = ["Record", "error_text"]
 
 
 @dataclass
@@ -33,3 +35,21 @@ class Record:
     def ok(self) -> bool:
         """The call returned (no error, answer known)."""
         return self.complete is not None and self.error is None
+
+    @property
+    def did_nothing(self) -> bool:
+        """The call raised StorageError, which changed nothing (R17; see :func:`error_text`)."""
+        return self.error is not None and self.error.startswith("StorageError")
+
+
+def error_text(error: BaseException, text: str | None = None) -> str:
+    """How a record keeps a call's error: ``text`` (by default ``Class(message)``), named
+    ``StorageError`` first when its class is a subclass of it (a backend's own, such as rqlite's
+    request that no node took).  R17 says a call that raised StorageError changed nothing, and
+    the checker reads that from the name: kept under its own, such a call was judged as one of
+    unknown outcome (it may have acted), and a transport that raised one after it had acted
+    passed."""
+    text = f"{type(error).__name__}({error})" if text is None else text
+    if isinstance(error, StorageError) and not text.startswith("StorageError"):
+        return f"StorageError: {text}"
+    return text

@@ -63,7 +63,7 @@ from typing import Any
 from harel_ref.transport import Lease, OutcomeUnknownError
 
 from ._linearize import DRAIN_WORKER, check_linearizable
-from ._record import Record
+from ._record import Record, error_text
 
 __all__ = [
     "Call",
@@ -91,7 +91,7 @@ class Call:
         self._history._finish(self.record, result=_jsonable(result))
 
     def fail(self, error: BaseException | str) -> None:
-        self._history._finish(self.record, error=error if isinstance(error, str) else repr(error))
+        self._history._finish(self.record, error=error if isinstance(error, str) else error_text(error, repr(error)))
 
 
 class History:
@@ -417,8 +417,8 @@ def _leases_and_acks(
         message = (lease["group_id"], lease["event"])
         if record.op == "ack" and record.ok and record.result is True:
             acked[message].append(record)
-        elif record.op == "ack" and (not record.ok or (not acks_answer and record.result is None)):
-            # no answer, or an error: it may have acted
+        elif record.op == "ack" and not record.did_nothing and (not record.ok or (not acks_answer and record.result is None)):
+            # no answer, or an error but StorageError (which changed nothing): it may have acted
             maybe_acked.add(message)
     return leases, acked, maybe_acked
 

@@ -82,6 +82,7 @@ from ._properties import BRANCHES_IN_A_PROGRAM, OVERLAP, UNJUDGED, largest
 from ._values import BRANCH_COUNTS
 from ._machine import START, ClockedTransport, Divergence, FakeClock, MovingClock
 from ._timeline import timeline_svg, timeline_text
+from ._record import error_text
 from .history import Record
 
 __all__ = [
@@ -377,7 +378,7 @@ class _Recorder:
         if error is None:
             record.result = result
         else:
-            record.error = f"{type(error).__name__}({error})"
+            record.error = error_text(error)
 
 
 @dataclass

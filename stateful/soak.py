@@ -38,6 +38,7 @@ from ._machine import Choices
 from ._linearize import DRAIN_WORKER, Linearizability
 import harel_ref.stateful._facts as facts
 from ._facts import Fact
+from ._record import error_text
 from .history import HistoryReport, Record, _jsonable, check
 from . import parallel
 from .parallel import ConcurrencyFailure, Run, _together, close_all
@@ -285,7 +286,7 @@ class _Workload:
         if error is None:
             record.result = _jsonable(answer)
         else:
-            record.error = f"{type(error).__name__}({error})"
+            record.error = error_text(error)
         return answer
 
     def _next(self) -> tuple[str, tuple[Any, ...], float]:

@@ -8,7 +8,7 @@ import json
 
 import pytest
 
-from harel_ref.transport import InMemoryTransport, OutcomeUnknownError
+from harel_ref.transport import InMemoryTransport, OutcomeUnknownError, StorageError
 from harel_ref.stateful._machine import FakeClock
 from harel_ref.stateful.history import History, Record, RecordingTransport, check, drain, load
 from harel_ref.stateful._properties import owner
@@ -163,6 +163,33 @@ def test_an_exception_is_recorded_as_an_error():
         RecordingTransport(InMemoryTransport(), history, "w1").claim("w1", -1)
     (record,) = history.records
     assert record.error and "ValueError" in record.error and not record.ok
+
+
+class _NotTakenHere(StorageError):
+    """A backend's own StorageError, as rqlite's request that no node took."""
+
+
+def test_a_storage_error_of_a_backends_own_class_is_a_call_that_changed_nothing():
+    """R17: a call that raised StorageError changed nothing, whatever subclass a backend raises.
+    Here an ack that raised one, yet acted: the message is gone from the drain.  Recorded under
+    its own class name, the checker took it for a call of unknown outcome and passed it (and
+    under rqlite's faults, groups holding such calls were left undecided)."""
+    clock = FakeClock()
+    history, queue = History(clock=clock), InMemoryTransport(clock=clock)
+
+    class ActsThenRaises(InMemoryTransport):
+        def ack(self, lease):
+            queue.ack(lease)
+            raise _NotTakenHere("no node took the request")
+
+    RecordingTransport(queue, history, "p").publish("g", "a")
+    taken = RecordingTransport(queue, history, "w1").claim("w1", 60)
+    with pytest.raises(StorageError):
+        RecordingTransport(ActsThenRaises(), history, "w1").ack(taken)
+    assert history.records[-1].error.startswith("StorageError: _NotTakenHere(")
+    clock.now += 3600  # every lease lapsed: the drain sees what is left
+    report = check(history.records, drained=drain(queue))
+    assert kinds(report) == ["lost"], report
 
 
 # --- What only the model sees: the history checker consults it (SPEC.md R19) ----------------
