@@ -149,6 +149,47 @@ def pytest_collection_modifyitems(items):
     items.sort(key=lambda item: item.get_closest_marker("waits") is None)
 
 
+# --- what each test cost: HAREL_REF_RECORD_DURATIONS=path --------------------------------------
+# Writes ``wall-seconds cpu-seconds nodeid`` for each test of 2 s or more, the longest first:
+# its setup, call and teardown, and the CPU of its worker and of the children it waited for
+# (commands, branch processes), measured in the worker.  Under ``pytest -n auto`` on 2 cores a
+# test's wall time is mostly its wait for a core; its CPU says what it costs the suite.
+# (Ordering the tests by a file of such times, the longest first, was tried: 910 s against
+# 915 s, the workers were busy throughout either way.)
+
+RECORD_DURATIONS_FROM = 2.0  # seconds: shorter tests are not worth a line
+_measured: dict[str, list[float]] = {}
+_cpu_at_start: dict[str, float] = {}
+
+
+def _cpu_seconds() -> float:
+    import resource
+
+    own, children = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + children.ru_utime + children.ru_stime
+
+
+def pytest_runtest_logstart(nodeid):
+    if os.environ.get("HAREL_REF_RECORD_DURATIONS"):
+        _cpu_at_start[nodeid] = _cpu_seconds()
+
+
+def _record_duration(report) -> None:
+    if os.environ.get("HAREL_REF_RECORD_DURATIONS"):
+        wall_and_cpu = _measured.setdefault(report.nodeid, [0.0, 0.0])
+        wall_and_cpu[0] += report.duration
+        wall_and_cpu[1] += sum(value for name, value in report.user_properties if name == "cpu_seconds")
+
+
+def pytest_sessionfinish(session):
+    target = os.environ.get("HAREL_REF_RECORD_DURATIONS")
+    if not target or hasattr(session.config, "workerinput"):  # only the controller writes
+        return
+    long = sorted(((wall, cpu, nodeid) for nodeid, (wall, cpu) in _measured.items() if wall >= RECORD_DURATIONS_FROM),
+                  reverse=True)
+    Path(target).write_text("".join(f"{wall:.1f} {cpu:.1f} {nodeid}\n" for wall, cpu, nodeid in long))
+
+
 # --- machine classes: forgotten after each test ------------------------------------------------
 # Hypothesis keeps every state machine class it ran for the life of the process, and the tests
 # make many (a focused machine per broken variant), each holding its factory and the stores its
@@ -173,6 +214,7 @@ _counts: list[tuple[str, str]] = []
 
 
 def pytest_runtest_logreport(report):
+    _record_duration(report)
     if report.when == "call":
         _counts.extend((report.nodeid, value) for name, value in report.user_properties if name in ("counts", "fault_counts"))
 
@@ -196,6 +238,8 @@ def _fail_skips_in_ci(report) -> None:
 def pytest_runtest_makereport(item, call):
     outcome = yield
     _fail_skips_in_ci(outcome.get_result())
+    if call.when == "teardown" and item.nodeid in _cpu_at_start:
+        outcome.get_result().user_properties.append(("cpu_seconds", _cpu_seconds() - _cpu_at_start.pop(item.nodeid)))
 
 
 @pytest.hookimpl(hookwrapper=True)
