@@ -35,7 +35,8 @@ with the program, the history and a timeline picture.
 
 Two judgements of each run, which the certifier's one concurrent search makes together:
 
-- ``histories``: the history must be linearizable.  A call that raised is taken as one that
+- ``histories``: the history must be linearizable.  A call that raised StorageError (or a
+  subclass) is taken as one that did nothing, and one that raised anything else as one that
   may or may not have happened (SPEC.md R17), so a transport that refuses concurrent callers
   is not blamed here for anything else.
 - ``contention``: no branch call may raise (``raised-under-contention``).  A run where one did

@@ -439,13 +439,15 @@ def assert_not_vacuous(notes: dict[str, Any]) -> list[str]:
     # A lease surely held for more than 2 ms: acked later than that, and its claim answered
     # more than 2 ms before its visibility ran out (under the latency fault a claim can take
     # longer than its lease, and such a lease was surely held for no time at all).  Its message
-    # released by that ack alone: another ack or nack of it whose outcome is unknown may have
-    # removed it, and with the ack struck out the checker rightly does not call it lost (seen
-    # once under the latency fault).
+    # published with an answer and released by that ack alone: another ack or nack of it whose
+    # outcome is unknown may have removed it, and with the ack struck out the checker rightly
+    # does not call it lost (seen once under the latency fault); nor a message whose publish's
+    # outcome is unknown.
     released = collections.Counter(_message(r) for r in work if r.op in ("ack", "nack"))
+    published = {(r.args["group_id"], r.args["event"]) for r in work if r.op == "publish" and r.ok}
     held = [(c, acks[c.result["token"]]) for c in work
             if c.op == "claim" and c.ok and c.result and c.result["token"] in acks
-            and released[_message(c)] == 1
+            and released[_message(c)] == 1 and _message(c) in published
             and min(acks[c.result["token"]].invoke, c.invoke + c.args["visibility"]) - c.complete > 0.002]
     assert held, "no lease was held and acked: the load did nothing"
     claim, ack = held[len(held) // 2]
