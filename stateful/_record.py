@@ -39,7 +39,7 @@ class Record:
     @property
     def did_nothing(self) -> bool:
         """The call raised StorageError, which changed nothing (R17; see :func:`error_text`)."""
-        return self.error is not None and self.error.startswith("StorageError")
+        return self.error is not None and self.error.startswith(("StorageError(", "StorageError: "))
 
 
 def error_text(error: BaseException, text: str | None = None) -> str:
