@@ -183,7 +183,7 @@ def watched_machine(machine: type, search: Search, aside: Callable[[Fact], bool]
     # At each search Hypothesis digests the machine's source: inspect.getsource parses the whole
     # module the class says it is from, 7-30 ms, only to find no such class there (it is made
     # here) and fall back to the class's name.  A module with no file gets it there at once, the
-    # same digest (1.2 % of the test suite's CPU went to that parse).
+    # same digest (1.8 % of the test suite's py-spy samples went to that parse).
     Watched.__module__ = f"{__name__}.<a search>"
     return Watched
 
