@@ -86,6 +86,24 @@ def test_a_pair_in_its_family_order_starts_with_a_message_in_each_id():
         merged.teardown()
 
 
+@pytest.mark.parametrize("keys_first", [True, False], ids=["choose_keys first", "begin first"])
+def test_the_meetings_messages_are_keyed_by_the_examples_keys_whichever_initial_rule_runs_first(keys_first):
+    """Hypothesis runs ``begin`` and ``choose_keys`` in an order it draws.  Either way the
+    messages a meeting begins with are keyed by the example's routing keys in turn, so that a
+    routing transport meets near-collision ids and keys at once from the first step."""
+    stores = {}
+    backend = Backend("memory-routing", lambda clock, namespace: InMemoryTransport(
+        clock=clock, store=stores.setdefault(namespace, InMemoryStore())), Capabilities(routing=True))
+    state = make_machine(backend)()
+    steps = [lambda: state.choose_keys(routing_keys=["a,b", "a"]),
+             lambda: state.begin(group_ids=["job", "Job", "JOB"], clock=1000.0)]
+    for step in steps if keys_first else reversed(steps):
+        step()
+    assert {group: state.model.group_info(group) for group in state.model.contents()} == {
+        "job": (0, "a,b"), "Job": (0, "a"), "JOB": (0, "a,b")}
+    state.teardown()
+
+
 @pytest.mark.parametrize("events", ["numbered", "equal"])
 def test_a_store_that_folds_case_fails_on_publish_each(events):
     from broken import GroupIdsFoldCase
