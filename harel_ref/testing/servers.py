@@ -85,17 +85,57 @@ def _wait_for_port(port: int, timeout: float, what: str, log: Path) -> None:
     raise ServerUnavailable(f"{what} did not listen on 127.0.0.1:{port} within {timeout:g}s; its log ends:\n{tail}")
 
 
+WATCHDOG = """\
+owner=$1; directory=$2; server=$3; shift 3
+while kill -0 "$owner" 2>/dev/null; do sleep 1; done
+"$@" >/dev/null 2>&1
+waited=0
+while [ -n "$server" ] && kill -0 "$server" 2>/dev/null && [ "$waited" -lt 30 ]; do sleep 1; waited=$((waited + 1)); done
+[ -n "$server" ] && kill -9 "$server" 2>/dev/null
+rm -rf "$directory"
+"""
+"""The watchdog of a running server (:meth:`_Server._watch`): once the process that started the
+server is gone, run the server's stop command, wait up to 30 s for the server's process (if it
+is a child) to end, kill it if it has not, then delete its directory."""
+
+
 class _Server:
-    """What both servers share: a temporary directory, start/stop, cleanup at exit."""
+    """What the servers share: a temporary directory, start/stop, cleanup at exit, and a
+    watchdog for an exit that runs no clean-up.
+
+    A process that started a server removes it as it exits (``atexit``), but a process killed
+    (SIGKILL, or a search process ended by a certification that did not stop) runs nothing:
+    its server would live on, an orphan holding memory and a port, and its directory would
+    stay.  So each running server has a watchdog, a shell of its own session (a terminal's
+    Ctrl-C passes it by) that checks once a second whether that process is still there, and
+    when it is not, stops the server and deletes the directory.  A clean close ends the
+    watchdog first."""
 
     port: int
     directory: Path
     _running = False
+    _watchdog: subprocess.Popen[bytes] | None = None
 
     def __init__(self, prefix: str) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix=prefix))
         self.port = _free_port()
         atexit.register(self.close)
+
+    def _watch(self, stop: list[str], server: subprocess.Popen[bytes] | None = None) -> None:
+        """Start the running server's watchdog (ending the one before, of a server restarted):
+        ``stop`` is the command that stops it once this process is gone, ``server`` its
+        process where it is a child of this one."""
+        self._unwatch()
+        pid = "" if server is None else str(server.pid)
+        self._watchdog = subprocess.Popen(
+            ["/bin/sh", "-c", WATCHDOG, "harel-ref-watchdog", str(os.getpid()), str(self.directory), pid, *stop],
+            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def _unwatch(self) -> None:
+        if self._watchdog is not None:
+            self._watchdog.kill()
+            self._watchdog.wait()
+            self._watchdog = None
 
     def __enter__(self):
         return self
@@ -111,6 +151,7 @@ class _Server:
 
     def close(self) -> None:
         """Stop the server and delete its directory (harmless twice)."""
+        self._unwatch()
         if self._running:
             try:
                 self.stop()
@@ -146,9 +187,12 @@ class PostgresServer(_Server):
     def url(self) -> str:
         return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
 
+    @staticmethod
+    def _server_user(command: list[str]) -> list[str]:
+        return ["runuser", "-u", "postgres", "--", *command] if os.geteuid() == 0 else command
+
     def _as_server_user(self, command: list[str]) -> None:
-        if os.geteuid() == 0:
-            command = ["runuser", "-u", "postgres", "--", *command]
+        command = self._server_user(command)
         result = subprocess.run(command, capture_output=True, text=True)
         if result.returncode != 0:
             raise ServerUnavailable(f"{' '.join(command)} failed ({result.returncode}): {result.stderr.strip()[-2000:]}")
@@ -161,6 +205,7 @@ class PostgresServer(_Server):
         self._as_server_user([self._pg_ctl, "-D", str(self.data), "-l", str(self.log), "-o", options,
                               "-w", "-t", "60", "start"])
         self._running = True
+        self._watch(self._server_user([self._pg_ctl, "-D", str(self.data), "-m", "immediate", "-w", "stop"]))
         _wait_for_port(self.port, 30, "postgres", self.log)
 
     def stop(self, *, fast: bool = True) -> None:
@@ -200,6 +245,7 @@ class RedisServer(_Server):
         self._process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                          stderr=subprocess.DEVNULL)
         self._running = True
+        self._watch(["kill", str(self._process.pid)], self._process)
         _wait_for_port(self.port, 30, "redis-server", self.log)
 
     def stop(self, *, kill: bool = False) -> None:
@@ -361,6 +407,7 @@ class MongoServer(_JavaServer):
                  "127.0.0.1", str(self.port), *([str(self.directory / "data.mv.db")] if self.persistent else [])],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         self._running = True
+        self._watch(["kill", str(self._process.pid)], self._process)
         deadline = time.monotonic() + 60
         while b"harel-ref: listening" not in self.log.read_bytes()[started_at:]:  # bound by this process, not another
             ended = self._process.poll()
@@ -420,6 +467,7 @@ class SqsServer(_JavaServer):
                  "org.elasticmq.server.Main"],
                 stdin=subprocess.DEVNULL, stdout=log, stderr=log)
         self._running = True
+        self._watch(["kill", str(self._process.pid)], self._process)
         deadline = time.monotonic() + 60
         while True:
             try:
