@@ -276,9 +276,8 @@ def _plan(target: Target, layout: _Layout, asked: Profile, speed: Speed, *, seed
                     parallel=int(any(PROPERTIES[p].concurrent for p in layout.applicable)),
                     branches=layout.branches, soak=soak)
     profile = asked if time_budget is not None else asked.fitted(estimate_seconds(asked, caps, speed, **searches))
-    estimate = estimate_seconds(profile, caps, speed, **searches)
-    if layout.jobs > 1:  # the searches spread over the processes (which take a moment to start)
-        estimate = (estimate - (soak or 0.0)) / min(layout.jobs, len(tasks) - standby) * 1.15 + 1.5 + (soak or 0.0)
+    estimate = estimate_seconds(profile, caps, speed, **searches, jobs=min(layout.jobs, len(tasks) - standby),
+                                largest=SHARED_FACTOR if standby else 1)
     if time_budget is not None:
         estimate = min(estimate, time_budget + (soak or 0.0))
     chosen = layout.chosen

@@ -4,16 +4,17 @@ search, with a rough estimate of the time (:func:`estimate_seconds`, from the pr
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from harel_ref.stateful import Capabilities
-from harel_ref.stateful._machine import Choices
+from harel_ref.stateful._machine import RULES, Choices
 
 from ._profiles import Profile
 from ._report import PropertyVerdict
 
-__all__ = ["Plan", "Progress", "Speed", "estimate_seconds"]
+__all__ = ["Plan", "Progress", "Speed", "calls_per_step", "estimate_seconds"]
 
 
 @dataclass(frozen=True)
@@ -83,23 +84,42 @@ class CallbackProgress(Progress):
 
 
 def estimate_seconds(profile: Profile, caps: Capabilities, speed: Speed, *, lockstep: int, parallel: int,
-                     branches: str = "threads", soak: float | None = None) -> float:
+                     branches: str = "threads", soak: float | None = None, jobs: int = 1,
+                     largest: int = 1) -> float:
     """A rough estimate of a certification's time when nothing fails: ``lockstep`` lockstep
-    searches and ``parallel`` parallel ones, at the ``speed`` the preflight measured.
+    searches and ``parallel`` parallel ones, at the ``speed`` the preflight measured, ``jobs``
+    of them at once; the longest single search stands for ``largest`` lockstep searches (the
+    shared one, SPEC.md C5), and with several at once the run lasts at least as long as it.
 
     A lockstep search runs about a quarter more examples than ``max_examples`` (Hypothesis
     counts only the valid ones); each opens a transport, now and then a second, and makes
-    about one call per step plus the prefill and the drain.  A run of a parallel program makes
-    about a dozen calls, some at once; its transports are opened once per program (see
-    stateful.parallel.Bench), or per run in each branch process.  The per-step and per-run
+    :func:`calls_per_step` calls a step, plus the prefill and the drain.  A run of a parallel
+    program makes about a dozen calls, some at once; its transports are opened once per program
+    (see stateful.parallel.Bench), or per run in each branch process.  The per-step and per-run
     overheads are the checker's own (Hypothesis, the model, threads), measured with the
     in-memory transport."""
     # On a wall clock lapses and leases pass by sleeping, about one scaled second a step.
     wall = Choices.of(caps).scale if caps.clock == "wall" else 0.0
-    example = (1.5 * speed.open + (profile.step_count + 4) * speed.call
+    example = (1.5 * speed.open + (profile.step_count * calls_per_step(caps) + 4) * speed.call
                + profile.step_count * (0.0007 + wall) + 0.003)
     in_processes = {"threads": 0.0, "both": 0.5, "processes": 1.0}[branches]  # the share of runs
     opens = (1 + 2.5 * caps.shared) / profile.repeats + in_processes  # branch processes: at once, every run
     run = opens * speed.open + 12 * speed.call + 0.0035 + 0.0045 * in_processes + 2 * wall
-    return (lockstep * 1.25 * profile.max_examples * example
-            + parallel * profile.programs * profile.repeats * run + (soak or 0.0))
+    one_lockstep = 1.25 * profile.max_examples * example
+    concurrent = parallel * profile.programs * profile.repeats * run
+    searches = lockstep * one_lockstep + concurrent
+    if jobs > 1:  # the searches spread over the processes (which take a moment to start)
+        searches = max(searches / jobs * 1.15 + 1.5, largest * one_lockstep, concurrent)
+    return searches + (soak or 0.0)
+
+
+def calls_per_step(caps: Capabilities) -> float:
+    """About how many calls a lockstep step makes, each rule drawn as often as another: one,
+    but a backlog publishes many messages at once (each claimed and acked by the example's
+    end) and a run of claims makes a claim and an ack or a nack for each.  At the sizes of
+    :mod:`harel_ref.stateful._values` that is about 8 calls a step, 6 on a wall clock: the
+    estimate of a transport whose every call is a round trip was 6 times short without it."""
+    choices = Choices.of(caps)
+    backlog = 3 * statistics.mean(groups * depth for groups, depth in choices.backlogs) - 1 if choices.backlogs else 0
+    run = 2 * statistics.mean(choices.claim_runs) - 1
+    return 1 + (backlog + run) / len(RULES)
