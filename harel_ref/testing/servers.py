@@ -86,17 +86,19 @@ def _wait_for_port(port: int, timeout: float, what: str, log: Path) -> None:
 
 
 WATCHDOG = """\
-owner=$1; directory=$2; server=$3; shift 3
-while kill -0 "$owner" 2>/dev/null; do sleep 1; done
+directory=$1; server=$2; shift 2
+read -r _
 "$@" >/dev/null 2>&1
 waited=0
 while [ -n "$server" ] && kill -0 "$server" 2>/dev/null && [ "$waited" -lt 30 ]; do sleep 1; waited=$((waited + 1)); done
 [ -n "$server" ] && kill -9 "$server" 2>/dev/null
 rm -rf "$directory"
 """
-"""The watchdog of a running server (:meth:`_Server._watch`): once the process that started the
-server is gone, run the server's stop command, wait up to 30 s for the server's process (if it
-is a child) to end, kill it if it has not, then delete its directory."""
+"""The watchdog of a running server (:meth:`_Server._watch`).  It reads its stdin, a pipe whose
+other end only the process that started the server holds and never writes to: the read ends
+when that process is gone (the kernel closes its end).  Then it runs the server's stop command,
+waits up to 30 s for the server's process (if it is a child) to end, kills it if it has not,
+and deletes the server's directory."""
 
 
 class _Server:
@@ -106,9 +108,9 @@ class _Server:
     A process that started a server removes it as it exits (``atexit``), but a process killed
     (SIGKILL, or a search process ended by a certification that did not stop) runs nothing:
     its server would live on, an orphan holding memory and a port, and its directory would
-    stay.  So each running server has a watchdog, a shell of its own session (a terminal's
-    Ctrl-C passes it by) that checks once a second whether that process is still there, and
-    when it is not, stops the server and deletes the directory.  A clean close ends the
+    stay.  So each running server has a watchdog (:data:`WATCHDOG`), a shell of its own
+    session (a terminal's Ctrl-C passes it by) that waits, without polling, for that process
+    to be gone, then stops the server and deletes the directory.  A clean close ends the
     watchdog first."""
 
     port: int
@@ -128,13 +130,14 @@ class _Server:
         self._unwatch()
         pid = "" if server is None else str(server.pid)
         self._watchdog = subprocess.Popen(
-            ["/bin/sh", "-c", WATCHDOG, "harel-ref-watchdog", str(os.getpid()), str(self.directory), pid, *stop],
-            stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+            ["/bin/sh", "-c", WATCHDOG, "harel-ref-watchdog", str(self.directory), pid, *stop],
+            stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
     def _unwatch(self) -> None:
         if self._watchdog is not None:
-            self._watchdog.kill()
+            self._watchdog.kill()  # before its pipe closes: it must not stop the server
             self._watchdog.wait()
+            self._watchdog.stdin.close()
             self._watchdog = None
 
     def __enter__(self):
