@@ -107,7 +107,9 @@ def test_a_run_with_jobs_gives_the_report_of_a_run_one_at_a_time(project, factor
     failed = {v.property for v in spread.verdicts if v.verdict == "failed"}
     assert failed == ({"fencing", "fairness"} if factory == "two_bugs" else set()), spread.to_markdown()
     fifo = spread.verdict("fifo")  # failures, shrunk steps and all, compared below
-    assert fifo.verdict == "passed" and fifo.reason.startswith("shared search: ") == (factory == "fine"), fifo.reason
+    # fine: the shared search passed and judged it (its own search runs too where the shared one
+    # never reached a group of 100 messages: at seed 0 since begin's meeting waits for the keys)
+    assert fifo.verdict == "passed" and ("shared search: " in fifo.reason) == (factory == "fine"), fifo.reason
     assert _without_times(spread) == _without_times(serial)
     assert (spread.verdict("fifo").largest.get(GROUPS_IN_FLIGHT, 0) > 1000) == (factory == "fine")
     assert plans.told == [v.property for v in spread.verdicts]  # each verdict told once, in order
