@@ -190,3 +190,38 @@ def test_initialize_rules_prints_both_ways_and_the_same_choices():
     assert [(name, same) for name, _, same in rows] == [
         ("in-memory, passes (searched)", "yes"), ("group ids fold case (searched, shrunk)", "yes")], result.stdout
     assert "load average at the start" in result.stdout and "load average at the end" in result.stdout
+
+
+def test_harel_matrix_prints_each_class_with_its_failures_mapped_to_findings(tmp_path):
+    """Two properties of one class, for speed: the row, its time and load, each failure with
+    the finding docs/harel-0.9.md gives for it, and the file asked for."""
+    out = tmp_path / "matrix.md"
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "harel_matrix.py"), "--classes", "harel-memory", "--profile",
+         "quick/10", "--only", "close", "--only", "bad-input", "--out", str(out)],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    text = result.stdout
+    assert re.search(r"^\| `harel-memory` \| unknown \| \*\*failed\*\* \|(  \|){13} \*\*FAIL\*\* \| \*\*FAIL\*\* \| "
+                     r"\d+ s \| [\d. ]+ → [\d. ]+ \|$", text, re.MULTILINE), text
+    assert re.search(r"^\| `harel-memory` \| close \| 4 \| .*after close\(\)", text, re.MULTILINE), text
+    assert re.search(r"^\| `harel-memory` \| bad-input \| 5 \| ", text, re.MULTILINE), text
+    assert "0 failure(s) that no finding of docs/harel-0.9.md covers" in text
+    assert out.read_text() == text  # what it printed
+
+
+def test_harel_matrix_lists_a_failure_no_finding_covers_as_new():
+    sys.path.insert(0, str(ROOT / "benchmarks"))
+    try:
+        import harel_matrix
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    row = {"name": "harel-sqlite-async", "report": {"properties": [
+        {"property": "tie-break", "verdict": "failed", "reason": "claim(...): the model allows 'g2'"},
+        {"property": "close", "verdict": "failed", "reason": "publish after close()"},
+        {"property": "fifo", "verdict": "passed", "reason": "120 examples"}]}}
+    lines, new = harel_matrix.failures_by_finding([row])
+    assert new == 1 and lines[2:] == [
+        "| `harel-sqlite-async` | tie-break | **new**: no finding covers it | claim(...): the model allows 'g2' |",
+        "| `harel-sqlite-async` | close | 4 | publish after close() |"]
