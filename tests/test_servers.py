@@ -6,6 +6,7 @@ certification that did not stop left an ElasticMQ running and its directory in /
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -15,11 +16,15 @@ import pytest
 from server_support import require_server
 
 STARTS = """
-import sys
+import os, sys, time
 from harel_ref.testing import servers
 server = getattr(servers, sys.argv[1])()
 process = getattr(server, "_process", None)
-print(process.pid if process else "", server.directory, flush=True)
+forked = os.fork() if sys.argv[2:] == ["fork"] else -1  # a child of the owner, not exec'd, that lives on
+if forked == 0:
+    time.sleep(600)
+    os._exit(0)
+print(process.pid if process else "", server.directory, forked, flush=True)
 sys.stdin.read()  # until the test kills this process
 """
 
@@ -39,7 +44,7 @@ def test_a_server_whose_process_was_killed_is_stopped_and_its_directory_removed(
         require_server("HAREL_SQS_URL", "java", "default-jre-headless")
     owner = subprocess.Popen([sys.executable, "-c", STARTS, server], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              text=True)
-    pid, directory = owner.stdout.readline().rstrip("\n").split(" ")
+    pid, directory, _ = owner.stdout.readline().rstrip("\n").split(" ")
     assert os.path.isdir(directory) and (not pid or os.path.exists(f"/proc/{pid}"))
     owner.kill()  # SIGKILL: no atexit, no finally
     owner.wait()
@@ -51,6 +56,26 @@ def test_a_server_whose_process_was_killed_is_stopped_and_its_directory_removed(
         assert directory not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
 
 
+def test_a_child_forked_from_the_owner_does_not_keep_its_server_alive():
+    """A child forked without exec (multiprocessing's fork context, ``os.fork``) gets a copy of
+    the owner's end of the watchdog's pipe; it closes it at once, so the server goes with its
+    owner while the child lives on."""
+    require_server("HAREL_REDIS_URL", "redis-server", "redis-server")
+    owner = subprocess.Popen([sys.executable, "-c", STARTS, "RedisServer", "fork"], stdin=subprocess.PIPE,
+                             stdout=subprocess.PIPE, text=True)
+    pid, directory, child = owner.stdout.readline().rstrip("\n").split(" ")
+    try:
+        owner.kill()
+        owner.wait()
+        deadline = time.monotonic() + 90
+        while not _gone(pid, directory) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert os.path.exists(f"/proc/{child}")  # the child still runs, and the server is gone
+        assert _gone(pid, directory), (pid, directory)
+    finally:
+        os.kill(int(child), signal.SIGKILL)
+
+
 def test_a_server_closed_cleanly_ends_its_watchdog():
     require_server("HAREL_REDIS_URL", "redis-server", "redis-server")
     from harel_ref.testing.servers import RedisServer
@@ -60,5 +85,9 @@ def test_a_server_closed_cleanly_ends_its_watchdog():
         assert watchdog is not None and watchdog.poll() is None
         server.restart()  # a restarted server gets a watchdog of its own for its new process
         assert watchdog.poll() is not None and server._watchdog.poll() is None
+        stopped = server._process.pid
+        server.stop()  # its watchdog no longer names the process id, which another may take
+        assert str(stopped) not in server._watchdog.args and server._watchdog.poll() is None
+        server.start()
         watchdog = server._watchdog
     assert watchdog.poll() is not None and not server.directory.exists()

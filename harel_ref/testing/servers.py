@@ -49,6 +49,7 @@ import socket
 import subprocess
 import tempfile
 import time
+import weakref
 from pathlib import Path
 
 __all__ = ["MongoServer", "PostgresServer", "RedisServer", "ServerUnavailable", "SqsServer", "maven_classpath"]
@@ -111,7 +112,9 @@ class _Server:
     stay.  So each running server has a watchdog (:data:`WATCHDOG`), a shell of its own
     session (a terminal's Ctrl-C passes it by) that waits, without polling, for that process
     to be gone, then stops the server and deletes the directory.  A clean close ends the
-    watchdog first."""
+    watchdog.  A child forked from the owner (not exec'd) holds no end of the pipe, which would
+    keep the watchdog waiting for the child too, and leaves the server alone as it exits: the
+    server is its owner's."""
 
     port: int
     directory: Path
@@ -121,6 +124,8 @@ class _Server:
     def __init__(self, prefix: str) -> None:
         self.directory = Path(tempfile.mkdtemp(prefix=prefix))
         self.port = _free_port()
+        self._owner = os.getpid()
+        _WATCHED.add(self)
         atexit.register(self.close)
 
     def _watch(self, stop: list[str], server: subprocess.Popen[bytes] | None = None) -> None:
@@ -132,6 +137,11 @@ class _Server:
         self._watchdog = subprocess.Popen(
             ["/bin/sh", "-c", WATCHDOG, "harel-ref-watchdog", str(self.directory), pid, *stop],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+    def _watch_stopped(self) -> None:
+        """After a stop: a watchdog that only deletes the directory, not one that would signal
+        a process id the stopped server no longer holds."""
+        self._watch([])
 
     def _unwatch(self) -> None:
         if self._watchdog is not None:
@@ -153,14 +163,30 @@ class _Server:
         raise NotImplementedError
 
     def close(self) -> None:
-        """Stop the server and delete its directory (harmless twice)."""
-        self._unwatch()
+        """Stop the server and delete its directory (harmless twice; nothing in a forked child)."""
+        if os.getpid() != self._owner:
+            return
         if self._running:
             try:
                 self.stop()
             except Exception:  # a server already gone: its directory still goes
                 pass
+        self._unwatch()
         shutil.rmtree(self.directory, ignore_errors=True)
+
+
+_WATCHED: weakref.WeakSet[_Server] = weakref.WeakSet()
+"""Every server of this process: a forked child closes its copies of their watchdogs' pipes."""
+
+
+def _forget_watchdogs_in_child() -> None:
+    for server in list(_WATCHED):
+        if server._watchdog is not None:
+            server._watchdog.stdin.close()  # the child's copy: the owner's stays open
+            server._watchdog = None
+
+
+os.register_at_fork(after_in_child=_forget_watchdogs_in_child)
 
 
 class PostgresServer(_Server):
@@ -257,6 +283,7 @@ class RedisServer(_Server):
             self._process.kill() if kill else self._process.terminate()
             self._process.wait(timeout=30)
             self._process = None
+            self._watch_stopped()
         self._running = False
 
     def restart(self, *, kill: bool = False) -> None:
@@ -371,6 +398,7 @@ class _JavaServer(_Server):
                 self._process.kill()
                 self._process.wait()
             self._process = None
+            self._watch_stopped()
         self._running = False
 
     def restart(self) -> None:
