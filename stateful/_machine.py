@@ -725,9 +725,9 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
         late, found by the quick parking and lease-expiry searches at 13 of seeds 0-19 before,
         was found at 9 with this, and at 8 with a message in every meeting.)
 
-        Where ``choose_keys`` has not run yet (Hypothesis runs the initial rules in an order it
-        draws), the messages wait for it, so that either way they are keyed by the example's
-        routing keys in turn, as ``publish_each`` keys them."""
+        Where the transport routes and ``choose_keys`` has not run yet (Hypothesis runs the
+        initial rules in an order it draws), the messages wait for it, so that either way they
+        are keyed by the example's routing keys in turn, as ``publish_each`` keys them."""
         if not self.wall:
             self.clock.now = clock
         self.pool = tuple(group_ids)
@@ -735,8 +735,8 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
         for family in drawn:
             self.reached[f"{DRAWN}ids {family}"] += 1
         if any(pair_in_order(group_ids, GROUP_FAMILIES[family]) for family in drawn if family != "plain"):
-            self.meeting_waits_for_keys = not self.key_pool
-            if self.key_pool:
+            self.meeting_waits_for_keys = not self.key_pool and self.backend.capabilities.routing
+            if not self.meeting_waits_for_keys:
                 self._publish_each("numbered", 0)  # not the rule: a focused machine may leave it out
         return multiple(*group_ids)
 

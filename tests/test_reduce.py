@@ -13,7 +13,8 @@ from harel_ref.stateful._facts import Fact
 
 # As the single-in-flight search left a store that ignores trailing spaces at seed 0: fifteen
 # publish_each steps, of which one fails the same way.  (The pair in the other order, ``g``
-# first, starts with a message in each id, and the failure would need no step at all.)
+# first, starts with a message in each id, and the failure would need no step but the initial
+# ones: ``begin``, and ``choose_keys`` where begin ran first, whose keys its messages wait for.)
 PLATEAU = [
     "state = SingleInFlightMachine()",
     "groups_0, groups_1 = state.begin(group_ids=['g ', 'g'], clock=1000.0)",

@@ -104,6 +104,18 @@ def test_the_meetings_messages_are_keyed_by_the_examples_keys_whichever_initial_
     state.teardown()
 
 
+def test_without_routing_the_meetings_messages_go_out_at_once():
+    """A transport without routing drops the keys: its meeting does not wait for them, so its
+    examples are what they were before the wait."""
+    backend = Backend("memory-no-routing", lambda clock, namespace: InMemoryTransport(clock=clock),
+                      Capabilities(routing=False))
+    state = make_machine(backend)()
+    state.begin(group_ids=["job", "Job", "JOB"], clock=1000.0)
+    assert {group: state.model.group_info(group) for group in state.model.contents()} == {
+        "job": (0, None), "Job": (0, None), "JOB": (0, None)}
+    state.teardown()
+
+
 @pytest.mark.parametrize("events", ["numbered", "equal"])
 def test_a_store_that_folds_case_fails_on_publish_each(events):
     from broken import GroupIdsFoldCase
