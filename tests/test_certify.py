@@ -856,7 +856,7 @@ def test_the_preflight_times_the_fastest_of_its_tries():
     class SlowOnce(InMemoryTransport):
         def publish(self, *args, **kwargs):
             publishes[0] += 1
-            if publishes[0] == 3:  # the second timed round
+            if publishes[0] == 3:  # the third timed round (the untimed open publishes nothing)
                 time.sleep(1.0)
             return super().publish(*args, **kwargs)
 

@@ -275,9 +275,9 @@ def _plan(target: Target, layout: _Layout, asked: Profile, speed: Speed, *, seed
     searches = dict(lockstep=lockstep - standby + (SHARED_FACTOR if standby else 0),
                     parallel=int(any(PROPERTIES[p].concurrent for p in layout.applicable)),
                     branches=layout.branches, soak=soak)
+    searches.update(jobs=min(layout.jobs, len(tasks) - standby), largest=SHARED_FACTOR if standby else 1)
     profile = asked if time_budget is not None else asked.fitted(estimate_seconds(asked, caps, speed, **searches))
-    estimate = estimate_seconds(profile, caps, speed, **searches, jobs=min(layout.jobs, len(tasks) - standby),
-                                largest=SHARED_FACTOR if standby else 1)
+    estimate = estimate_seconds(profile, caps, speed, **searches)
     if time_budget is not None:
         estimate = min(estimate, time_budget + (soak or 0.0))
     chosen = layout.chosen
