@@ -207,7 +207,7 @@ def test_harel_matrix_prints_each_class_with_its_failures_mapped_to_findings(tmp
                      r"\d+ s \| [\d. ]+ → [\d. ]+ \|$", text, re.MULTILINE), text
     assert re.search(r"^\| `harel-memory` \| close \| 4 \| .*after close\(\)", text, re.MULTILINE), text
     assert re.search(r"^\| `harel-memory` \| bad-input \| 5 \| ", text, re.MULTILINE), text
-    assert "0 failure(s) that no finding of docs/harel-0.9.md covers" in text
+    assert "0 failure(s) that no finding of docs/harel-0.9.md covers; 0 class(es) without a report" in text
     assert out.read_text() == text  # what it printed
 
 
@@ -221,7 +221,10 @@ def test_harel_matrix_lists_a_failure_no_finding_covers_as_new():
         {"property": "tie-break", "verdict": "failed", "reason": "claim(...): the model allows 'g2'"},
         {"property": "close", "verdict": "failed", "reason": "publish after close()"},
         {"property": "fifo", "verdict": "passed", "reason": "120 examples"}]}}
-    lines, new = harel_matrix.failures_by_finding([row])
+    nul = {"name": "harel-postgres", "report": {"properties": [
+        {"property": "event-integrity", "verdict": "failed", "reason": "publish('g\\x00', 'e'): DataError"}]}}
+    lines, new = harel_matrix.failures_by_finding([row, nul])
     assert new == 1 and lines[2:] == [
         "| `harel-sqlite-async` | tie-break | **new**: no finding covers it | claim(...): the model allows 'g2' |",
-        "| `harel-sqlite-async` | close | 4 | publish after close() |"]
+        "| `harel-sqlite-async` | close | 4 | publish after close() |",
+        "| `harel-postgres` | event-integrity | 22 | publish('g\\x00', 'e'): DataError |"]
