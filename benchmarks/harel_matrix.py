@@ -15,8 +15,10 @@ Central, files in a temporary directory; rqlite on the cluster of ``compose.yaml
 It prints, as Markdown:
 
 - the verdict table: one row per class, one column per property (``pass``, **FAIL**, ``n/a``,
-  ``?`` for unknown), both conformance levels, the row's time, and the load average before and
-  after it; above it the harel, harel-ref and Hypothesis versions, the profile and the seed;
+  ``?`` for unknown, ``(no-loss)`` where what the property's search saw is a consequence of
+  no-loss's failure and it was not judged on its own), both conformance levels, the row's time,
+  and the load average before and after it; above it the harel, harel-ref and Hypothesis
+  versions, the profile and the seed;
 - every failure with the finding of docs/harel-0.9.md it is (:data:`FINDINGS`: what that page
   gives for the class's backend and the property).  A failure of a backend and property that
   no finding covers is listed as **new**, to be looked at: a change in harel, or in harel-ref,
@@ -31,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -72,7 +75,10 @@ new."""
 
 NUL_IDS = {"libsql", "postgres"}
 """Finding 22: group ids that differ after a NUL, merged (libSQL) or refused (Postgres), in any
-search that publishes one; told by the NUL in the failing step."""
+search that publishes one; told by the NUL in the failing step or in the error (Postgres's
+``DataError`` does not say which field held it: a NUL in an event would be filed there too)."""
+NUL = re.compile(r"\\x00|\bNUL\b")
+CONSEQUENCE = re.compile(r"^a consequence of ([a-z-]+)'s failure")
 
 CELLS = {"passed": "pass", "failed": "**FAIL**", "not applicable": "n/a", "unknown": "?", "not selected": ""}
 
@@ -105,12 +111,22 @@ def verdict_table(rows: list[dict]) -> list[str]:
             cells = [f"no report: {row['error']}".replace("|", "\\|").replace("\n", " ")] + [""] * (len(header) - 4)
         else:
             report = row["report"]
-            verdicts = {entry["property"]: entry["verdict"] for entry in report["properties"]}
+            entries = {entry["property"]: entry for entry in report["properties"]}
             levels = report["levels"]
             cells = [_level(levels.get("contract")), _level(levels.get("strict")),
-                     *(CELLS.get(verdicts.get(prop, "not selected"), "?") for prop in PROPERTIES)]
+                     *(_cell(entries.get(prop)) for prop in PROPERTIES)]
         lines.append(f"| `{row['name']}` | " + " | ".join([*cells, f"{row['seconds']:.0f} s", row["load"]]) + " |")
     return lines
+
+
+def _cell(entry: dict | None) -> str:
+    """A property's cell: its verdict, or, where it was not judged on its own because what its
+    search saw is a consequence of another property's failure (SPEC.md C12), that property."""
+    if entry is None:
+        return ""
+    if entry["verdict"] == "unknown" and (consequence := CONSEQUENCE.match(entry["reason"])):
+        return f"({consequence[1]})"
+    return CELLS.get(entry["verdict"], "?")
 
 
 def _level(outcome: str | None) -> str:
@@ -125,9 +141,8 @@ def failures_by_finding(rows: list[dict]) -> tuple[list[str], int]:
         for entry in row.get("report", {}).get("properties", []):
             if entry["verdict"] != "failed":
                 continue
-            found = FINDINGS[backend].get(entry["property"])
-            if backend in NUL_IDS and "\\x00" in entry["reason"]:
-                found = tuple(dict.fromkeys([*(found or ()), 22]))
+            found = (22,) if backend in NUL_IDS and NUL.search(entry["reason"]) else \
+                FINDINGS[backend].get(entry["property"])
             new += found is None
             finding = ", ".join(map(str, found)) if found else "**new**: no finding covers it"
             seen = " ".join(entry["reason"].split())[:160].replace("|", "\\|")

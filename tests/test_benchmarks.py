@@ -222,9 +222,14 @@ def test_harel_matrix_lists_a_failure_no_finding_covers_as_new():
         {"property": "close", "verdict": "failed", "reason": "publish after close()"},
         {"property": "fifo", "verdict": "passed", "reason": "120 examples"}]}}
     nul = {"name": "harel-postgres", "report": {"properties": [
-        {"property": "event-integrity", "verdict": "failed", "reason": "publish('g\\x00', 'e'): DataError"}]}}
+        {"property": "event-integrity", "verdict": "failed", "reason": "publish(...) raised: DataError: NUL (0x00)"},
+        {"property": "fifo", "verdict": "failed", "reason": "claim(...): the model allows the head of 'g\\x00'"}]}}
     lines, new = harel_matrix.failures_by_finding([row, nul])
     assert new == 1 and lines[2:] == [
         "| `harel-sqlite-async` | tie-break | **new**: no finding covers it | claim(...): the model allows 'g2' |",
         "| `harel-sqlite-async` | close | 4 | publish after close() |",
-        "| `harel-postgres` | event-integrity | 22 | publish('g\\x00', 'e'): DataError |"]
+        "| `harel-postgres` | event-integrity | 22 | publish(...) raised: DataError: NUL (0x00) |",
+        "| `harel-postgres` | fifo | 22 | claim(...): the model allows the head of 'g\\x00' |"]
+    consequence = {"property": "fencing", "verdict": "unknown", "reason": "a consequence of no-loss's failure: ..."}
+    assert [harel_matrix._cell(entry) for entry in (consequence, {**consequence, "reason": "interrupted"}, None)] == [
+        "(no-loss)", "?", ""]
