@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import pytest
@@ -158,6 +159,30 @@ def test_a_search_process_stopped_during_its_clean_up_ends_quietly(capfd, tmp_pa
     pool.close()
     assert [worker.exitcode for worker in workers] == [128 + 15]
     assert "Traceback" not in capfd.readouterr().err
+
+
+def test_a_search_process_stopped_with_progress_unsent_ends_without_sending_it(capfd, tmp_path):
+    """A stopping parent reads nothing more from its search processes; one whose progress
+    filled the pipe waited at exit for its queue's feeder thread to write it out, for ever,
+    until close() ended it after its grace, with a warning.  Now it drops what is left and
+    ends as stopped (128 + 15) when told."""
+    from harel_ref.certify._jobs import SearchProcesses
+    from harel_ref.certify._passes import clean_up_process
+    from jobs_support import floods_then_waits
+
+    pool = SearchProcesses(Target.from_bundled("memory", tmp_path), 1, floods_then_waits, clean_up_process)
+    assert pool.ready() is None
+    flooded = tmp_path / "flooded"
+    pool.submit(1, None, {"flooded": str(flooded)})
+    waited = 0
+    while not flooded.exists():  # the progress is sent: 256 KiB, four pipes' worth
+        assert waited < 2400, "the search process never sent its progress"
+        time.sleep(0.05)
+        waited += 1
+    workers = list(pool._workers.values())
+    pool.close()
+    assert [worker.exitcode for worker in workers] == [128 + 15]
+    assert "had not stopped" not in capfd.readouterr().err
 
 
 def test_the_default_number_of_jobs(monkeypatch):

@@ -27,7 +27,7 @@ import time
 import traceback
 import types
 from collections.abc import Callable, Iterable, Iterator
-from typing import Any
+from typing import Any, NoReturn
 
 from ._signals import raise_if_stopped, signals_deferred, stop_on_signals, stopped_by
 
@@ -85,9 +85,22 @@ def _serve(target: Any, run: Callable, clean_up: Callable, tasks, results, start
             if stopped_by() is None:  # raised by the transport: reported as a failure
                 raise
             # a signal (close()'s, or one to the whole group): the parent is stopping, quietly
-            sys.exit(128 + stopped_by())
+            _exit_stopped(results)
         if stopped_by() is not None:  # a signal during the clean-up, deferred: as quietly, not
-            sys.exit(128 + stopped_by())  # raised by stop_on_signals as it ends (a traceback)
+            _exit_stopped(results)  # raised by stop_on_signals as it ends (a traceback)
+
+
+def _exit_stopped(results) -> NoReturn:
+    """End a worker stopped by a signal, without sending what it still has to say.
+
+    As a process ends, multiprocessing waits for each queue's feeder thread to write out what
+    was put on the queue.  A stopping parent reads no more, so that wait lasts for ever once
+    the pipe is full (a search's progress fills it); and a signal's exception raised while the
+    worker was putting can leave the feeder waiting for a wake-up that never comes (seen under
+    load: one run in about forty ended by the parent after its grace, with the worker waiting
+    in ``Queue._finalize_join``).  Nobody will read what is left, so it is dropped."""
+    results.cancel_join_thread()
+    sys.exit(128 + stopped_by())
 
 
 def _serve_tasks(target: Any, run: Callable, clean_up: Callable, tasks, results, started) -> None:
