@@ -32,7 +32,7 @@ from hypothesis.stateful import (
     rule,
 )
 
-from harel_ref.transport import Lease
+from harel_ref.transport import Lease, OutcomeUnknownError, StorageError
 from harel_ref.transport._base import PARKED, PRIORITIES
 from harel_ref.model import Claimed, QueueModel, When
 
@@ -56,7 +56,7 @@ from ._properties import (
 
 __all__ = [
     "FOCUS_RULES", "RULES", "Choices", "ClockedTransport", "Divergence", "FakeClock", "MovingClock",
-    "TransportMachine", "claim_fact",
+    "StorageFailed", "TransportMachine", "claim_fact",
     "describe_queue", "make_machine", "release_fact", "show_outcomes",
 ]
 
@@ -252,6 +252,18 @@ class Divergence(ShowsAFact, AssertionError):
             f"  the transport answered: {fact.answered}\n"
             f"  queue per the model:\n{fact.state}"
         )
+
+
+class StorageFailed(Exception):
+    """A call of the example raised an error of R17: ``StorageError`` (the storage did not
+    carry it out) or ``OutcomeUnknownError`` (its answer was lost, and it may have acted).
+    The model cannot say what the queue holds after it, so nothing from that call on can be
+    judged: the example ends there, and neither passes nor fails.  A certifier sets it aside
+    and counts it (SPEC.md C15); a plain Hypothesis run fails with it.  The transport's error
+    is its ``__cause__``."""
+
+
+R17_ERRORS = (StorageError, OutcomeUnknownError)
 
 
 _DIVERGENCES: dict[str, type[Divergence]] = {}
@@ -566,6 +578,7 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
         self.clock = MovingClock()
         self.namespace = f"ns_{uuid.uuid4().hex[:12]}"
         self.loop = asyncio.new_event_loop() if self.backend.is_async else None
+        self.unanswered: StorageFailed | None = None  # the call the storage failed at (R17), if one did
         self.model = QueueModel(caps.fairness, acks=self.model_acks or caps.acks, ties=self.ties)
         self.answerless = caps.protocol == "harel"  # ack and nack answer None (R20)
         try:
@@ -599,13 +612,15 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
     # --- plumbing ---------------------------------------------------------------------------
 
     def _open(self) -> Any:
-        if self.wall:
-            return open_transport(self.backend.factory, time.time, self.namespace, self.loop,
-                                  self.backend.capabilities.protocol)
-        self.clock.call_begins()  # opening reads it too
-        opened = open_transport(self.backend.factory, self.clock, self.namespace, self.loop,
-                                self.backend.capabilities.protocol)
-        return ClockedTransport(opened, self.clock)
+        clock = time.time if self.wall else self.clock
+        if not self.wall:
+            self.clock.call_begins()  # opening reads it too
+        try:
+            opened = open_transport(self.backend.factory, clock, self.namespace, self.loop,
+                                    self.backend.capabilities.protocol)
+        except R17_ERRORS as exc:
+            raise self._storage_failed("opening the transport", exc) from exc
+        return opened if self.wall else ClockedTransport(opened, self.clock)
 
     def _instance(self, via: int) -> Any:
         return self.instances[via % len(self.instances)]
@@ -615,12 +630,23 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
         return spec_seconds if self.choices.scale == 1.0 else spec_seconds * self.choices.scale
 
     def _call(self, method, *args) -> tuple[Any, When]:
-        """Call the transport; return its answer and when it happened."""
+        """Call the transport; return its answer and when it happened.  An error of R17 ends
+        the example unjudged (:class:`StorageFailed`)."""
+        before = time.time() if self.wall else 0.0
+        try:
+            answer = method(*args)
+        except R17_ERRORS as exc:
+            raise self._storage_failed(_call_shown(getattr(method, "__name__", "call"), args, {}), exc) from exc
         if not self.wall:
-            return method(*args), When.at(self.clock.now)
-        before = time.time()
-        answer = method(*args)
+            return answer, When.at(self.clock.now)
         return answer, When(before, max(before, time.time()))  # a wall clock may step back
+
+    def _storage_failed(self, call: str, error: Exception) -> StorageFailed:
+        """The example's end at ``call``, which raised ``error`` (R17): kept for the teardown,
+        which then neither drains nor compares, since the model no longer knows the queue."""
+        self.unanswered = StorageFailed(f"{call} raised {type(error).__name__}: {error} (R17: the model cannot "
+                                        "follow the queue past it, so the example ends there, unjudged)")
+        return self.unanswered
 
     def _fact(self, kind: str, step: str, expected: str, answered: Any) -> Fact:
         """The fact of ``kind`` seen at ``step``, with what came before it."""
@@ -1170,8 +1196,8 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
         acts = self.model.acts(lease.token)
         try:
             return self._call(getattr(self._instance(via), op), lease, *args)
-        except TransportFault:
-            raise  # hung, crashed or panicked: the transport's fault, whatever the lease
+        except (TransportFault, StorageFailed):
+            raise  # hung, crashed or panicked: the transport's fault, whatever the lease; or R17
         except Exception as exc:
             if acts or self.model.acks == "by-seq":
                 raise
@@ -1359,7 +1385,8 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
 
     def teardown(self):
         try:
-            if not self.in_step:  # a step that failed has already reported; just clean up
+            # a step that failed has already reported, and one the storage failed cannot be judged
+            if not self.in_step and self.unanswered is None:
                 self._drain_and_compare()
                 if self.check_close:
                     self._check_close()
@@ -1422,6 +1449,8 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
         one instance must not close the pool, connection or client the others share."""
         try:
             self._call(transport.claim, "w1", self._seconds(self.choices.visibilities[0]))
+        except StorageFailed:
+            raise
         except Exception as exc:
             answer = exc  # failed below, outside the handler (see divergence_class)
         else:

@@ -81,7 +81,7 @@ from ._lanes import LANES, SeenBeside, runs_in_order
 from ._linearize import DRAIN_WORKER, RELAXES, check_linearizable
 from ._properties import BRANCHES_IN_A_PROGRAM, OVERLAP, UNJUDGED, largest
 from ._values import BRANCH_COUNTS
-from ._machine import START, ClockedTransport, Divergence, FakeClock, MovingClock
+from ._machine import R17_ERRORS, START, ClockedTransport, Divergence, FakeClock, MovingClock
 from ._timeline import timeline_svg, timeline_text
 from ._record import error_text
 from .history import Record
@@ -426,8 +426,8 @@ class _Calls:
             answer, error = yield method
             self.recorder.finish(record, answer, error)
             self.claimed(op, None if error is not None else answer)
-            if error is not None and errors_raise:
-                raise error
+            if error is not None and errors_raise and not isinstance(error, R17_ERRORS):
+                raise error  # an error of R17 is recorded, and the history judged with it
 
     def run(self, ops: Sequence[Op], transport: Any, at: float | None, *, errors_raise: bool) -> None:
         calls = self._calls(ops, transport, at, errors_raise)
@@ -684,17 +684,32 @@ def _run_threads(branches: list[_Calls], programs_: Sequence[Sequence[Op]], inst
 
 
 def _drain(transport: Any, visibility: float, at: float | None, wall: bool, limit: int) -> list[Record]:
-    """Claim and ack until None (at most ``limit`` + 1 messages: more is a duplicate)."""
-    calls = _Calls(_Recorder(DRAIN_WORKER, wall), {}, "d", visibility, 0.0)
+    """Claim and ack until None (at most ``limit`` + 1 messages: more is a duplicate).  A call
+    that raises an error of R17 is recorded and ends the drain: the history is judged with it
+    (it may have acted), and without a last claim that found nothing, it shows no loss."""
+    recorder = _Recorder(DRAIN_WORKER, wall)
     for number in range(limit + 2):
-        record = calls.recorder.start("claim", at, worker_id=DRAIN_WORKER, visibility=visibility)
-        lease = transport.claim(DRAIN_WORKER, visibility)
-        calls.recorder.finish(record, lease)
-        if lease is None:
+        lease = _drained(recorder, at, "claim", lambda: transport.claim(DRAIN_WORKER, visibility),
+                         worker_id=DRAIN_WORKER, visibility=visibility)
+        if lease is None or _drained(recorder, at, "ack", lambda: transport.ack(lease), lease=lease) is _FAILED:
             break
-        record = calls.recorder.start("ack", at, lease=lease)
-        calls.recorder.finish(record, transport.ack(lease))
-    return calls.recorder.records
+    return recorder.records
+
+
+_FAILED = object()  # what _drained answers for a call that raised an error of R17
+
+
+def _drained(recorder: _Recorder, at: float | None, op: str, call: Callable[[], Any], **args: Any) -> Any:
+    """One call of the drain, recorded: its answer, or None (a claim) or ``_FAILED`` (an ack)
+    for one that raised an error of R17."""
+    record = recorder.start(op, at, **args)
+    try:
+        answer = call()
+    except R17_ERRORS as exc:
+        recorder.finish(record, error=exc)
+        return None if op == "claim" else _FAILED
+    recorder.finish(record, answer)
+    return answer
 
 
 # --- judging --------------------------------------------------------------------------------

@@ -29,7 +29,7 @@ from hypothesis.stateful import run_state_machine_as_test
 from harel_ref.stateful import Capabilities, Divergence
 from harel_ref.stateful._async import CallLimits, TransportHung, in_line_calls
 from harel_ref.stateful._facts import Fact
-from harel_ref.stateful._machine import Choices
+from harel_ref.stateful._machine import Choices, StorageFailed
 from harel_ref.stateful._properties import SIZES, owner, owners, tally
 from harel_ref.stateful._processes import BranchProcesses
 from harel_ref.stateful.parallel import (
@@ -67,6 +67,8 @@ class Search:
     cut_short: bool = False
     shrink_cut: bool = False  # the shrink limit was reached
     set_aside: int = 0  # examples rejected at a fact of another property's bug (SPEC.md C5)
+    unjudged: int = 0  # examples ended where the storage failed (R17), set aside unjudged (SPEC.md C15)
+    storage_failed: StorageFailed | None = None  # the first of those
     ended_at_echo: int = 0  # judged examples that met one only in their calls after close()
     echo: BaseException | None = None  # the first of those facts
     ended_echo: BaseException | None = None  # the first met only in the calls after close()
@@ -205,7 +207,11 @@ class _Watching:
             self._search.data = None
         self._crash: BaseException | None = None  # the call's error this example kept as the first
         self._ending = False  # in the teardown's last checks, the calls after close()
-        super().__init__()
+        try:
+            super().__init__()
+        except StorageFailed as failed:  # opening the transport: there is no example to tear down
+            self._unjudged(failed)
+            raise
 
     def _check_close(self):
         self._ending = True  # every step and the drain were judged
@@ -219,13 +225,29 @@ class _Watching:
             pass  # the StopTest it ran out of data with goes on up
         except _EndedAtEcho:
             search.ended_at_echo += 1
+        except StorageFailed:
+            pass  # the drain's call: self.unanswered holds it
         finally:
+            # what answered before the storage failed was judged: its situations count
             tally(search.reached, {name: count for name, count in self.reached.items()
                                    if not self._probe or name in SIZES})  # a probe's ~1,100 claims swamp the counts
-            search.clean += search.first is None
+            search.clean += search.first is None and self.unanswered is None
             if self._discard is not None:  # the example's storage is not needed again
                 self._discard(self.namespace)
             search.found()
+        if self.unanswered is not None:
+            self._unjudged(self.unanswered)
+
+    def _unjudged(self, failed: StorageFailed) -> None:
+        """Set the example aside, unjudged: the storage failed at one of its calls (R17), and
+        the model cannot follow the queue past it (SPEC.md C15).  Counted, so that a search whose
+        examples mostly ended so is not taken for one that judged them."""
+        self._search.unjudged += 1
+        self._search.storage_failed = self._search.storage_failed or failed
+        try:
+            _reject()
+        except _Discarded:
+            pass  # it had ended (out of data: its StopTest goes on up), or it runs outside Hypothesis
 
     def _fail(self, *args, **kwargs):
         search = self._search
@@ -266,6 +288,8 @@ class _Watching:
     def _call(self, method, *args):
         try:
             return super()._call(method, *args)
+        except StorageFailed:
+            raise  # no crash: the example ends unjudged (teardown)
         except Exception as exc:  # a crash: kept in case time runs out while shrinking
             if self._search.first is None:
                 self._search.first = self._crash = exc
@@ -444,7 +468,7 @@ def _run_probes(machine: type, search: Search, aside: Callable[[Fact], bool], pr
             if search.cut_short:  # the time is up: the search's own examples all ran
                 search.cut_short, search.probes_unrun = False, len(probes) - probes.index(steps)
             return
-        if found is not None and not isinstance(found, _Discarded):
+        if found is not None and not isinstance(found, (_Discarded, StorageFailed)):  # a probe unjudged, counted
             if not isinstance(found, Divergence):  # a fault: the note a divergence was given
                 found.add_note("\n".join(steps))
             search.first = search.first or found

@@ -41,10 +41,15 @@ def how_ended(search_name: str, search: Search, target: Target, profile: Profile
     if exc is None:
         if search.cut_short:
             return "unknown", f"cut short by the time budget after {search.examples} examples", echoes
-        return "passed", f"{search.examples} examples, none diverged", echoes
+        judged = search.examples - search.unjudged
+        if judged < search.wanted / 4:
+            return "unknown", _too_few_judged(search), echoes
+        return "passed", f"{judged} examples, none diverged{_unjudged_note(search)}", echoes
     flaky = isinstance(exc, FlakyFailure)
     found = _leaves(exc)
     if all(isinstance(e, HypothesisException) for e in found):
+        if search.first is None and search.unjudged:  # Hypothesis gave up: every example unjudged
+            return "unknown", _too_few_judged(search), echoes
         if search.first is None:
             return "unknown", f"Hypothesis stopped: {type(exc).__name__}: {str(exc).splitlines()[0]}", echoes
         found = [search.first]  # shrinking was cut short by the time budget: no steps to show
@@ -70,7 +75,7 @@ def _beside_echo(search_name: str, search: Search, target: Target, profile: Prof
     (SPEC.md C5): passed, if it ran to its end (its examples judged, or as many set aside) and
     judged at least a quarter of the examples it was asked for; else stopped at that bug,
     unshrunk: its echo.  An example that met it only in its calls after close() counts as judged."""
-    judged = search.examples - search.set_aside
+    judged = search.examples - search.set_aside - search.unjudged
     if search.cut_short and judged >= search.wanted / 4:
         aside = f", {search.set_aside} of them set aside at {search.echo.kind}" if search.echo else ""
         return "unknown", f"cut short by the time budget after {search.examples} examples{aside}", []
@@ -85,7 +90,28 @@ def _beside_echo(search_name: str, search: Search, target: Target, profile: Prof
         reason += f"; {search.set_aside} more set aside: they met {met}"
     if search.ended_at_echo:
         reason += f"; in {search.ended_at_echo} of them the calls after close() met another property's bug"
-    return "passed", reason, []
+    return "passed", reason + _unjudged_note(search), []
+
+
+def _unjudged_note(search: Search) -> str:
+    """What a search that passed says of its examples the storage failed in (R17), if any."""
+    if not search.unjudged:
+        return ""
+    return f"; {search.unjudged} more ended unjudged where the storage failed (R17), the first: {_first_line(search.storage_failed)}"
+
+
+def _too_few_judged(search: Search) -> str:
+    """Why a search whose examples mostly ended where the storage failed (R17) is unknown: a
+    transport whose errors hid its bugs would otherwise pass (SPEC.md C15)."""
+    judged = search.examples - search.set_aside - search.unjudged
+    return (f"the storage failed (R17) in {search.unjudged} of its {search.examples} examples, which ended unjudged: "
+            f"{judged} judged, fewer than a quarter of the {search.wanted} it was asked for; the first: "
+            f"{_first_line(search.storage_failed)}")
+
+
+def _first_line(error: BaseException | None) -> str:
+    """The call and its error, without the explanation a StorageFailed adds for a plain run."""
+    return str(error).split(" (R17: ")[0].splitlines()[0][:300]
 
 
 def failure_entry(search_name: str, error: BaseException, flaky: bool, target: Target, profile: Profile, run_seed: int,
