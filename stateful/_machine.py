@@ -1196,12 +1196,14 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
         acts = self.model.acts(lease.token)
         try:
             return self._call(getattr(self._instance(via), op), lease, *args)
-        except (TransportFault, StorageFailed):
-            raise  # hung, crashed or panicked: the transport's fault, whatever the lease; or R17
+        except TransportFault:
+            raise  # hung, crashed or panicked: the transport's fault, whatever the lease
         except Exception as exc:
             if acts or self.model.acks == "by-seq":
                 raise
             raised = exc
+            if isinstance(exc, StorageFailed):  # R10 gives the answer whatever the storage says: not
+                raised, self.unanswered = exc.__cause__, None  # an example to set aside (C15)
         # Raised outside the handler, so that the divergence's context is not the transport's
         # error (see divergence_class).
         step = f"{op}({_lease_ref(lease)}{', delay=' + repr(args[0]) if args else ''})"
