@@ -259,8 +259,13 @@ class StorageFailed(Exception):
     carry it out) or ``OutcomeUnknownError`` (its answer was lost, and it may have acted).
     The model cannot say what the queue holds after it, so nothing from that call on can be
     judged: the example ends there, and neither passes nor fails.  A certifier sets it aside
-    and counts it (SPEC.md C15); a plain Hypothesis run fails with it.  The transport's error
-    is its ``__cause__``."""
+    and counts it, and replays it once to see whether the same call fails again (SPEC.md C15);
+    a plain Hypothesis run fails with it.  ``call`` is the call as code and ``number`` its
+    place among the example's calls; the transport's error is its ``__cause__``."""
+
+    def __init__(self, message: str, call: str, number: int) -> None:
+        super().__init__(message)
+        self.call, self.number = call, number
 
 
 R17_ERRORS = (StorageError, OutcomeUnknownError)
@@ -579,6 +584,7 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
         self.namespace = f"ns_{uuid.uuid4().hex[:12]}"
         self.loop = asyncio.new_event_loop() if self.backend.is_async else None
         self.unanswered: StorageFailed | None = None  # the call the storage failed at (R17), if one did
+        self.calls = 0  # the transport's calls the example made, opens too (_call, _open)
         self.model = QueueModel(caps.fairness, acks=self.model_acks or caps.acks, ties=self.ties)
         self.answerless = caps.protocol == "harel"  # ack and nack answer None (R20)
         try:
@@ -615,6 +621,7 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
         clock = time.time if self.wall else self.clock
         if not self.wall:
             self.clock.call_begins()  # opening reads it too
+        self.calls += 1
         try:
             opened = open_transport(self.backend.factory, clock, self.namespace, self.loop,
                                     self.backend.capabilities.protocol)
@@ -633,6 +640,7 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
         """Call the transport; return its answer and when it happened.  An error of R17 ends
         the example unjudged (:class:`StorageFailed`)."""
         before = time.time() if self.wall else 0.0
+        self.calls += 1
         try:
             answer = method(*args)
         except R17_ERRORS as exc:
@@ -645,8 +653,22 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
         """The example's end at ``call``, which raised ``error`` (R17): kept for the teardown,
         which then neither drains nor compares, since the model no longer knows the queue."""
         self.unanswered = StorageFailed(f"{call} raised {type(error).__name__}: {error} (R17: the model cannot "
-                                        "follow the queue past it, so the example ends there, unjudged)")
+                                        "follow the queue past it, so the example ends there, unjudged)", call,
+                                        self.calls)
         return self.unanswered
+
+    def _once_more(self, method, *args) -> tuple[Any, When] | Exception:
+        """Call ``method`` again after the storage failed at it (R17), for a call the spec
+        answers whatever happened before (a stale release does nothing, a claim on an empty
+        queue takes nothing), so that calling it twice is safe: its answer and moment, or the
+        transport's error if it raised again, which the caller judges (an election between two
+        calls is luck; the same error twice is the transport's)."""
+        self.unanswered = None
+        try:
+            return self._call(method, *args)
+        except StorageFailed as failed:
+            self.unanswered = None
+            return failed.__cause__
 
     def _fact(self, kind: str, step: str, expected: str, answered: Any) -> Fact:
         """The fact of ``kind`` seen at ``step``, with what came before it."""
@@ -1194,16 +1216,19 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
         answers False (or nothing, under harel's Protocol), never raises (R10): an error there
         is a failure of fencing, whichever search made the call (SQS's stale receipt handle)."""
         acts = self.model.acts(lease.token)
+        method = getattr(self._instance(via), op)
         try:
-            return self._call(getattr(self._instance(via), op), lease, *args)
+            return self._call(method, lease, *args)
         except TransportFault:
             raise  # hung, crashed or panicked: the transport's fault, whatever the lease
         except Exception as exc:
             if acts or self.model.acks == "by-seq":
                 raise
             raised = exc
-            if isinstance(exc, StorageFailed):  # R10 gives the answer whatever the storage says: not
-                raised, self.unanswered = exc.__cause__, None  # an example to set aside (C15)
+        if isinstance(raised, StorageFailed):  # R10 gives the answer whatever the storage says (C15)
+            raised = self._once_more(method, lease, *args)
+            if not isinstance(raised, Exception):
+                return raised
         # Raised outside the handler, so that the divergence's context is not the transport's
         # error (see divergence_class).
         step = f"{op}({_lease_ref(lease)}{', delay=' + repr(args[0]) if args else ''})"
@@ -1449,14 +1474,16 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
     def _check_still_open(self, transport: Any, step: str) -> None:
         """A claim on the drained queue through an instance nobody closed answers None: closing
         one instance must not close the pool, connection or client the others share."""
+        claim = (transport.claim, "w1", self._seconds(self.choices.visibilities[0]))
         try:
-            self._call(transport.claim, "w1", self._seconds(self.choices.visibilities[0]))
-        except StorageFailed:
-            raise
+            self._call(*claim)
+            return
         except Exception as exc:
             answer = exc  # failed below, outside the handler (see divergence_class)
-        else:
-            return
+        if isinstance(answer, StorageFailed):  # the queue is empty: a claim again is safe (C15)
+            answer = self._once_more(*claim)
+            if not isinstance(answer, Exception):
+                return
         self._fail(facts.CLOSED_ANOTHER, step, "an answer: this instance is open", answer)
 
     def _after_close(self) -> dict[str, tuple[str, tuple, dict]]:

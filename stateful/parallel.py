@@ -553,9 +553,10 @@ def run_program(
 
 
 def _run_prefix(ops: Sequence[Op], prefix: _Calls, first: Any, bench: Bench, visibility: float) -> None:
-    """Make the prefix's calls on the first instance, one at a time (an error raises).  A
-    ``Lapse`` moves the clock past every lease and park; ``Lapse(exact=True)``, on a fake
-    clock, to the end of the next lease or park the prefix took that is still live, if any."""
+    """Make the prefix's calls on the first instance, one at a time (an error raises, but one
+    of R17, which is recorded for the history checker).  A ``Lapse`` moves the clock past every
+    lease and park; ``Lapse(exact=True)``, on a fake clock, to the end of the next lease or park
+    the prefix took that is still live, if any."""
     wall, clock = bench.wall, bench.clock
     ends: list[float] = []  # of the prefix's leases and parks
     for op in ops:

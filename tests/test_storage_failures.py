@@ -4,9 +4,9 @@ search, and the certifier counted it as an error the spec never asks for."""
 
 from __future__ import annotations
 
-import itertools
+import random
 
-from broken import UnfencedAck
+from broken import OneCloseClosesEveryInstance, UnfencedAck
 from harel_ref.certify import Profile, certify
 from harel_ref.stateful import Capabilities
 from harel_ref.stateful._linearize import DRAIN_WORKER
@@ -18,16 +18,17 @@ LOCKSTEP = ["fifo", "fencing"]
 
 
 def _losing(base: type, every: int):
-    """A factory of ``base`` whose every ``every``-th claim on one storage takes its lease and
-    then loses the answer (OutcomeUnknownError): a message leased to nobody.  Counted per
-    storage, so that an example replayed loses the same answers."""
+    """A factory of ``base`` one claim in ``every`` of which takes its lease and then loses the
+    answer (OutcomeUnknownError): a message leased to nobody.  Which claims is drawn over the
+    run (a fixed seed), as a storage's bad moments come, so that an example replayed meets
+    them elsewhere (a period would meet them at the same call of a replay as long as itself)."""
     stores: dict[str, InMemoryStore] = {}
-    claims: dict[int, itertools.count] = {}
+    chance = random.Random(every)
 
     class Losing(base):
         def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
             lease = super().claim(worker_id, visibility, min_priority, routing_keys)
-            if next(claims.setdefault(id(self.store), itertools.count(1))) % every == 0:
+            if chance.random() < 1 / every:
                 raise OutcomeUnknownError("the answer was lost (a leader change)")
             return lease
 
@@ -42,7 +43,7 @@ def _certify(factory, profile=PROFILE):
 
 
 def test_an_answer_lost_now_and_then_ends_its_example_unjudged_and_the_rest_pass():
-    report = _certify(_losing(InMemoryTransport, every=25))
+    report = _certify(_losing(InMemoryTransport, every=40))
     assert {v.property: v.verdict for v in report.verdicts} == dict.fromkeys(LOCKSTEP, "passed"), report.to_markdown()
     assert any("ended unjudged where the storage failed" in v.reason and "OutcomeUnknownError" in v.reason
                for v in report.verdicts), report.to_markdown()
@@ -56,8 +57,77 @@ def test_answers_lost_at_every_claim_leave_the_verdicts_unknown():
 
 
 def test_a_bug_beside_answers_lost_now_and_then_is_still_found():
-    report = _certify(_losing(UnfencedAck, every=25))
-    assert report.verdict("fencing").verdict == "failed", report.to_markdown()
+    report = _certify(_losing(UnfencedAck, every=40))
+    fencing = report.verdict("fencing")
+    assert fencing.verdict == "failed" and fencing.failure.kind == "stale-acted", report.to_markdown()
+
+
+def _factory(cls):
+    stores: dict[str, InMemoryStore] = {}
+    return lambda clock, namespace: cls(clock=clock, store=stores.setdefault(namespace, InMemoryStore()))
+
+
+class RefusesEmptyEvents(InMemoryTransport):
+    """publish raises StorageError for an empty event, every time: as a store whose column
+    cannot hold what it is given reports the driver's error as the storage's (R17 allows
+    that only where the storage failed; on a working one it is the transport's, R19)."""
+
+    def publish(self, group_id, event, priority=0, routing_key=None):
+        if event == "":
+            raise StorageError("constraint failed: event may not be empty")
+        return super().publish(group_id, event, priority, routing_key)
+
+
+def test_an_error_of_r17_that_repeats_at_the_same_call_fails_the_search():
+    """Its examples are set aside; replayed, the first fails at the same call again: the error
+    is the transport's, not a storage failing now and then (SPEC.md C15)."""
+    report = _certify(_factory(RefusesEmptyEvents))
+    failed = [v for v in report.verdicts if v.verdict == "failed"]
+    assert failed, report.to_markdown()
+    assert all("again at the same call when the example was replayed" in v.failure.answered
+               and "StorageError: constraint failed" in v.failure.answered for v in failed), report.to_markdown()
+    assert all(v.failure.steps for v in failed), report.to_markdown()
+
+
+class LosesSomeReleaseAnswers(InMemoryTransport):
+    """One ack or nack in twenty acts and then loses its answer (drawn over the run, as in
+    :func:`_losing`): stale ones too, which act on nothing (R10), so calling one again is safe."""
+
+    chance = random.Random(20)
+
+    def ack(self, lease):
+        return self._lost(super().ack(lease))
+
+    def nack(self, lease, delay=0.0):
+        return self._lost(super().nack(lease, delay))
+
+    def _lost(self, answer):
+        if self.chance.random() < 1 / 20:
+            raise OutcomeUnknownError("the answer was lost (a leader change)")
+        return answer
+
+
+def test_a_stale_release_whose_answer_was_lost_is_made_again_and_judged():
+    report = certify(_factory(LosesSomeReleaseAnswers), Capabilities(durable=True, shared=True), profile=PROFILE,
+                     properties=["fencing"])
+    assert report.verdict("fencing").verdict == "passed", report.to_markdown()
+
+
+class ClosesOthersWithAStorageError(OneCloseClosesEveryInstance):
+    """As its parent, but the other instances say so with a StorageError, as a pool's
+    driver does once the pool is closed."""
+
+    def _check_open(self):
+        if self._client.closed and not self._closed:
+            raise StorageError("connection pool is closed")
+        super()._check_open()
+
+
+def test_another_instance_that_fails_with_an_error_of_r17_after_a_close_fails_close():
+    report = certify(_factory(ClosesOthersWithAStorageError), Capabilities(durable=True, shared=True),
+                     profile=PROFILE, properties=["close"])
+    close = report.verdict("close")
+    assert close.verdict == "failed" and close.failure.kind == "closed-another", report.to_markdown()
 
 
 class _DrainLoses(InMemoryTransport):

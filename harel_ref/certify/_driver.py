@@ -52,6 +52,17 @@ RATE_RUNS, RATE_ENOUGH, RATE_SECONDS = 10, 5, 10.0
 
 
 @dataclass
+class Unjudged:
+    """An example set aside where the storage failed (SPEC.md C15): its choices, the failure, and
+    whether an example judged after it showed the storage working again (only then is it
+    replayed: in an outage that lasts to the search's end, a replay would fail alike)."""
+
+    choices: tuple
+    failed: StorageFailed
+    followed: bool = False
+
+
+@dataclass
 class Search:
     """What one focused search saw: its outcome, and the bookkeeping that decides whether the
     next example may start (the time budget, a transport that broke)."""
@@ -69,6 +80,7 @@ class Search:
     set_aside: int = 0  # examples rejected at a fact of another property's bug (SPEC.md C5)
     unjudged: int = 0  # examples ended where the storage failed (R17), set aside unjudged (SPEC.md C15)
     storage_failed: StorageFailed | None = None  # the first of those
+    unjudged_examples: list[Unjudged] = dataclasses.field(default_factory=list)  # replayed at the end (C15)
     ended_at_echo: int = 0  # judged examples that met one only in their calls after close()
     echo: BaseException | None = None  # the first of those facts
     ended_echo: BaseException | None = None  # the first met only in the calls after close()
@@ -105,6 +117,8 @@ class Search:
             raise StopSearch
         if self.first is None and self.set_aside >= max(1, self.wanted):
             raise StopSearch  # as many examples set aside as it was asked for: enough (_beside_echo)
+        if self.first is None and self.unjudged >= max(1, self.wanted):
+            raise StopSearch  # as many ended where the storage failed: too many to judge (C15)
         now = time.monotonic()
         if now > self.deadline and (self.first is None or now > self.deadline + self.grace):
             self.cut_short = True
@@ -210,6 +224,8 @@ class _Watching:
         try:
             super().__init__()
         except StorageFailed as failed:  # opening the transport: there is no example to tear down
+            if self._discard is not None:  # an open whose answer was lost may have made something
+                self._discard(self.namespace)
             self._unjudged(failed)
             raise
 
@@ -226,12 +242,15 @@ class _Watching:
         except _EndedAtEcho:
             search.ended_at_echo += 1
         except StorageFailed:
-            pass  # the drain's call: self.unanswered holds it
+            pass  # a call of the drain or the close checks: self.unanswered holds it
         finally:
             # what answered before the storage failed was judged: its situations count
             tally(search.reached, {name: count for name, count in self.reached.items()
                                    if not self._probe or name in SIZES})  # a probe's ~1,100 claims swamp the counts
             search.clean += search.first is None and self.unanswered is None
+            if self.unanswered is None:  # the storage worked throughout this one
+                for unjudged in search.unjudged_examples:
+                    unjudged.followed = True
             if self._discard is not None:  # the example's storage is not needed again
                 self._discard(self.namespace)
             search.found()
@@ -242,12 +261,18 @@ class _Watching:
         """Set the example aside, unjudged: the storage failed at one of its calls (R17), and
         the model cannot follow the queue past it (SPEC.md C15).  Counted, so that a search whose
         examples mostly ended so is not taken for one that judged them."""
-        self._search.unjudged += 1
-        self._search.storage_failed = self._search.storage_failed or failed
+        search = self._search
+        search.unjudged += 1
+        search.storage_failed = search.storage_failed or failed
+        calls = [unjudged.failed.call for unjudged in search.unjudged_examples]
+        if search.data is not None and len(calls) < UNJUDGED_REPLAYS and failed.call not in calls:  # another call
+            search.unjudged_examples.append(Unjudged(tuple(search.data.choices), failed))
+        if not self._rejects:
+            raise failed  # a replay outside the search: its caller judges what it raised
         try:
             _reject()
         except _Discarded:
-            pass  # it had ended (out of data: its StopTest goes on up), or it runs outside Hypothesis
+            pass  # it had ended (out of data: its StopTest goes on up)
 
     def _fail(self, *args, **kwargs):
         search = self._search
@@ -315,6 +340,12 @@ def search_settings(profile: Profile, examples: int) -> settings:
     )
 
 
+UNJUDGED_REPLAYS, REPLAYS = 3, 2
+"""How many examples that ended where the storage failed, each at another call, a search
+replays at its end, and how many times each, to see whether the same call fails again and
+again (SPEC.md C15): a storage that fails at one call in ``n`` meets the same call twice
+more one time in ``n ** 2``."""
+
 FRESH_STARTS = 10
 """How many fresh starts in a row a lockstep search may make that run no example, after
 Hypothesis found its own draws inconsistent (:func:`run_search`)."""
@@ -370,7 +401,17 @@ def _hypothesis_examples(machine: type, profile: Profile, run_seed: int, search:
     failure, the search starts afresh for the examples left, each time with a seed of its own,
     so that a slow transport is not left unknown for it.  A start that ran examples may always
     be followed by another (each one brings the search nearer its end); :data:`FRESH_STARTS`
-    starts in a row that ran none end it."""
+    starts in a row that ran none end it.  Where it found nothing, the examples it set aside
+    because the storage failed are replayed (:func:`repeated_storage_failure`)."""
+    _hypothesis_starts(machine, profile, run_seed, search, examples, aside)
+    if search.first is None and not search.cut_short and (search.error is None or isinstance(search.error, Unsatisfiable)):
+        search.error = repeated_storage_failure(machine, profile, search) or search.error
+
+
+def _hypothesis_starts(machine: type, profile: Profile, run_seed: int, search: Search, examples: int,
+                       aside: Callable[[Fact], bool]) -> None:
+    """:func:`_hypothesis_examples`'s runs of Hypothesis, a fresh start after each
+    ``FlakyStrategyDefinition`` before any failure."""
     no_collection_per_thread()
     idle = 0
     for start in itertools.count():
@@ -451,6 +492,47 @@ def unseen_failure(machine: type, profile: Profile, search: Search,
         return None
     again.add_note("\n".join(printed))
     return _without_steps(machine, search, again, aside) if isinstance(again, Divergence) else again
+
+
+def repeated_storage_failure(machine: type, profile: Profile, search: Search) -> StorageFailed | None:
+    """The first example set aside where the storage failed (R17) whose call fails the same way
+    (the same call, at the same place among its calls) each of :data:`REPLAYS` times the example
+    runs again from its choices, with the steps it ran; or None.  Only those that an example
+    judged later followed are replayed.  A storage that fails now and then (a leader election)
+    does not fail at the same call again and again; a transport that turns an input it cannot
+    hold into a ``StorageError`` (a NUL in a TEXT column) does, and that error is the
+    transport's, judged as any error the spec never asks for (SPEC.md C15).  The replays count
+    nowhere, within the search's time."""
+    for unjudged in [each for each in search.unjudged_examples if each.followed]:
+        again = None
+        for _ in range(REPLAYS):
+            again = _replayed_storage_failure(machine, profile, search, unjudged)
+            if again is None:
+                break
+        if again is not None:
+            return again
+    return None
+
+
+def _replayed_storage_failure(machine: type, profile: Profile, search: Search,
+                              unjudged: Unjudged) -> StorageFailed | None:
+    """``unjudged``'s example run again: its failure where the storage failed at the same call
+    again, its steps in its notes; else None (the time is up, or it went otherwise)."""
+    apart = dataclasses.replace(search, shrink_limit=math.inf, reached=collections.Counter(), aside_facts={},
+                                echoes={}, unjudged=0, set_aside=0, unjudged_examples=[], on_example=None,
+                                on_found=None)
+    printed: list[str] = []
+    try:
+        again = run_choices(watched_machine(machine, apart, rejects=False), unjudged.choices, profile.step_count,
+                            printed)
+    except StopSearch:  # the time is up
+        return None
+    failed = unjudged.failed
+    if not (isinstance(again, StorageFailed) and (again.call, again.number) == (failed.call, failed.number)
+            and type(again.__cause__) is type(failed.__cause__)):
+        return None
+    again.add_note("\n".join(printed))
+    return again
 
 
 def _run_probes(machine: type, search: Search, aside: Callable[[Fact], bool], probes: list[list[str]]) -> None:

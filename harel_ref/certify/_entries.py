@@ -13,7 +13,7 @@ from harel_ref.stateful import Divergence
 from harel_ref.stateful._async import TransportCrashed, TransportHung, TransportPanic
 import harel_ref.stateful._facts as facts
 from harel_ref.stateful._facts import Fact
-from harel_ref.stateful._machine import FOCUS_RULES, RULES
+from harel_ref.stateful._machine import FOCUS_RULES, RULES, StorageFailed
 from harel_ref.stateful._properties import PROPERTIES, SHARED, owner, running
 from harel_ref.stateful.parallel import RAISES, ConcurrencyFailure
 
@@ -40,16 +40,16 @@ def how_ended(search_name: str, search: Search, target: Target, profile: Profile
         return ended, reason, failures + [echo for echo in echoes if echo.fact not in [f.fact for f in failures]]
     if exc is None:
         if search.cut_short:
-            return "unknown", f"cut short by the time budget after {search.examples} examples", echoes
-        judged = search.examples - search.unjudged
-        if judged < search.wanted / 4:
-            return "unknown", _too_few_judged(search), echoes
-        return "passed", f"{judged} examples, none diverged{_unjudged_note(search)}", echoes
+            return "unknown", f"cut short by the time budget after {search.examples} examples{_unjudged_note(search)}", \
+                echoes
+        if _too_few_judged(search):
+            return "unknown", _storage_reason(search), echoes
+        return "passed", f"{search.examples - search.unjudged} examples, none diverged{_unjudged_note(search)}", echoes
     flaky = isinstance(exc, FlakyFailure)
     found = _leaves(exc)
     if all(isinstance(e, HypothesisException) for e in found):
-        if search.first is None and search.unjudged:  # Hypothesis gave up: every example unjudged
-            return "unknown", _too_few_judged(search), echoes
+        if search.first is None and _too_few_judged(search):  # Hypothesis gave up: every example unjudged
+            return "unknown", _storage_reason(search), echoes
         if search.first is None:
             return "unknown", f"Hypothesis stopped: {type(exc).__name__}: {str(exc).splitlines()[0]}", echoes
         found = [search.first]  # shrinking was cut short by the time budget: no steps to show
@@ -78,7 +78,10 @@ def _beside_echo(search_name: str, search: Search, target: Target, profile: Prof
     judged = search.examples - search.set_aside - search.unjudged
     if search.cut_short and judged >= search.wanted / 4:
         aside = f", {search.set_aside} of them set aside at {search.echo.kind}" if search.echo else ""
-        return "unknown", f"cut short by the time budget after {search.examples} examples{aside}", []
+        return "unknown", f"cut short by the time budget after {search.examples} examples{aside}" \
+            f"{_unjudged_note(search)}", []
+    if _too_few_judged(search) and search.unjudged > search.set_aside:  # the storage's doing, not the bug's
+        return "unknown", _storage_reason(search), []
     if search.cut_short or search.error is not None or judged < search.wanted / 4:
         echo = failure_entry(search_name, search.echo or search.ended_echo, False, target, profile, run_seed, branches)
         return "failed", f"met it in {search.set_aside} of its {search.examples} examples", \
@@ -100,13 +103,19 @@ def _unjudged_note(search: Search) -> str:
     return f"; {search.unjudged} more ended unjudged where the storage failed (R17), the first: {_first_line(search.storage_failed)}"
 
 
-def _too_few_judged(search: Search) -> str:
-    """Why a search whose examples mostly ended where the storage failed (R17) is unknown: a
-    transport whose errors hid its bugs would otherwise pass (SPEC.md C15)."""
+def _too_few_judged(search: Search) -> bool:
+    """Whether the examples that ended where the storage failed (R17) leave too few judged to
+    stand for the search: more of them than judged ones, or fewer judged than a quarter of those
+    asked for.  A transport whose errors hid its bugs would otherwise pass (SPEC.md C15)."""
     judged = search.examples - search.set_aside - search.unjudged
-    return (f"the storage failed (R17) in {search.unjudged} of its {search.examples} examples, which ended unjudged: "
-            f"{judged} judged, fewer than a quarter of the {search.wanted} it was asked for; the first: "
-            f"{_first_line(search.storage_failed)}")
+    return search.unjudged > 0 and (search.unjudged > judged or judged < search.wanted / 4)
+
+
+def _storage_reason(search: Search) -> str:
+    judged = search.examples - search.set_aside - search.unjudged
+    return (f"the storage failed (R17) in {search.unjudged} of its {search.examples} examples, which ended "
+            f"unjudged, and {judged} were judged: too few to stand for the {search.wanted} it was asked for; the "
+            f"first: {_first_line(search.storage_failed)}")
 
 
 def _first_line(error: BaseException | None) -> str:
@@ -164,6 +173,10 @@ def fault_fact(error: BaseException, where: str, rule: str | None = None) -> Fac
 
 def _exception_outcome(error: BaseException) -> tuple[str, str]:
     """The kind of fact an exception out of the transport is, and the answer it shows."""
+    if isinstance(error, StorageFailed):  # met again at the same call when its example was replayed
+        cause = error.__cause__
+        return facts.RAISED, (f"{type(cause).__name__}: {cause}, again at the same call when the example was "
+                              "replayed: not a storage failing now and then (R17), but the transport (R19)")
     for fault, kind in ((TransportPanic, facts.PANICKED), (TransportCrashed, facts.CRASHED),
                         (TransportHung, facts.HUNG)):
         if isinstance(error, fault):
@@ -196,10 +209,12 @@ def _raising_step(error: BaseException) -> str:
 def _raising_rule(error: BaseException) -> str | None:
     """The name of the machine rule (or ``teardown``, ``__init__``) that raised ``error``."""
     names = set(RULES) | set(FOCUS_RULES) | {"teardown", "__init__"}
-    for frame, _ in traceback.walk_tb(error.__traceback__):
-        if frame.f_code.co_name in names and "self" in frame.f_locals:
-            return frame.f_code.co_name
-    return None
+    found = [frame.f_code.co_name for frame, _ in traceback.walk_tb(error.__traceback__)
+             if frame.f_code.co_name in names and "self" in frame.f_locals]
+    if not found:
+        return None
+    # a storage failure, raised in its step, is raised again by the teardown that ends its example
+    return found[-1] if isinstance(error, StorageFailed) else found[0]
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:
