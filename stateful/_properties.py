@@ -81,6 +81,7 @@ TIE = "a claim between groups of equal fairness stamps"
 REOPEN_HELD = "a reopen with a lease held"
 OVERLAP = "a run of a program whose branches overlapped"
 UNJUDGED = "a run left unjudged: its raised calls allowed more orders than the checker tries"
+DRAIN_CUT = "a run whose drain an error of R17 cut short: what it left is unjudged"
 NEAR_GROUPS = "two group ids of one near-collision family holding messages at once"
 NEAR_KEYS = "a claim filtered by routing keys of one near-collision family"
 LONG_EVENT = "an event of 32 KiB or more"
@@ -448,7 +449,7 @@ def evidence(prop: str, caps: Capabilities) -> tuple[str, ...]:
     return situations
 
 
-CONCURRENT_ONLY = frozenset({OVERLAP, UNJUDGED})
+CONCURRENT_ONLY = frozenset({OVERLAP, UNJUDGED, DRAIN_CUT})
 """Situations only the concurrent search reaches: runs of programs."""
 
 

@@ -79,7 +79,7 @@ import harel_ref.stateful._facts as facts
 from ._facts import Fact
 from ._lanes import LANES, SeenBeside, runs_in_order
 from ._linearize import DRAIN_WORKER, RELAXES, check_linearizable
-from ._properties import BRANCHES_IN_A_PROGRAM, OVERLAP, UNJUDGED, largest
+from ._properties import BRANCHES_IN_A_PROGRAM, DRAIN_CUT, OVERLAP, UNJUDGED, largest
 from ._values import BRANCH_COUNTS
 from ._machine import R17_ERRORS, START, ClockedTransport, Divergence, FakeClock, MovingClock
 from ._timeline import timeline_svg, timeline_text
@@ -907,6 +907,8 @@ def history_failure(run: Run, runs: int = 1, ignore: frozenset[str] = frozenset(
     checker cannot decide in :data:`UNCERTAIN_STEPS` is counted in ``reached`` and shows none."""
     relax = [rule for rule, kind in RELAXES if kind in ignore]
     uncertain = any(r.error is not None for r in run.records)
+    if reached is not None and any(r.error is not None for r in run.records if r.worker == DRAIN_WORKER):
+        reached[DRAIN_CUT] += 1  # the drain ended at the error (_drain): no loss can show
     result = check_linearizable(run.records, fairness="unspecified", relax=relax, acks=capabilities.acks,
                                 acks_answer=capabilities.protocol != "harel",
                                 **({"max_steps": UNCERTAIN_STEPS} if uncertain else {}))

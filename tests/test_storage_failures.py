@@ -164,3 +164,28 @@ def test_a_refusal_of_the_storage_in_a_drain_is_recorded_as_changing_nothing():
     records = _drain(transport, 30.0, 1000.0, wall=False, limit=1)
     assert [r.op for r in records] == ["claim", "ack"]
     assert records[-1].error.startswith("StorageError")
+
+
+def test_a_run_whose_drain_the_storage_cut_short_is_counted_and_shows_no_loss():
+    """What the drain did not claim is unjudged: the run is counted (the concurrent search's
+    reason says so), and the messages left show no loss."""
+    import collections
+
+    from harel_ref.stateful._properties import DRAIN_CUT
+    from harel_ref.stateful.parallel import Claim, Program, Publish, history_failure, run_program
+
+    program = Program(prefix=(Publish("g1", "e1"), Publish("g2", "e2")), branches=((Claim(),), (Claim(),)))
+    stores: dict[str, InMemoryStore] = {}
+
+    def factory(clock, namespace):  # the drain's first claim loses its answer
+        class DrainLoses(InMemoryTransport):
+            def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
+                if worker_id == DRAIN_WORKER:
+                    raise OutcomeUnknownError("the answer was lost")
+                return super().claim(worker_id, visibility, min_priority, routing_keys)
+        return DrainLoses(clock=clock, store=stores.setdefault(namespace, InMemoryStore()))
+
+    run = run_program(factory, program, Capabilities(durable=True, shared=True))
+    reached = collections.Counter()
+    assert history_failure(run, reached=reached) is None
+    assert reached[DRAIN_CUT] == 1

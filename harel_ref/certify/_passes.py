@@ -15,7 +15,9 @@ from typing import Any
 
 from harel_ref.stateful._async import CallLimits, limit_calls
 import harel_ref.stateful._facts as facts
-from harel_ref.stateful._properties import PROPERTIES, SHARED, UNJUDGED, explained, owner, owners, running, tally
+from harel_ref.stateful._properties import (
+    DRAIN_CUT, PROPERTIES, SHARED, UNJUDGED, explained, owner, owners, running, tally,
+)
 from harel_ref.stateful._processes import BranchProcesses
 from harel_ref.stateful.soak import soak as run_soak
 
@@ -227,6 +229,8 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
         if unjudged := search.reached.get(UNJUDGED):
             reason += (f"; {unjudged} runs left unjudged (their raised calls allowed more orders than the "
                        "checker tries, SPEC.md C9)")
+        if cut := search.reached.get(DRAIN_CUT):
+            reason += f"; in {cut} runs an error of R17 cut the drain short, and what they left is unjudged (SPEC.md C15)"
     elif not lockstep:
         reason = reason.replace("examples", "programs", 1)
     if search.probes_unrun and ended == "passed":
