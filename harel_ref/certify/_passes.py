@@ -25,7 +25,7 @@ from ._driver import Search, hypothesis_apart, run_parallel, run_search
 from ._entries import failure_entry, fault_fact, how_ended
 from ._focus import focus_machine
 from ._probes import probe_programs
-from ._profiles import PROFILES, standby_examples
+from ._profiles import PROFILES, Profile, standby_examples
 from ._regression import with_regression
 from ._report import Failure
 from ._signals import raise_if_stopped
@@ -223,14 +223,7 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
         hung = (choices, profile.step_count) if (choices := search.hung_choices()) else ()
         failures = [failure if failure.echo else with_regression(failure, target, machine, hung) for failure in failures]
     if not lockstep and ended == "passed":
-        judged = ["no call refused"] * ("refusals" in task.judges and facts.RAISED_UNDER_CONTENTION not in ignore) + [
-            "every history linearizable"] * ("histories" in task.judges)
-        reason = f"{search.examples} programs × {profile.repeats} runs, {', '.join(judged)}"
-        if unjudged := search.reached.get(UNJUDGED):
-            reason += (f"; {unjudged} runs left unjudged (their raised calls allowed more orders than the "
-                       "checker tries, SPEC.md C9)")
-        if cut := search.reached.get(DRAIN_CUT):
-            reason += f"; in {cut} runs an error of R17 cut the drain short, and what they left is unjudged (SPEC.md C15)"
+        reason = _concurrent_passed(task, search, profile, ignore)
     elif not lockstep:
         reason = reason.replace("examples", "programs", 1)
     if search.probes_unrun and ended == "passed":
@@ -260,6 +253,20 @@ def _sets_aside(task: Task, broken: frozenset[str], ignore: frozenset[str]) -> C
     if task.standby:
         return functools.partial(anothers, prop=kind)
     return functools.partial(sets_aside, known=explained(ignore, kind), prop=kind)
+
+
+def _concurrent_passed(task: Task, search: Search, profile: Profile, ignore: frozenset[str]) -> str:
+    """The reason of a concurrent search that passed: what it ran and judged, and the runs it
+    could not judge in full."""
+    judged = ["no call refused"] * ("refusals" in task.judges and facts.RAISED_UNDER_CONTENTION not in ignore) + [
+        "every history linearizable"] * ("histories" in task.judges)
+    reason = f"{search.examples} programs × {profile.repeats} runs, {', '.join(judged)}"
+    if unjudged := search.reached.get(UNJUDGED):
+        reason += (f"; {unjudged} runs left unjudged (their raised calls allowed more orders than the "
+                   "checker tries, SPEC.md C9)")
+    if cut := search.reached.get(DRAIN_CUT):
+        reason += f"; in {cut} runs an error of R17 cut the drain short, and what they left is unjudged (SPEC.md C15)"
+    return reason
 
 
 def clean_up_process(target: Target) -> None:
