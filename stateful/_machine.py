@@ -259,7 +259,7 @@ class StorageFailed(Exception):
     carry it out) or ``OutcomeUnknownError`` (its answer was lost, and it may have acted).
     The model cannot say what the queue holds after it, so nothing from that call on can be
     judged: the example ends there, and neither passes nor fails.  A certifier sets it aside
-    and counts it, and replays it once to see whether the same call fails again (SPEC.md C15);
+    and counts it, and may replay it to see whether the same call fails again (SPEC.md C15);
     a plain Hypothesis run fails with it.  ``call`` is the call as code and ``number`` its
     place among the example's calls; the transport's error is its ``__cause__``."""
 
@@ -661,14 +661,18 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
         """Call ``method`` again after the storage failed at it (R17), for a call the spec
         answers whatever happened before (a stale release does nothing, a claim on an empty
         queue takes nothing), so that calling it twice is safe: its answer and moment, or the
-        transport's error if it raised again, which the caller judges (an election between two
-        calls is luck; the same error twice is the transport's)."""
+        transport's error if it raised again (of R17 or not), which the caller judges.  (Two
+        calls in a row can both meet an election: SPEC.md C15 says what that costs.)"""
         self.unanswered = None
         try:
             return self._call(method, *args)
+        except TransportFault:
+            raise  # hung, crashed or panicked: the transport's fault, as at the first call
         except StorageFailed as failed:
             self.unanswered = None
             return failed.__cause__
+        except Exception as exc:
+            return exc
 
     def _fact(self, kind: str, step: str, expected: str, answered: Any) -> Fact:
         """The fact of ``kind`` seen at ``step``, with what came before it."""

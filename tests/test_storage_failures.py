@@ -189,3 +189,47 @@ def test_a_run_whose_drain_the_storage_cut_short_is_counted_and_shows_no_loss():
     reached = collections.Counter()
     assert history_failure(run, reached=reached) is None
     assert reached[DRAIN_CUT] == 1
+
+
+class FailsFirstThenFromSomeCallOn(InMemoryTransport):
+    """The first call on the first storage of the search fails (the storage not ready yet),
+    later ones answer, and once ``outage`` is set every call fails."""
+
+    first_store: list[InMemoryStore] = []
+    outage = False
+
+    def _made(self):
+        first = self.first_store and self.first_store[0] is self.store and not getattr(self.store, "called", False)
+        self.store.called = True
+        if first or self.outage:
+            raise StorageError("leader not found")
+
+    def publish(self, group_id, event, priority=0, routing_key=None):
+        self._made()
+        return super().publish(group_id, event, priority, routing_key)
+
+    def claim(self, worker_id, visibility, min_priority=0, routing_keys=None):
+        self._made()
+        return super().claim(worker_id, visibility, min_priority, routing_keys)
+
+
+def test_an_outage_at_the_search_s_end_is_not_taken_for_the_transport():
+    """The first example, set aside at its first call, would fail there again when replayed
+    during the outage that begins at the 15th example and lasts to the end; the last example
+    judged whole fails too when it runs again, so nothing is replayed."""
+    stores: dict[str, InMemoryStore] = {}
+    broken = FailsFirstThenFromSomeCallOn
+    broken.first_store.clear()
+    broken.outage = False
+
+    def factory(clock, namespace):
+        if namespace.startswith("ns_") and namespace not in stores:
+            searched = sum(name.startswith("ns_") for name in stores) + 1
+            if searched == 1:
+                broken.first_store.append(stores.setdefault(namespace, InMemoryStore()))
+            broken.outage = broken.outage or searched >= 15
+        return broken(clock=clock, store=stores.setdefault(namespace, InMemoryStore()))
+
+    report = certify(factory, Capabilities(durable=True, shared=True), profile=PROFILE, properties=["fifo"])
+    fifo = report.verdict("fifo")
+    assert fifo.verdict == "unknown" and "the storage failed (R17) in" in fifo.reason, report.to_markdown()

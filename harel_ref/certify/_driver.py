@@ -81,6 +81,7 @@ class Search:
     unjudged: int = 0  # examples ended where the storage failed (R17), set aside unjudged (SPEC.md C15)
     storage_failed: StorageFailed | None = None  # the first of those
     unjudged_examples: list[Unjudged] = dataclasses.field(default_factory=list)  # replayed at the end (C15)
+    judged_choices: tuple = ()  # the choices of the last example judged whole: a control for those replays
     ended_at_echo: int = 0  # judged examples that met one only in their calls after close()
     echo: BaseException | None = None  # the first of those facts
     ended_echo: BaseException | None = None  # the first met only in the calls after close()
@@ -221,17 +222,23 @@ class _Watching:
             self._search.data = None
         self._crash: BaseException | None = None  # the call's error this example kept as the first
         self._ending = False  # in the teardown's last checks, the calls after close()
+        self._drained = False  # the drain was judged: every step and the drain answered
         try:
             super().__init__()
         except StorageFailed as failed:  # opening the transport: there is no example to tear down
             if self._discard is not None:  # an open whose answer was lost may have made something
-                self._discard(self.namespace)
+                with contextlib.suppress(Exception):  # on a storage that fails: the error that counts is the open's
+                    self._discard(self.namespace)
             self._unjudged(failed)
             raise
 
     def _check_close(self):
         self._ending = True  # every step and the drain were judged
         super()._check_close()
+
+    def _drain_and_compare(self):
+        super()._drain_and_compare()
+        self._drained = True
 
     def teardown(self):
         search = self._search
@@ -242,15 +249,16 @@ class _Watching:
         except _EndedAtEcho:
             search.ended_at_echo += 1
         except StorageFailed:
-            pass  # a call of the drain or the close checks: self.unanswered holds it
+            pass  # a call of the drain: self.unanswered holds it
         finally:
             # what answered before the storage failed was judged: its situations count
             tally(search.reached, {name: count for name, count in self.reached.items()
                                    if not self._probe or name in SIZES})  # a probe's ~1,100 claims swamp the counts
             search.clean += search.first is None and self.unanswered is None
-            if self.unanswered is None:  # the storage worked throughout this one
+            if self._drained and self.unanswered is None:  # judged whole: the storage worked throughout
                 for unjudged in search.unjudged_examples:
                     unjudged.followed = True
+                search.judged_choices = tuple(search.data.choices) if search.data is not None else ()
             if self._discard is not None:  # the example's storage is not needed again
                 self._discard(self.namespace)
             search.found()
@@ -260,12 +268,16 @@ class _Watching:
     def _unjudged(self, failed: StorageFailed) -> None:
         """Set the example aside, unjudged: the storage failed at one of its calls (R17), and
         the model cannot follow the queue past it (SPEC.md C15).  Counted, so that a search whose
-        examples mostly ended so is not taken for one that judged them."""
+        examples mostly ended so is not taken for one that judged them; and kept to be replayed
+        (:func:`repeated_storage_failure`), the first of each method and error, but a failure
+        to open (which every example makes alike).  Outside a search (a replay, a probe) it is
+        raised for the caller to judge."""
         search = self._search
         search.unjudged += 1
         search.storage_failed = search.storage_failed or failed
-        calls = [unjudged.failed.call for unjudged in search.unjudged_examples]
-        if search.data is not None and len(calls) < UNJUDGED_REPLAYS and failed.call not in calls:  # another call
+        kinds = [_failure_kind(unjudged.failed) for unjudged in search.unjudged_examples]
+        if search.data is not None and len(kinds) < UNJUDGED_REPLAYS and _failure_kind(failed) not in kinds \
+                and failed.number > 1:
             search.unjudged_examples.append(Unjudged(tuple(search.data.choices), failed))
         if not self._rejects:
             raise failed  # a replay outside the search: its caller judges what it raised
@@ -338,6 +350,14 @@ def search_settings(profile: Profile, examples: int) -> settings:
         report_multiple_bugs=False,
         verbosity=Verbosity.normal,  # the failing steps land in the exception's notes
     )
+
+
+def _failure_kind(failed: StorageFailed) -> tuple[str, str, str]:
+    """A storage failure's method, error class and message: an ack's call shows as ``ack(lease)``
+    whatever the lease, so the call alone would take a failure that repeats for one it met
+    now and then."""
+    cause = failed.__cause__
+    return failed.call.split("(", 1)[0], type(cause).__name__, str(cause)[:200]
 
 
 UNJUDGED_REPLAYS, REPLAYS = 3, 2
@@ -498,35 +518,45 @@ def repeated_storage_failure(machine: type, profile: Profile, search: Search) ->
     """The first example set aside where the storage failed (R17) whose call fails the same way
     (the same call, at the same place among its calls) each of :data:`REPLAYS` times the example
     runs again from its choices, with the steps it ran; or None.  Only those that an example
-    judged later followed are replayed.  A storage that fails now and then (a leader election)
+    judged whole later followed are replayed, and only if that example, the last such, runs
+    again without the storage failing (else the storage is failing now, an outage at the
+    search's end).  A storage that fails now and then (a leader election)
     does not fail at the same call again and again; a transport that turns an input it cannot
     hold into a ``StorageError`` (a NUL in a TEXT column) does, and that error is the
     transport's, judged as any error the spec never asks for (SPEC.md C15).  The replays count
     nowhere, within the search's time."""
-    for unjudged in [each for each in search.unjudged_examples if each.followed]:
-        again = None
-        for _ in range(REPLAYS):
-            again = _replayed_storage_failure(machine, profile, search, unjudged)
-            if again is None:
-                break
-        if again is not None:
-            return again
+    followed = [each for each in search.unjudged_examples if each.followed]
+    try:
+        if not followed or isinstance(_replayed(machine, profile, search, search.judged_choices)[0], StorageFailed):
+            return None  # the last example judged whole fails now: the storage is failing, not the transport
+        for unjudged in followed:
+            again = None
+            for _ in range(REPLAYS):
+                again = _replayed_storage_failure(machine, profile, search, unjudged)
+                if again is None:
+                    break
+            if again is not None:
+                return again
+    except StopSearch:  # the time is up
+        return None
     return None
+
+
+def _replayed(machine: type, profile: Profile, search: Search, choices: tuple) -> tuple[BaseException | None, list[str]]:
+    """The example of ``choices`` run again apart from ``search`` (it counts nowhere): what it
+    raised, or None, and the steps it printed.  The time being up raises StopSearch."""
+    apart = dataclasses.replace(search, shrink_limit=math.inf, reached=collections.Counter(), aside_facts={},
+                                echoes={}, unjudged=0, set_aside=0, unjudged_examples=[], on_example=None,
+                                on_found=None)
+    printed: list[str] = []
+    return run_choices(watched_machine(machine, apart, rejects=False), choices, profile.step_count, printed), printed
 
 
 def _replayed_storage_failure(machine: type, profile: Profile, search: Search,
                               unjudged: Unjudged) -> StorageFailed | None:
     """``unjudged``'s example run again: its failure where the storage failed at the same call
-    again, its steps in its notes; else None (the time is up, or it went otherwise)."""
-    apart = dataclasses.replace(search, shrink_limit=math.inf, reached=collections.Counter(), aside_facts={},
-                                echoes={}, unjudged=0, set_aside=0, unjudged_examples=[], on_example=None,
-                                on_found=None)
-    printed: list[str] = []
-    try:
-        again = run_choices(watched_machine(machine, apart, rejects=False), unjudged.choices, profile.step_count,
-                            printed)
-    except StopSearch:  # the time is up
-        return None
+    again, its steps in its notes; else None (it went otherwise)."""
+    again, printed = _replayed(machine, profile, search, unjudged.choices)
     failed = unjudged.failed
     if not (isinstance(again, StorageFailed) and (again.call, again.number) == (failed.call, failed.number)
             and type(again.__cause__) is type(failed.__cause__)):

@@ -208,7 +208,7 @@ def _raising_step(error: BaseException) -> str:
 
 def _raising_rule(error: BaseException) -> str | None:
     """The name of the machine rule (or ``teardown``, ``__init__``) that raised ``error``."""
-    names = set(RULES) | set(FOCUS_RULES) | {"teardown", "__init__"}
+    names = set(RULES) | set(FOCUS_RULES) | {"begin", "choose_keys", "teardown", "__init__"}
     found = [frame.f_code.co_name for frame, _ in traceback.walk_tb(error.__traceback__)
              if frame.f_code.co_name in names and "self" in frame.f_locals]
     if not found:
