@@ -255,7 +255,9 @@ class _Watching:
             tally(search.reached, {name: count for name, count in self.reached.items()
                                    if not self._probe or name in SIZES})  # a probe's ~1,100 claims swamp the counts
             search.clean += search.first is None and self.unanswered is None
-            if self._drained and self.unanswered is None:  # judged whole: the storage worked throughout
+            # judged whole: the storage worked throughout (its choices are copied only where an
+            # example set aside before it may be replayed, not at every example)
+            if self._drained and self.unanswered is None and search.unjudged_examples:
                 for unjudged in search.unjudged_examples:
                     unjudged.followed = True
                 search.judged_choices = tuple(search.data.choices) if search.data is not None else ()
