@@ -96,6 +96,8 @@ class Search:
     data: Any = None  # the running example's ConjectureData: a hung one's choices replay it (_regression)
     first_choices: tuple = ()  # the choices of the example that found ``first`` (:mod:`._choices`)
     probes_unrun: int = 0  # probes the time left no room for (SPEC.md C13a)
+    halted: Callable[[], bool] | None = None  # a lane's: true once a lane before it failed (_search_lanes)
+    lanes: int = 1  # the lanes its examples ran in (_search_lanes)
 
     def found(self) -> None:
         """The example (or program) that found ``first`` has ended: tell ``on_found``, once.  What
@@ -111,6 +113,9 @@ class Search:
         hung, or a branch process died: the first such fault is the search's failure, as found),
         or the time is up."""
         raise_if_stopped()
+        if self.halted is not None and self.halted():
+            self.cut_short = True  # a lane whose examples no longer count (_search_lanes)
+            raise StopSearch
         if self.limits.broken is not None:
             if self.first is None and self.data is not None:  # a hang outside a step (a close at teardown):
                 self.first_choices = tuple(self.data.choices)  # ``data`` is still the hung example's

@@ -77,6 +77,7 @@ from ._passes import run_task
 from ._profiles import Profile
 from ._progress import Progress
 from ._report import PropertyVerdict, Report
+from ._search_lanes import lanes_for
 from ._signals import raise_if_stopped
 from ._target import Target
 from ._tasks import Found, Task
@@ -141,6 +142,7 @@ class Certification:
             shrink_limit=math.inf if shrink_limit is None else shrink_limit,
             end=math.inf if time_budget is None else self.started + time_budget,
             budgeted=sum(task.kind != "soak" and not task.standby for task in tasks),
+            lanes=lanes_for(target.capabilities),
         )
         self.shared = next((n for n, task in enumerate(tasks) if task.kind == SHARED), None)
         self.standby = [n for n, task in enumerate(tasks) if task.standby]

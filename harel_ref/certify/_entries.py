@@ -44,7 +44,8 @@ def how_ended(search_name: str, search: Search, target: Target, profile: Profile
                 echoes
         if _too_few_judged(search):
             return "unknown", _storage_reason(search), echoes
-        return "passed", f"{search.examples - search.unjudged} examples, none diverged{_unjudged_note(search)}", echoes
+        return "passed", f"{search.examples - search.unjudged} examples{_in_lanes(search)}, none diverged" \
+            f"{_unjudged_note(search)}", echoes
     flaky = isinstance(exc, FlakyFailure)
     found = _leaves(exc)
     if all(isinstance(e, HypothesisException) for e in found):
@@ -86,7 +87,7 @@ def _beside_echo(search_name: str, search: Search, target: Target, profile: Prof
         echo = failure_entry(search_name, search.echo or search.ended_echo, False, target, profile, run_seed, branches)
         return "failed", f"met it in {search.set_aside} of its {search.examples} examples", \
             [dataclasses.replace(echo, unshrunk=ECHO)]
-    reason = f"{judged} examples, none diverged"
+    reason = f"{judged} examples{_in_lanes(search)}, none diverged"
     if search.set_aside:
         met = "; ".join(f"{echo.kind}, a fact of {whose}'s" for whose, echo in search.echoes.items()) \
             or f"{search.echo.kind}, a fact of {owner(search.echo.kind)}'s"
@@ -94,6 +95,11 @@ def _beside_echo(search_name: str, search: Search, target: Target, profile: Prof
     if search.ended_at_echo:
         reason += f"; in {search.ended_at_echo} of them the calls after close() met another property's bug"
     return "passed", reason + _unjudged_note(search), []
+
+
+def _in_lanes(search: Search) -> str:
+    """How many lanes the search's examples ran in, if more than one (SPEC.md C2a)."""
+    return f" in {search.lanes} lanes" if search.lanes > 1 else ""
 
 
 def _unjudged_note(search: Search) -> str:

@@ -21,13 +21,14 @@ from harel_ref.stateful._properties import (
 from harel_ref.stateful._processes import BranchProcesses
 from harel_ref.stateful.soak import soak as run_soak
 
-from ._driver import Search, hypothesis_apart, run_parallel, run_search
+from ._driver import Search, hypothesis_apart, run_parallel
 from ._entries import failure_entry, fault_fact, how_ended
 from ._focus import focus_machine
 from ._probes import probe_programs
 from ._profiles import PROFILES, Profile, standby_examples
 from ._regression import with_regression
 from ._report import Failure
+from ._search_lanes import run_lockstep
 from ._signals import raise_if_stopped
 from ._target import Target
 from ._tasks import Found, Task
@@ -213,7 +214,8 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
 
     search.on_found = None if broken else found  # what a second shared pass finds is never reported
     if lockstep:
-        run_search(machine, profile, context["seed"], search, total, _sets_aside(task, broken, ignore))
+        run_lockstep(machine, profile, context["seed"], search, total, _sets_aside(task, broken, ignore),
+                     context.get("lanes", 1))
     else:
         run_parallel(target, caps, profile, context["seed"], search, judges=task.judges,
                       processes=pool, alternate=context["branches"] == "both", ignore=ignore)

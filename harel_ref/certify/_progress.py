@@ -13,6 +13,7 @@ from harel_ref.stateful._machine import RULES, Choices
 
 from ._profiles import Profile
 from ._report import PropertyVerdict
+from ._search_lanes import lanes_for, lanes_of
 
 __all__ = ["Plan", "Progress", "Speed", "calls_per_step", "estimate_seconds"]
 
@@ -105,11 +106,13 @@ def estimate_seconds(profile: Profile, caps: Capabilities, speed: Speed, *, lock
     in_processes = {"threads": 0.0, "both": 0.5, "processes": 1.0}[branches]  # the share of runs
     opens = (1 + 2.5 * caps.shared) / profile.repeats + in_processes  # branch processes: at once, every run
     run = opens * speed.open + 12 * speed.call + 0.0035 + 0.0045 * in_processes + 2 * wall
-    one_lockstep = 1.25 * profile.max_examples * example
+    one_lockstep = 1.25 * profile.max_examples * example / lanes_of(lanes_for(caps), profile.max_examples)
+    longest = 1.25 * largest * profile.max_examples * example / lanes_of(lanes_for(caps), largest * profile.max_examples)
     concurrent = parallel * profile.programs * profile.repeats * run
-    searches = lockstep * one_lockstep + concurrent
+    searches = (lockstep - largest) * one_lockstep + longest + concurrent if lockstep >= largest \
+        else lockstep * one_lockstep + concurrent
     if jobs > 1:  # the searches spread over the processes (which take a moment to start)
-        searches = max(searches / jobs * 1.15 + 1.5, largest * one_lockstep, concurrent)
+        searches = max(searches / jobs * 1.15 + 1.5, longest, concurrent)
     return searches + (soak or 0.0)
 
 
