@@ -72,6 +72,7 @@ __all__ = [
     "limit_calls",
     "limits_of_its_own",
     "open_transport",
+    "raise_stop_in",
     "release_call_thread",
 ]
 
@@ -374,6 +375,13 @@ class _Stopped(KeyboardInterrupt):
     as such by every call, whatever stopped the run.  The thread that waits for the search
     thread raises the stop itself (it may take arguments, which an exception raised in another
     thread cannot be given)."""
+
+
+def raise_stop_in(thread: threading.Thread) -> None:
+    """Stop ``thread``, a thread that runs or watches a search, as a stop reaching it would:
+    a search thread unwinds now, and a thread watching one (:func:`in_line_calls`) stops it,
+    waiting up to :data:`STOP_WAIT` for it."""
+    _raise_in(thread, _Stopped)
 
 
 def _raise_in(thread: threading.Thread, error: type[_Stopped]) -> None:

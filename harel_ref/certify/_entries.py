@@ -48,7 +48,7 @@ def how_ended(search_name: str, search: Search, target: Target, profile: Profile
             f"{_unjudged_note(search)}", echoes
     flaky = isinstance(exc, FlakyFailure)
     found = _leaves(exc)
-    if all(isinstance(e, HypothesisException) for e in found):
+    if gave_up(exc):
         if search.first is None and _too_few_judged(search):  # Hypothesis gave up: every example unjudged
             return "unknown", _storage_reason(search), echoes
         if search.first is None:
@@ -221,6 +221,12 @@ def _raising_rule(error: BaseException) -> str | None:
         return None
     # a storage failure, raised in its step, is raised again by the teardown that ends its example
     return found[-1] if isinstance(error, StorageFailed) else found[0]
+
+
+def gave_up(exc: BaseException) -> bool:
+    """Whether what a search ended with is only Hypothesis giving up (its draws inconsistent,
+    every example invalid), no failure of the transport's."""
+    return all(isinstance(error, HypothesisException) for error in _leaves(exc))
 
 
 def _leaves(exc: BaseException) -> list[BaseException]:

@@ -3,40 +3,41 @@
 On a transport that keeps time on a wall clock (``Capabilities.clock == "wall"``: SQS), every
 lease, park and shrink step lasts real seconds, and an example spends nearly all its time
 asleep.  Its examples are independent (each opens transports on a namespace of its own), so
-such a search is split into :data:`WALL_CLOCK_LANES` lanes, each a thread running its share of
-the examples as a Hypothesis search of its own, with a seed of its own
+such a search is split into up to :data:`WALL_CLOCK_LANES` lanes, each a thread running its
+share of the examples as a Hypothesis search of its own, with a seed of its own
 (``"<seed>/lane<i>"``; lane 0 keeps the run's seed), its own call limits and, for lane 0
 only, the probes.  The threads sleep at once, so the search takes about its longest lane.
 
 The lanes are then read as one search, **in lane order**, so that which lane finished first
-never shows: the search's failure is that of the first lane (by number) that failed, and
+never shows: the search's failure is that of the first lane (by number) that found one, and
 counts the examples of that lane and of those before it; a lane after it is stopped at its
 next example once a lane before it found its failure, since nothing it finds could be shown.
-Whether a search is split depends only on the transport's capabilities, so the same seed makes
-the same lanes, and the report's replay command makes them again (C1)."""
+Whether a search is split depends only on the transport's capabilities and the profile, so the
+same seed makes the same lanes, and the report's replay command makes them again (C1)."""
 
 from __future__ import annotations
 
 import collections
 import dataclasses
 import threading
+import time
 from collections.abc import Callable
 
 from harel_ref.stateful import Capabilities
-from harel_ref.stateful._async import limit_calls
+from harel_ref.stateful._async import STOP_WAIT, limit_calls, raise_stop_in
 from harel_ref.stateful._facts import Fact
 from harel_ref.stateful._properties import tally
 
 from ._driver import Search, run_search
+from ._entries import gave_up
 from ._profiles import Profile
 
 __all__ = ["LANE_EXAMPLES", "WALL_CLOCK_LANES", "lanes_for", "lanes_of", "run_lockstep"]
 
 
 WALL_CLOCK_LANES = 8
-"""Lanes of a lockstep search on a wall clock: SQS's examples spend about 95 % of their time
-asleep (docs/certify-speed.md), so eight lanes keep well under one core busy."""
-
+"""Lanes of a lockstep search on a wall clock: SQS's examples spend nearly all their time
+asleep, so eight lanes keep well under one core busy."""
 
 LANE_EXAMPLES = 10
 """The fewest examples a lane runs: Hypothesis begins each search with its simplest example, so
@@ -57,72 +58,101 @@ def lanes_of(lanes: int, examples: int) -> int:
 def run_lockstep(machine: type, profile: Profile, run_seed: int, search: Search, examples: int,
                  aside: Callable[[Fact], bool], lanes: int = 1) -> None:
     """:func:`~._driver.run_search` of ``examples`` examples in :func:`lanes_of` lanes (one:
-    as it is), what they saw read into ``search`` in lane order."""
-    lanes = lanes_of(lanes, examples)
-    shares = [examples // lanes + (number < examples % lanes) for number in range(lanes)]
-    shares = [share for share in shares if share > 0]
-    if len(shares) <= 1:
+    as it is), what they saw read into ``search`` in lane order.  A stop while they run stops
+    every lane, as it stops a search thread, before it goes on up."""
+    count = lanes_of(lanes, examples)
+    if count == 1:
         run_search(machine, profile, run_seed, search, examples, aside)
         return
-    searches = _lane_searches(search, len(shares))
-    errors: list[BaseException | None] = [None] * len(shares)
-    ended = [threading.Event() for _ in shares]
-
-    def lane(number: int) -> None:
-        try:
-            with limit_calls(search.limits.deadline) as limits:
-                searches[number].limits = limits
-                lane_profile = profile if number == 0 else dataclasses.replace(profile, probe=0)
-                lane_seed = run_seed if number == 0 else f"{run_seed}/lane{number}"
-                run_search(machine, lane_profile, lane_seed, searches[number], shares[number], aside)
-        except BaseException as exc:  # a stop, or the certifier's own error: raised by the caller
-            errors[number] = exc
-        finally:
-            ended[number].set()
-
-    for number in range(len(shares)):
-        threading.Thread(target=lane, args=(number,), name=f"harel-ref-lane-{number}", daemon=True).start()
-    for event in ended:  # Event.wait, not Thread.join: see in_line_calls
-        while not event.wait(0.25):
-            pass
-    raised = next((error for error in errors if error is not None), None)
+    shares = [examples // count + (number < examples % count) for number in range(count)]
+    running = _Lanes(search, count)
+    for number, share in enumerate(shares):
+        lane_profile = profile if number == 0 else dataclasses.replace(profile, probe=0)  # probes: lane 0's
+        lane_seed = run_seed if number == 0 else f"{run_seed}/lane{number}"
+        running.start(number, lambda lane, p=lane_profile, s=lane_seed, n=share: run_search(machine, p, s, lane, n, aside))
+    try:
+        for ended in running.ended:  # Event.wait, not Thread.join: see in_line_calls
+            while not ended.wait(0.25):
+                pass
+    except BaseException:
+        running.stop()
+        raise
+    raised = next((error for error in running.errors if error is not None), None)
     if raised is not None:
         raise raised
-    _read_lanes(search, searches)
+    _read_lanes(search, running.searches)
 
 
-def _lane_searches(search: Search, count: int) -> list[Search]:
-    """A fresh :class:`Search` per lane, with ``search``'s time and shrink limits.  Each tells
-    ``search``'s ``on_example`` the examples begun in all lanes, and its ``on_found`` its own
-    failure; a lane's failure stops the lanes after it."""
-    lock, begun, first_found = threading.Lock(), [0], [count]
+class _Lanes:
+    """The lanes of one search as they run: a fresh :class:`Search` each, with the caller's
+    time and shrink limits, telling the caller's ``on_example`` the examples begun in all of
+    them and its ``on_found`` a lane's failure while no lane before it has found one."""
 
-    def on_example(_: int) -> None:
-        with lock:
-            begun[0] += 1
-            done = begun[0]
-        if search.on_example is not None:
-            search.on_example(done)
+    def __init__(self, search: Search, count: int) -> None:
+        self.search, self.lock = search, threading.Lock()
+        self.begun, self.first_found, self.stopped = 0, count, False
+        self.searches = [Search(deadline=search.deadline, grace=search.grace, shrink_limit=search.shrink_limit,
+                                on_example=self._on_example, on_found=self._on_found_in(number),
+                                halted=self._halted_after(number)) for number in range(count)]
+        self.threads: list[threading.Thread] = []
+        self.ended = [threading.Event() for _ in range(count)]
+        self.errors: list[BaseException | None] = [None] * count
 
-    def lane_search(number: int) -> Search:
+    def start(self, number: int, run: Callable[[Search], None]) -> None:
+        """Start lane ``number``: ``run(its search)`` in a thread, with call limits of its own."""
+        def lane() -> None:
+            try:
+                with limit_calls(self.search.limits.deadline) as limits:
+                    self.searches[number].limits = limits
+                    run(self.searches[number])
+            except BaseException as exc:  # a stop, or the certifier's own error: the caller raises it
+                self.errors[number], self.stopped = exc, True
+            finally:
+                self.ended[number].set()
+
+        thread = threading.Thread(target=lane, name=f"harel-ref-lane-{number}", daemon=True)
+        self.threads.append(thread)
+        thread.start()
+
+    def stop(self) -> None:
+        """Stop every lane still running, and wait for them as :func:`in_line_calls` waits."""
+        self.stopped = True
+        for thread, ended in zip(self.threads, self.ended):
+            if not ended.is_set():
+                raise_stop_in(thread)
+        until = time.monotonic() + STOP_WAIT + 1.0  # a lane watching a search thread waits STOP_WAIT for it
+        for ended in self.ended:
+            ended.wait(max(0.0, until - time.monotonic()))
+
+    def _halted_after(self, number: int) -> Callable[[], bool]:
+        return lambda: self.stopped or self.first_found < number
+
+    def _on_example(self, _: int) -> None:
+        with self.lock:
+            self.begun += 1
+            if self.search.on_example is not None:
+                self.search.on_example(self.begun)
+
+    def _on_found_in(self, number: int) -> Callable[[Search], None]:
         def on_found(seen: Search) -> None:
-            with lock:
-                first_found[0] = min(first_found[0], number)
-            if search.on_found is not None:
-                search.on_found(seen)
-
-        return Search(deadline=search.deadline, grace=search.grace, shrink_limit=search.shrink_limit,
-                      on_example=on_example, on_found=on_found, halted=lambda: first_found[0] < number)
-
-    return [lane_search(number) for number in range(count)]
+            with self.lock:
+                if number > self.first_found:
+                    return  # a lane before it found one: this one can never be shown
+                self.first_found = number
+                if self.search.on_found is not None:
+                    self.search.on_found(seen)
+        return on_found
 
 
 def _read_lanes(search: Search, lanes: list[Search]) -> None:
-    """What the lanes saw, as one search, into ``search``: the first failed lane's failure, and
-    the counts of the lanes up to it (all of them when none failed)."""
-    failed = next((number for number, lane in enumerate(lanes) if lane.outcome() is not None), None)
-    base = lanes[failed] if failed is not None else lanes[0]
-    counted = lanes[: failed + 1] if failed is not None else lanes
+    """What the lanes saw, as one search, into ``search``: the failure of the first lane that
+    found one (else the first that ended with Hypothesis giving up), and the counts of the
+    lanes up to it (all of them when none did).  A hang in any lane breaks the caller's
+    transport for the rest of its search, as a hang always does."""
+    found = [number for number, lane in enumerate(lanes) if lane.outcome() is not None]
+    decided = next((number for number in found if not gave_up(lanes[number].outcome())), found[0] if found else None)
+    base = lanes[decided] if decided is not None else lanes[0]
+    counted = lanes[: decided + 1] if decided is not None else lanes
     reached: collections.Counter = collections.Counter()
     aside_facts: dict = {}
     echoes: dict = {}
@@ -133,19 +163,18 @@ def _read_lanes(search: Search, lanes: list[Search]) -> None:
         for key, echo in lane.echoes.items():
             echoes.setdefault(key, echo)
     merged = {field.name: getattr(base, field.name) for field in dataclasses.fields(Search)}
-    for name in ("examples", "set_aside", "unjudged", "ended_at_echo", "clean", "probes_unrun"):
+    for name in ("examples", "wanted", "set_aside", "unjudged", "ended_at_echo", "clean", "probes_unrun"):
         merged[name] = sum(getattr(lane, name) for lane in counted)
     merged.update(
-        wanted=sum(lane.wanted for lane in lanes), lanes=len(lanes),
-        cut_short=any(lane.cut_short for lane in counted),
+        lanes=len(lanes), cut_short=any(lane.cut_short for lane in counted),
         storage_failed=next((lane.storage_failed for lane in counted if lane.storage_failed), None),
         unjudged_examples=[unjudged for lane in counted for unjudged in lane.unjudged_examples],
         echo=next((lane.echo for lane in counted if lane.echo is not None), None),
         ended_echo=next((lane.ended_echo for lane in counted if lane.ended_echo is not None), None),
         echoes=echoes, aside_facts=aside_facts, reached=reached,
-        # the caller's: a lane's hang breaks the transport for the rest of the caller's search
         limits=search.limits, on_example=search.on_example, on_found=search.on_found, halted=search.halted,
     )
-    if base.limits.broken is not None:
-        search.limits.declare(base.limits.broken)
+    broken = [lane.limits.broken for lane in ([base] + lanes) if lane.limits.broken is not None]
+    if broken:
+        search.limits.declare(broken[0])
     vars(search).update(merged)

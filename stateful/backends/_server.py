@@ -78,7 +78,8 @@ class ServerFromEnv:
         :attr:`opened` with ``remove`` when :meth:`records_cleanup` says so."""
         url, prefix = self.url(), prefix_for(namespace, check)
         if self.records_cleanup():
-            self.opened[prefix, remove] = None
+            with self._lock:  # the lanes of a search open and discard at once (SPEC.md C2a)
+                self.opened[prefix, remove] = None
         return url, prefix
 
     def discard(self, namespace: str, check: Callable[[str], Any], connect: Callable[[str], Any]) -> None:
@@ -86,13 +87,15 @@ class ServerFromEnv:
         ``connect(url)`` (a factory's ``discard``): a long search, a failure shrunk over a
         thousand examples, leaves no pile to remove as its process ends."""
         prefix = prefix_for(namespace, check)
-        removals = [remove for opened, remove in self.opened if opened == prefix]
+        with self._lock:
+            removals = [remove for opened, remove in self.opened if opened == prefix]
         if not removals:  # not the user's server, or not opened here
             return
         with connect(self.users()) as connection:
             for remove in removals:
                 remove(connection, prefix)
-                del self.opened[prefix, remove]
+                with self._lock:
+                    self.opened.pop((prefix, remove), None)
 
     def remove_opened(self, connect: Callable[[str], Any]) -> int:
         """Remove what this process made on the user's server, over ``connect(url)`` (a context
@@ -100,14 +103,17 @@ class ServerFromEnv:
         if not self.opened:
             return 0
         removed, failed = 0, None
+        with self._lock:
+            opened = list(self.opened)
         with connect(self.users()) as connection:
-            for prefix, remove in list(self.opened):
+            for prefix, remove in opened:
                 try:
                     remove(connection, prefix)
                 except Exception as exc:  # the others still go; this one stays remembered
                     failed = failed or exc
                     continue
-                del self.opened[prefix, remove]
+                with self._lock:
+                    self.opened.pop((prefix, remove), None)
                 removed += 1
         if failed is not None:
             raise failed
