@@ -97,6 +97,10 @@ def build_parser() -> argparse.ArgumentParser:
     cert.add_argument("--jobs", metavar="N", type=jobs_type, default=None,
                       help="run N searches at once, each in a process of its own (default: the cores "
                       "available, or HAREL_REF_JOBS); the report is the same as one at a time")
+    cert.add_argument("--lanes", metavar="N", type=jobs_type, default=None,
+                      help="run up to N examples of each lockstep search at once, each in a thread with "
+                      "transports of its own (default: 8 for a transport on a wall clock, else 1; a few help "
+                      "a transport that answers over a network); the report is the seed's all the same")
     cert.add_argument("--soak", metavar="SECONDS", type=float,
                       help="also run several workers against the wall clock for SECONDS, and judge "
                       "their history against the model")
@@ -269,7 +273,7 @@ def _certify(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                 time_budget=args.time_budget, processes={"processes": True, "threads": False}.get(args.branches), soak=args.soak,
                 level=args.level, call_deadline=args.call_deadline, shrink_limit=args.shrink_limit,
                 memory_limit=args.memory_limit, progress=console,
-                jobs=args.jobs, _target=target,
+                jobs=args.jobs, lanes=args.lanes, _target=target,
             )
         except BaseException as exc:
             partial = getattr(exc, "report", None)
@@ -365,7 +369,8 @@ class Console(Progress):
             f"(branches in {branches}){f'; a soak of {plan.soak:g} s' if plan.soak else ''}; seed {plan.seed}; "
             f"call deadline {deadline}{budget}",
             f"searches: {plan.jobs} at once" + (", each in a process of its own" if plan.jobs > 1 else "")
-            + (f" ({plan.jobs_note})" if plan.jobs_note else ""),
+            + (f" ({plan.jobs_note})" if plan.jobs_note else "")
+            + (f"; each lockstep search runs up to {plan.lanes} examples at once, in lanes" if plan.lanes > 1 else ""),
             f"properties: {len(applicable)} to search ({', '.join(applicable) or 'none'})"
             + (f"; not applicable: {', '.join(plan.not_applicable)}" if plan.not_applicable else ""),
             f"expected time: about {_duration(plan.estimate)} (an estimate from the profile and how fast "

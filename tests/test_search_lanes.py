@@ -1,6 +1,7 @@
 """A lockstep search in lanes (SPEC.md C2a): its examples several at once, read in lane order."""
 
 import collections
+import json
 import ctypes
 import re
 import threading
@@ -96,7 +97,7 @@ def test_a_stop_while_the_lanes_run_stops_every_lane(tmp_path):
         _search_lanes.run_lockstep(focus_machine(factory, "fifo", Capabilities()), Profile("lanes", 400, 20), 0,
                                    search, 400, lambda fact: False, lanes=4)
     assert calls, "the lanes never called the transport"
-    assert not [t for t in threading.enumerate() if t.name.startswith("harel-ref-lane-")]
+    assert not [t for t in threading.enumerate() if t.name.startswith("harel-ref-search-lane-")]
     made = len(calls)
     time.sleep(0.5)
     assert len(calls) == made  # nothing runs on after the stop
@@ -159,3 +160,23 @@ def test_a_search_in_lanes_says_so(four_lanes, tmp_path):
                      properties=["fifo", "parking"], jobs=1)
     assert {v.verdict for v in report.verdicts} == {"passed"}, report.to_markdown()
     assert "in 4 lanes, none diverged" in report.verdict("fifo").reason
+
+
+def test_lanes_asked_for_are_checked_run_and_asked_for_again_by_the_replay(tmp_path, capsys):
+    from harel_ref._cli import main
+
+    backend = load("memory")(tmp_path)
+    for bad in (0, 33, 2.0, True):
+        with pytest.raises(ValueError, match="lanes must be a whole number from 1 to 32"):
+            certify(backend.factory, backend.capabilities, lanes=bad)
+    code = main(["certify", "--bundled", "memory", "--profile", "quick/2", "--only", "fifo", "--lanes", "3",
+                 "--jobs", "1", "--report-dir", str(tmp_path / "reports")])
+    out = capsys.readouterr().out
+    assert code == 0, out
+    assert "each lockstep search runs up to 3 examples at once, in lanes" in out.split("\n\n", 1)[0]
+    data = json.loads((tmp_path / "reports" / "report.json").read_text())
+    assert "in 2 lanes, none diverged" in data["properties"][0]["reason"]  # quick/2: 25 examples, 2 of 10 or more
+    assert data["replay"].endswith("--lanes 3"), data["replay"]
+    with pytest.raises(SystemExit) as refused:
+        main(["certify", "--bundled", "memory", "--lanes", "0"])
+    assert refused.value.code == 2 and "--lanes: expected a whole number >= 1" in capsys.readouterr().err

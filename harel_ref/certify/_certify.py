@@ -31,6 +31,7 @@ from ._passes import clean_up_process, run_task
 from ._profiles import DEFAULT_CALL_DEADLINE, DEFAULT_SHRINK_LIMIT, SHARED_FACTOR, Profile, default_level
 from ._progress import CallbackProgress, Plan, Progress, Speed, estimate_seconds
 from ._report import LEVELS, PropertyVerdict, Report
+from ._search_lanes import MAX_LANES, lanes_for
 from ._signals import STUCK_AFTER, describe, last_resort, raise_if_stopped, signals_deferred, stop_on_signals, stopping
 from ._target import CertificationError, Target, detect_protocol
 from ._tasks import SOAK_PROPERTIES, Task, ordered_tasks
@@ -55,7 +56,7 @@ def certify(
     memory_limit: int | None = DEFAULT_MEMORY_LIMIT,
     progress: Progress | Callable[[str, PropertyVerdict | None], None] | None = None,
     name: str | None = None,
-    jobs: int | None = None,
+    jobs: int | None = None, lanes: int | None = None,
     _target: Target | None = None,
 ) -> Report:
     """Certify the transport ``factory`` opens against the specification; return a Report.
@@ -102,6 +103,9 @@ def certify(
       ``jobs`` at a time.  Other processes build the factory again by its name, so a factory
       that cannot be imported by name (a closure) runs its searches one at a time, and the
       plan says so.
+    - ``lanes``: examples of a lockstep search run at once, each lane a thread with transports
+      of its own (SPEC.md C2a; the replay asks for them again): by default 8 on a wall clock
+      (its examples mostly sleep), else 1; a transport that answers over a network gains from a few.
 
     Whatever the transport does, the certification goes on (see the module docstring).  If it
     is stopped (KeyboardInterrupt, SystemExit) or the certifier itself fails, the exception is
@@ -115,12 +119,12 @@ def certify(
     """
     profile, chosen, progress = _checked(profile, properties, progress, time_budget=time_budget, soak=soak,
                                          call_deadline=call_deadline, shrink_limit=shrink_limit,
-                                         memory_limit=memory_limit, jobs=jobs, level=level)
+                                         memory_limit=memory_limit, jobs=jobs, level=level, lanes=lanes)
     held = _Held()
     with stop_on_signals(), last_resort(held.stuck), limit_memory(memory_limit) as end_memory_watch, \
             limit_calls(call_deadline) as limits:
         target = _target if _target is not None else Target.from_factory(factory, capabilities, is_async)
-        target = detect_protocol(target)
+        target = detect_protocol(target) if lanes is None else dataclasses.replace(detect_protocol(target), lanes=lanes)
         layout = _Layout.of(target, chosen, soak, processes, jobs)
         held.hypothesis_home = tempfile.mkdtemp(prefix="harel-ref-hypothesis-")
 
@@ -159,7 +163,7 @@ def _checked(profile: str | Profile, properties: Iterable[str] | None,
              progress: Progress | Callable[[str, PropertyVerdict | None], None] | None, *,
              time_budget: float | None, soak: float | None, call_deadline: float | None,
              shrink_limit: float | None, memory_limit: int | None, jobs: int | None,
-             level: str | None) -> tuple[Profile, list[str], Progress]:
+             level: str | None, lanes: int | None = None) -> tuple[Profile, list[str], Progress]:
     """:func:`certify`'s options checked, each bad one refused by name: the profile, the chosen
     properties in order, and a :class:`Progress` to tell."""
     if isinstance(profile, str):
@@ -176,6 +180,9 @@ def _checked(profile: str | Profile, properties: Iterable[str] | None,
         raise ValueError(f"memory_limit must be a whole number of bytes >= 1 (or None), got {memory_limit!r}")
     if jobs is not None and (type(jobs) is not int or jobs < 1):
         raise ValueError(f"jobs must be a whole number >= 1 (or None: the cores available), got {jobs!r}")
+    if lanes is not None and (type(lanes) is not int or not 1 <= lanes <= MAX_LANES):
+        raise ValueError(f"lanes must be a whole number from 1 to {MAX_LANES} (or None: 8 on a wall clock, "
+                         f"else 1), got {lanes!r}")
     if level is not None and level not in LEVELS:
         raise ValueError(f"unknown level {level!r}; choose from {list(LEVELS)}")
     if soak is not None and not SOAK_PROPERTIES & set(chosen):
@@ -275,7 +282,8 @@ def _plan(target: Target, layout: _Layout, asked: Profile, speed: Speed, *, seed
     searches = dict(lockstep=lockstep - standby + (SHARED_FACTOR if standby else 0),
                     parallel=int(any(PROPERTIES[p].concurrent for p in layout.applicable)),
                     branches=layout.branches, soak=soak)
-    searches.update(jobs=min(layout.jobs, len(tasks) - standby), largest=SHARED_FACTOR if standby else 1)
+    lanes = target.lanes if target.lanes is not None else lanes_for(caps)
+    searches.update(jobs=min(layout.jobs, len(tasks) - standby), largest=SHARED_FACTOR if standby else 1, lanes=lanes)
     profile = asked if time_budget is not None else asked.fitted(estimate_seconds(asked, caps, speed, **searches))
     estimate = estimate_seconds(profile, caps, speed, **searches)
     if time_budget is not None:
@@ -287,6 +295,7 @@ def _plan(target: Target, layout: _Layout, asked: Profile, speed: Speed, *, seed
         not_applicable=tuple(p for p in chosen if p not in layout.applicable), branches=layout.branches, soak=soak,
         time_budget=time_budget, call_deadline=call_deadline, estimate=estimate, jobs=layout.jobs,
         jobs_note=layout.jobs_note, shared=tuple(task.prop for task in tasks if task.standby), branches_note=layout.branches_note,
+        lanes=lanes,
     )
 
 

@@ -142,7 +142,7 @@ class Certification:
             shrink_limit=math.inf if shrink_limit is None else shrink_limit,
             end=math.inf if time_budget is None else self.started + time_budget,
             budgeted=sum(task.kind != "soak" and not task.standby for task in tasks),
-            lanes=lanes_for(target.capabilities),
+            lanes=target.lanes if target.lanes is not None else lanes_for(target.capabilities),
         )
         self.shared = next((n for n, task in enumerate(tasks) if task.kind == SHARED), None)
         self.standby = [n for n, task in enumerate(tasks) if task.standby]

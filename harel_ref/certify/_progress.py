@@ -13,7 +13,7 @@ from harel_ref.stateful._machine import RULES, Choices
 
 from ._profiles import Profile
 from ._report import PropertyVerdict
-from ._search_lanes import lanes_for, lanes_of
+from ._search_lanes import lanes_of
 
 __all__ = ["Plan", "Progress", "Speed", "calls_per_step", "estimate_seconds"]
 
@@ -49,6 +49,7 @@ class Plan:
     jobs_note: str = ""  # why fewer searches run at once than were asked for
     shared: tuple[str, ...] = ()  # the properties a shared lockstep search covers first (SPEC.md C5)
     branches_note: str = ""  # why the branches do not run in processes too, when they could not
+    lanes: int = 1  # a lockstep search's examples that run at once (SPEC.md C2a)
 
 
 class Progress:
@@ -86,11 +87,12 @@ class CallbackProgress(Progress):
 
 def estimate_seconds(profile: Profile, caps: Capabilities, speed: Speed, *, lockstep: int, parallel: int,
                      branches: str = "threads", soak: float | None = None, jobs: int = 1,
-                     largest: int = 1) -> float:
+                     largest: int = 1, lanes: int = 1) -> float:
     """A rough estimate of a certification's time when nothing fails: ``lockstep`` lockstep
     searches and ``parallel`` parallel ones, at the ``speed`` the preflight measured, ``jobs``
     of them at once; the longest single search stands for ``largest`` lockstep searches (the
     shared one, SPEC.md C5), and with several at once the run lasts at least as long as it.
+    A lockstep search's examples run up to ``lanes`` at once (SPEC.md C2a).
 
     A lockstep search runs about a quarter more examples than ``max_examples`` (Hypothesis
     counts only the valid ones); each opens a transport, now and then a second, and makes
@@ -106,8 +108,8 @@ def estimate_seconds(profile: Profile, caps: Capabilities, speed: Speed, *, lock
     in_processes = {"threads": 0.0, "both": 0.5, "processes": 1.0}[branches]  # the share of runs
     opens = (1 + 2.5 * caps.shared) / profile.repeats + in_processes  # branch processes: at once, every run
     run = opens * speed.open + 12 * speed.call + 0.0035 + 0.0045 * in_processes + 2 * wall
-    one_lockstep = 1.25 * profile.max_examples * example / lanes_of(lanes_for(caps), profile.max_examples)
-    longest = 1.25 * largest * profile.max_examples * example / lanes_of(lanes_for(caps), largest * profile.max_examples)
+    one_lockstep = 1.25 * profile.max_examples * example / lanes_of(lanes, profile.max_examples)
+    longest = 1.25 * largest * profile.max_examples * example / lanes_of(lanes, largest * profile.max_examples)
     concurrent = parallel * profile.programs * profile.repeats * run
     searches = (lockstep - largest) * one_lockstep + longest + concurrent if lockstep >= largest \
         else lockstep * one_lockstep + concurrent

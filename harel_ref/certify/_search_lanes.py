@@ -32,12 +32,16 @@ from ._driver import Search, run_search
 from ._entries import gave_up
 from ._profiles import Profile
 
-__all__ = ["LANE_EXAMPLES", "WALL_CLOCK_LANES", "lanes_for", "lanes_of", "run_lockstep"]
+__all__ = ["LANE_EXAMPLES", "MAX_LANES", "WALL_CLOCK_LANES", "lanes_for", "lanes_of", "run_lockstep"]
 
 
 WALL_CLOCK_LANES = 8
 """Lanes of a lockstep search on a wall clock: SQS's examples spend nearly all their time
 asleep, so eight lanes keep well under one core busy."""
+
+MAX_LANES = 32
+"""The most lanes a search may be asked for (``--lanes``): each is a thread with transports of
+its own, and one interpreter runs their Python one at a time."""
 
 LANE_EXAMPLES = 10
 """The fewest examples a lane runs: Hypothesis begins each search with its simplest example, so
@@ -110,7 +114,7 @@ class _Lanes:
             finally:
                 self.ended[number].set()
 
-        thread = threading.Thread(target=lane, name=f"harel-ref-lane-{number}", daemon=True)
+        thread = threading.Thread(target=lane, name=f"harel-ref-search-lane-{number}", daemon=True)
         self.threads.append(thread)
         thread.start()
 

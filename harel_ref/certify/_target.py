@@ -67,6 +67,7 @@ class Target:
     recipe: FactoryRecipe | None = None  # how another process builds the factory (--processes)
     explicit: frozenset[str] = frozenset()  # capabilities declared or given, never to be detected
     in_process: bool = False  # its storage lives in the process: branch processes would not see it
+    lanes: int | None = None  # the lanes asked for (--lanes), which a replay asks for again (SPEC.md C2a)
 
     # --- ways to get one ------------------------------------------------------------------
 
@@ -180,6 +181,8 @@ class Target:
             args += ["--soak", f"{soak:g}"]
         if only:
             args += ["--only", only]
+        if self.lanes is not None:
+            args += ["--lanes", str(self.lanes)]
         return shlex.join(args)
 
     def parallel_reproduction(self, search: str, program: Any, *, contention: bool, histories: bool,
