@@ -31,11 +31,15 @@ from typing import Any
 
 from ._async import limits_of_its_own, release_call_thread
 
-__all__ = ["LANES", "LONG_RUN", "WAITING", "SeenBeside", "runs_in_order", "waited"]
+__all__ = ["LANES", "LANES_ON_A_WALL_CLOCK", "LONG_RUN", "WAITING", "SeenBeside", "runs_in_order", "waited"]
 
 LANES = 4
 """How many runs of one program are made at once when they wait.  A lane keeps its transports
 open between runs, so a server sees up to this many times a run's connections."""
+
+LANES_ON_A_WALL_CLOCK = 8
+""":data:`LANES` for a transport that keeps time itself (SQS): each of its runs sleeps a second
+or two while its leases pass, and little else."""
 
 WAITING = 0.25
 """A run that kept this process's CPU busy for less than this part of its wall time is waiting:

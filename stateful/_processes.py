@@ -24,6 +24,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -103,6 +104,7 @@ class BranchProcesses:
         self._pipes: list[Any] = []
         self._workers: list[Any] = []
         self._start_line = start_line if start_line is not None else StartLine()
+        self._one_run = threading.Lock()  # the workers run one program's branches at a time
         self._start()
 
     def _start(self) -> None:
@@ -130,7 +132,15 @@ class BranchProcesses:
     def run(self, namespace: str, frozen: float | None, program: Any, leases: dict[str, Any],
             visibility: float, delay: float) -> list[Any]:
         """Run ``program``'s branches, one per worker, at once; return their records.
-        ``frozen`` is the clock of the branches, or None for the wall clock.
+        ``frozen`` is the clock of the branches, or None for the wall clock.  Threads that ask
+        at once take turns: only the branches wait for the pool, not a run's prefix, the wait
+        for its leases to pass or its drain (SPEC.md C9a)."""
+        with self._one_run:
+            return self._run(namespace, frozen, program, leases, visibility, delay)
+
+    def _run(self, namespace: str, frozen: float | None, program: Any, leases: dict[str, Any],
+             visibility: float, delay: float) -> list[Any]:
+        """:meth:`run`, the pool's to make alone.
 
         Each worker opens its transport, waits at a barrier, then waits for the run's start
         line (:class:`StartLine`) before its first call: a process woken by a barrier goes

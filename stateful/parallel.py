@@ -77,7 +77,7 @@ from ._async import TransportHung, open_transport, release_call_thread
 from ._backend import Capabilities
 import harel_ref.stateful._facts as facts
 from ._facts import Fact
-from ._lanes import LANES, SeenBeside, runs_in_order
+from ._lanes import LANES, LANES_ON_A_WALL_CLOCK, SeenBeside, runs_in_order
 from ._linearize import DRAIN_WORKER, RELAXES, check_linearizable
 from ._properties import BRANCHES_IN_A_PROGRAM, DRAIN_CUT, OVERLAP, UNJUDGED, largest
 from ._values import BRANCH_COUNTS
@@ -970,9 +970,10 @@ def check_program(
     in_processes = (lambda number: processes is not None and not (alternate and number % 2 == 0))
     make = _run_maker(factory, program, capabilities, is_async, processes, in_processes, ignore)
 
-    # runs that wait overlap (SPEC.md C9a); only the runs in threads can
+    # runs that wait overlap (SPEC.md C9a): the second, its branches in threads, says whether they wait
+    lanes = (LANES_ON_A_WALL_CLOCK if capabilities.clock == "wall" else LANES) if overlap else 1
     made = runs_in_order(make, lambda bench: bench and bench.close(), repeats,
-                         here=lambda number: not in_processes(number), lanes=LANES if overlap else 1)
+                         here=lambda number: not in_processes(number), lanes=lanes)
     try:
         with contextlib.closing(made):
             for number, run, alone in made:
@@ -1003,14 +1004,11 @@ def _run_maker(factory: Callable, program: Program, capabilities: Capabilities, 
     """``make(number, bench)`` for :func:`~harel_ref.stateful._lanes.runs_in_order`: run
     ``program`` once on ``bench`` (a new one if None), its branches in ``processes`` when
     ``in_processes(number)``; the run, and the bench if the next run may keep it."""
-    one_pool = threading.Lock()  # the branch processes make one run at a time
-
     def make(number: int, bench: Bench | None) -> tuple[Run, Bench | None]:
         bench = bench or Bench(factory, capabilities, is_async)
-        try:
-            with one_pool if in_processes(number) else contextlib.nullcontext():
-                run = run_program(factory, program, capabilities, is_async=is_async,
-                                  processes=processes if in_processes(number) else None, bench=bench)
+        try:  # the branch processes make one run's branches at a time (BranchProcesses.run)
+            run = run_program(factory, program, capabilities, is_async=is_async,
+                              processes=processes if in_processes(number) else None, bench=bench)
         except BaseException:
             bench.close()
             raise

@@ -4,6 +4,7 @@ program, a timeline and a reproduction that replays; branches in processes."""
 
 import dataclasses
 import re
+import threading
 import sys
 from pathlib import Path
 
@@ -617,6 +618,36 @@ def test_branch_processes_share_one_clock_for_ordering(tmp_path):
     drain_start = min(r.invoke for r in run.records if r.worker == "drain")
     branches = [r for r in run.records if r.worker.startswith("b")]
     assert len(branches) == 2 and all(prefix_end < r.invoke and r.complete < drain_start for r in branches)
+
+
+def test_runs_in_threads_at_once_take_turns_for_the_branch_processes_only_in_their_branches(tmp_path):
+    """Two threads run programs through one pool at once (the concurrent search's lanes, SPEC.md
+    C9a): each run's branches are its own, and one run's branches never overlap the other's,
+    while the rest of the runs may."""
+    from harel_ref.stateful._processes import BranchProcesses, FactoryRecipe
+    from harel_ref.stateful.parallel import judge as parallel_judge
+
+    backend = load("sqlite")(tmp_path)
+    runs, errors = [], []
+
+    def one_run():
+        try:
+            runs.append(run_program(backend.factory, RACING_CLAIMS, backend.capabilities, processes=processes))
+        except BaseException as exc:  # raised below, in the test's thread
+            errors.append(exc)
+
+    with BranchProcesses(FactoryRecipe(bundled="sqlite", directory=str(tmp_path))) as processes:
+        threads = [threading.Thread(target=one_run) for _ in range(4)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    assert not errors and len(runs) == 4, errors
+    spans = sorted((min(r.invoke for r in run.records if r.worker.startswith("b")),
+                    max(r.complete for r in run.records if r.worker.startswith("b"))) for run in runs)
+    assert all(end < next_start for (_, end), (next_start, _) in zip(spans, spans[1:])), spans
+    for run in runs:
+        assert run.how == "processes" and parallel_judge(run, contention=True, histories=True) is None
 
 
 def test_a_branch_process_that_dies_is_named_and_the_pool_says_so_again(tmp_path, monkeypatch):
