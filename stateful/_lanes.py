@@ -31,7 +31,7 @@ from typing import Any
 
 from ._async import limits_of_its_own, release_call_thread
 
-__all__ = ["LANES", "LANES_ON_A_WALL_CLOCK", "LONG_RUN", "WAITING", "SeenBeside", "runs_in_order", "waited"]
+__all__ = ["LANES", "LANES_ON_A_WALL_CLOCK", "LONG_RUN", "MEASURED", "WAITING", "SeenBeside", "runs_in_order", "waited"]
 
 LANES = 4
 """How many runs of one program are made at once when they wait.  A lane keeps its transports
