@@ -60,6 +60,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     "(2G, 500M, none); past it the run stops with its report so far")
     group.addoption("--harel-jobs", type=jobs_type, metavar="N", default=None,
                     help="searches run at once, each in a process of its own (default: the cores available)")
+    group.addoption("--harel-lanes", type=jobs_type, metavar="N", default=None,
+                    help="examples of each lockstep search run at once, in lanes (default: 8 on a wall clock, else 1)")
     group.addoption("--harel-soak", type=float, metavar="SECONDS",
                     help="also run a soak of SECONDS against the wall clock")
     group.addoption("--harel-capabilities", metavar="LIST", default="",
@@ -231,7 +233,7 @@ def _run(config: pytest.Config):
             soak=config.getoption("harel_soak"),
             level=config.getoption("harel_level"),
             call_deadline=config.getoption("harel_call_deadline"),
-            jobs=config.getoption("harel_jobs"),
+            jobs=config.getoption("harel_jobs"), lanes=config.getoption("harel_lanes"),
             _target=config.stash[_TARGET],
         )
     except BaseException as stop:  # interrupted, or the certifier failed: keep the verdicts so far

@@ -31,7 +31,8 @@ from typing import Any
 
 from ._async import limits_of_its_own, release_call_thread
 
-__all__ = ["LANES", "LANES_ON_A_WALL_CLOCK", "LONG_RUN", "MEASURED", "WAITING", "SeenBeside", "runs_in_order", "waited"]
+__all__ = ["LANES", "LANES_ON_A_WALL_CLOCK", "LONG_RUN", "MEASURED", "WAITING", "SeenBeside", "lanes_of_runs",
+           "run_slots", "runs_in_order", "waited"]
 
 LANES = 4
 """How many runs of one program are made at once when they wait.  A lane keeps its transports
@@ -94,6 +95,20 @@ def runs_in_order(make: Make, close: Callable[[Any], None], repeats: int, *, her
             yield number, run, True
     finally:
         close(kept)
+
+
+def lanes_of_runs(repeats: int, *, wall: bool) -> int:
+    """The lanes :func:`runs_in_order` is given for a program of ``repeats`` runs: :data:`LANES`,
+    and on a wall clock as many as the runs left after the measured ones, up to
+    :data:`LANES_ON_A_WALL_CLOCK` (lanes start only where as many runs are left as there are lanes)."""
+    return max(LANES, min(LANES_ON_A_WALL_CLOCK, repeats - MEASURED)) if wall else LANES
+
+
+def run_slots(repeats: int, lanes: int) -> float:
+    """How many runs' time ``repeats`` runs take when they wait (:func:`runs_in_order`): the
+    measured ones one after another, the rest ``lanes`` at once where as many are left."""
+    left = repeats - MEASURED
+    return MEASURED + left / lanes if left >= lanes > 1 else float(repeats)
 
 
 def waited(busy: float, wall: float) -> bool:

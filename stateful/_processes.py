@@ -104,7 +104,8 @@ class BranchProcesses:
         self._pipes: list[Any] = []
         self._workers: list[Any] = []
         self._start_line = start_line if start_line is not None else StartLine()
-        self._one_run = threading.Lock()  # the workers run one program's branches at a time
+        self._one_run = threading.RLock()  # the workers run one program's branches at a time
+        self._closed = False
         self._start()
 
     def _start(self) -> None:
@@ -129,12 +130,17 @@ class BranchProcesses:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def turn(self) -> threading.RLock:
+        """The pool's turn, for ``with``: threads that run programs through it at once take
+        turns.  A run holds it from its prefix through its branches (on a wall clock a wait for
+        the pool between them would let the prefix's leases lapse first), not while its leases
+        pass or while it drains (SPEC.md C9a); :meth:`run` takes it too."""
+        return self._one_run
+
     def run(self, namespace: str, frozen: float | None, program: Any, leases: dict[str, Any],
             visibility: float, delay: float) -> list[Any]:
         """Run ``program``'s branches, one per worker, at once; return their records.
-        ``frozen`` is the clock of the branches, or None for the wall clock.  Threads that ask
-        at once take turns: only the branches wait for the pool, not a run's prefix, the wait
-        for its leases to pass or its drain (SPEC.md C9a)."""
+        ``frozen`` is the clock of the branches, or None for the wall clock."""
         with self._one_run:
             return self._run(namespace, frozen, program, leases, visibility, delay)
 
@@ -149,6 +155,8 @@ class BranchProcesses:
         parties = len(program.branches)
         if parties > self._branches:
             raise ValueError(f"this pool has {self._branches} workers, the program {parties} branches")
+        if self._closed:  # a run left to finish by a stop must not start workers nobody ends
+            raise RuntimeError("the branch processes were closed")
         if not self._workers:
             self._start()
         start = self._start_line.next(parties)
@@ -204,6 +212,7 @@ class BranchProcesses:
     def close(self, grace: float = 10.0) -> None:
         """End the workers: each finishes its branch and closes its transport, and those still
         running after ``grace`` seconds in all are killed."""
+        self._closed = True
         for pipe in self._pipes:
             try:
                 pipe.send(None)
@@ -213,6 +222,7 @@ class BranchProcesses:
 
     def kill(self) -> None:
         """End every worker at once, whatever it is doing (a certification that did not stop)."""
+        self._closed = True
         self._stop(0.0)
 
     def _stop(self, grace: float = 0.0) -> None:

@@ -77,7 +77,7 @@ from ._async import TransportHung, open_transport, release_call_thread
 from ._backend import Capabilities
 import harel_ref.stateful._facts as facts
 from ._facts import Fact
-from ._lanes import LANES, LANES_ON_A_WALL_CLOCK, SeenBeside, runs_in_order
+from ._lanes import SeenBeside, lanes_of_runs, runs_in_order
 from ._linearize import DRAIN_WORKER, RELAXES, check_linearizable
 from ._properties import BRANCHES_IN_A_PROGRAM, DRAIN_CUT, OVERLAP, UNJUDGED, largest
 from ._values import BRANCH_COUNTS
@@ -527,23 +527,26 @@ def run_program(
     wall, clock, now = bench.wall, bench.clock, bench.now
     lasting = wall_visibility(capabilities)
     visibility, delay = (lasting, lasting) if wall else (VISIBILITY, None)
+    in_processes = processes is not None and concurrently
     try:
         first = bench.instance(0)
         leases: dict[str, Any] = {}
         prefix = _Calls(_Recorder("prefix", wall), leases, "p", visibility, delay)
-        _run_prefix(program.prefix, prefix, first, bench, visibility)
-        frozen = now()
-        branches = [
-            _Calls(_Recorder(f"b{n}", wall), dict(leases), f"b{n}.", visibility, delay)
-            for n in range(len(program.branches))
-        ]
-        if processes is not None and concurrently:
-            how = "processes"
-            records = processes.run(bench.namespace, frozen, program, leases, visibility, delay)
-        else:
-            how = _run_branches_in_this_process(bench, program, branches, first, frozen, shared=capabilities.shared,
-                                                is_async=is_async, concurrently=concurrently)
-            records = [record for calls in branches for record in calls.recorder.records]
+        with processes.turn() if in_processes else contextlib.nullcontext():  # see BranchProcesses.turn
+            _run_prefix(program.prefix, prefix, first, bench, visibility)
+            frozen = now()
+            branches = [
+                _Calls(_Recorder(f"b{n}", wall), dict(leases), f"b{n}.", visibility, delay)
+                for n in range(len(program.branches))
+            ]
+            if in_processes:
+                how = "processes"
+                records = processes.run(bench.namespace, frozen, program, leases, visibility, delay)
+            else:
+                how = _run_branches_in_this_process(bench, program, branches, first, frozen,
+                                                    shared=capabilities.shared, is_async=is_async,
+                                                    concurrently=concurrently)
+                records = [record for calls in branches for record in calls.recorder.records]
         _pass_time(clock, wall, visibility)
         drain = _drain(first, visibility, now(), wall, limit=sum(isinstance(op, Publish) for op in _all_ops(program)))
         return Run(program, (*prefix.recorder.records, *records, *drain), how)
@@ -971,7 +974,7 @@ def check_program(
     make = _run_maker(factory, program, capabilities, is_async, processes, in_processes, ignore)
 
     # runs that wait overlap (SPEC.md C9a): the second, its branches in threads, says whether they wait
-    lanes = (LANES_ON_A_WALL_CLOCK if capabilities.clock == "wall" else LANES) if overlap else 1
+    lanes = lanes_of_runs(repeats, wall=capabilities.clock == "wall") if overlap else 1
     made = runs_in_order(make, lambda bench: bench and bench.close(), repeats,
                          here=lambda number: not in_processes(number), lanes=lanes)
     try:

@@ -244,3 +244,13 @@ def test_a_hang_beside_other_runs_breaks_nothing_of_the_callers(monkeypatch):
         assert check_program(factory, three, broken_backend(sorted(WIDE)[0]).capabilities, repeats=12,
                              histories=True) == 12
     assert seen and limits.broken is None
+
+
+def test_on_a_wall_clock_a_program_gets_as_many_lanes_as_runs_are_left_up_to_eight():
+    from harel_ref.stateful._lanes import LANES, LANES_ON_A_WALL_CLOCK, lanes_of_runs, run_slots
+
+    assert [lanes_of_runs(repeats, wall=True) for repeats in (3, 6, 7, 9, 10, 30)] == [LANES, 4, 5, 7, 8, 8]
+    assert lanes_of_runs(30, wall=False) == LANES and LANES_ON_A_WALL_CLOCK == 8
+    # the first two one after another, then the rest in lanes, where as many runs are left
+    assert run_slots(30, 8) == 2 + 28 / 8 and run_slots(9, 7) == 3.0 and run_slots(5, 4) == 5.0
+    assert run_slots(30, 1) == 30.0 and run_slots(1, 8) == 1.0

@@ -620,10 +620,11 @@ def test_branch_processes_share_one_clock_for_ordering(tmp_path):
     assert len(branches) == 2 and all(prefix_end < r.invoke and r.complete < drain_start for r in branches)
 
 
-def test_runs_in_threads_at_once_take_turns_for_the_branch_processes_only_in_their_branches(tmp_path):
-    """Two threads run programs through one pool at once (the concurrent search's lanes, SPEC.md
-    C9a): each run's branches are its own, and one run's branches never overlap the other's,
-    while the rest of the runs may."""
+def test_runs_in_threads_at_once_take_turns_for_the_branch_processes_from_prefix_to_branches(tmp_path):
+    """Four threads run programs through one pool at once (the concurrent search's lanes, SPEC.md
+    C9a): each run's branches are its own, and one run's prefix and branches never overlap
+    another's (its leases must not lapse while it waits for the pool), while their drains may.
+    Once closed, the pool starts no workers for a run left behind."""
     from harel_ref.stateful._processes import BranchProcesses, FactoryRecipe
     from harel_ref.stateful.parallel import judge as parallel_judge
 
@@ -643,11 +644,14 @@ def test_runs_in_threads_at_once_take_turns_for_the_branch_processes_only_in_the
         for thread in threads:
             thread.join(60)
     assert not errors and len(runs) == 4, errors
-    spans = sorted((min(r.invoke for r in run.records if r.worker.startswith("b")),
+    spans = sorted((min(r.invoke for r in run.records if r.worker == "prefix"),
                     max(r.complete for r in run.records if r.worker.startswith("b"))) for run in runs)
     assert all(end < next_start for (_, end), (next_start, _) in zip(spans, spans[1:])), spans
     for run in runs:
         assert run.how == "processes" and parallel_judge(run, contention=True, histories=True) is None
+    with pytest.raises(RuntimeError, match="the branch processes were closed"):
+        run_program(backend.factory, RACING_CLAIMS, backend.capabilities, processes=processes)
+    assert processes._workers == []
 
 
 def test_a_branch_process_that_dies_is_named_and_the_pool_says_so_again(tmp_path, monkeypatch):

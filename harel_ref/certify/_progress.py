@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from harel_ref.stateful import Capabilities
-from harel_ref.stateful._lanes import LANES_ON_A_WALL_CLOCK, MEASURED
+from harel_ref.stateful._lanes import lanes_of_runs, run_slots
 from harel_ref.stateful._machine import RULES, Choices
 
 from ._profiles import Profile
@@ -113,9 +113,10 @@ def estimate_seconds(profile: Profile, caps: Capabilities, speed: Speed, *, lock
     run = opens * speed.open + 12 * speed.call + 0.0035 + 0.0045 * in_processes + 2 * wall
     one_lockstep = 1.25 * profile.max_examples * example / lanes_of(lanes, profile.max_examples)
     longest = 1.25 * largest * profile.max_examples * example / lanes_of(lanes, largest * profile.max_examples)
-    # on a wall clock a program's runs after the first two are made several at once (SPEC.md C9a)
-    runs = profile.repeats if not wall else MEASURED + max(0, profile.repeats - MEASURED) / LANES_ON_A_WALL_CLOCK
-    concurrent = parallel * profile.programs * runs * run
+    # on a wall clock a program's runs after the first two are made several at once, once the
+    # second, its branches in this process, showed that they wait (SPEC.md C9a)
+    lanes_of_runs_here = lanes_of_runs(profile.repeats, wall=True) if wall and branches != "processes" else 1
+    concurrent = parallel * profile.programs * run_slots(profile.repeats, lanes_of_runs_here) * run
     searches = (lockstep - largest) * one_lockstep + longest + concurrent if lockstep >= largest \
         else lockstep * one_lockstep + concurrent
     if jobs > 1:  # the searches spread over the processes (which take a moment to start)

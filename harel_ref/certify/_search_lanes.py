@@ -12,8 +12,9 @@ The lanes are then read as one search, **in lane order**, so that which lane fin
 never shows: the search's failure is that of the first lane (by number) that found one, and
 counts the examples of that lane and of those before it; a lane after it is stopped at its
 next example once a lane before it found its failure, since nothing it finds could be shown.
-Whether a search is split depends only on the transport's capabilities and the profile, so the
-same seed makes the same lanes, and the report's replay command makes them again (C1)."""
+How many lanes a search runs in depends only on the transport's capabilities, ``--lanes``
+(``certify(lanes=)``, any transport) and the examples it is to run, so the same seed makes the
+same lanes, and the report's replay command makes them again (C1)."""
 
 from __future__ import annotations
 
