@@ -1009,7 +1009,7 @@ def _run_maker(factory: Callable, program: Program, capabilities: Capabilities, 
     ``in_processes(number)``; the run, and the bench if the next run may keep it."""
     def make(number: int, bench: Bench | None) -> tuple[Run, Bench | None]:
         bench = bench or Bench(factory, capabilities, is_async)
-        try:  # the branch processes make one run's branches at a time (BranchProcesses.run)
+        try:  # the branch processes make one run's prefix and branches at a time (BranchProcesses.turn)
             run = run_program(factory, program, capabilities, is_async=is_async,
                               processes=processes if in_processes(number) else None, bench=bench)
         except BaseException:
