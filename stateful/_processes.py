@@ -132,9 +132,10 @@ class BranchProcesses:
 
     def turn(self) -> threading.RLock:
         """The pool's turn, for ``with``: threads that run programs through it at once take
-        turns.  A run holds it from its prefix through its branches (on a wall clock a wait for
-        the pool between them would let the prefix's leases lapse first), not while its leases
-        pass or while it drains (SPEC.md C9a); :meth:`run` takes it too."""
+        turns.  A run holds it from the calls its prefix makes after its last lapse through its
+        branches (on a wall clock a wait for the pool between them would let those leases lapse
+        first), not while it sleeps for a lapse, nor while it drains (SPEC.md C9a); :meth:`run`
+        takes it too."""
         return self._one_run
 
     def run(self, namespace: str, frozen: float | None, program: Any, leases: dict[str, Any],

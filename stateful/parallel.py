@@ -532,8 +532,12 @@ def run_program(
         first = bench.instance(0)
         leases: dict[str, Any] = {}
         prefix = _Calls(_Recorder("prefix", wall), leases, "p", visibility, delay)
-        with processes.turn() if in_processes else contextlib.nullcontext():  # see BranchProcesses.turn
-            _run_prefix(program.prefix, prefix, first, bench, visibility)
+        # the prefix up to its last Lapse sleeps on a wall clock: outside the pool's turn, which
+        # holds the leases taken after it (BranchProcesses.turn)
+        lapsed = max((n + 1 for n, op in enumerate(program.prefix) if isinstance(op, Lapse)), default=0)
+        _run_prefix(program.prefix[:lapsed], prefix, first, bench, visibility)
+        with processes.turn() if in_processes else contextlib.nullcontext():
+            _run_prefix(program.prefix[lapsed:], prefix, first, bench, visibility)
             frozen = now()
             branches = [
                 _Calls(_Recorder(f"b{n}", wall), dict(leases), f"b{n}.", visibility, delay)
