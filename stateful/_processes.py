@@ -29,7 +29,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NoReturn
 
 from ._start import StartLine, wait_until
 from ._values import BRANCH_COUNTS
@@ -161,8 +161,8 @@ class BranchProcesses:
         if not self._workers:
             self._start()
         start = self._start_line.next(parties)
-        for pipe, ops, moment in zip(self._pipes, program.branches, start):
-            pipe.send(("branch", namespace, frozen, ops, leases, visibility, delay, parties, moment))
+        for number, (ops, moment) in enumerate(zip(program.branches, start)):
+            self._send(number, ("branch", namespace, frozen, ops, leases, visibility, delay, parties, moment))
         answers = [self._answer(number) for number in range(parties)]
         if all(kind == "ok" for kind, _ in answers):
             self._start_line.learn(start, [ready for _, (_, ready) in answers],
@@ -188,7 +188,7 @@ class BranchProcesses:
         from harel_ref.stateful._machine import FakeClock
 
         namespace = f"harel_ref_probe_{uuid.uuid4().hex[:8]}"
-        self._pipes[0].send(("probe", namespace))
+        self._send(0, ("probe", namespace))
         kind, detail = self._answer(0)
         if kind == "fault":
             kind, detail = "error", detail[1]
@@ -238,6 +238,14 @@ class BranchProcesses:
             pipe.close()
         self._pipes, self._workers = [], []
 
+    def _send(self, number: int, message: tuple) -> None:
+        """Send worker ``number`` its next task.  A worker that died since its last answer (its
+        pipe is broken) is a crash of the transport, as in :meth:`_answer`."""
+        try:
+            self._pipes[number].send(message)
+        except (BrokenPipeError, OSError):
+            self._crashed(number, "since its last answer")
+
     def _answer(self, number: int) -> tuple[str, Any]:
         """Worker ``number``'s answer: ``("ok", (records, the moment it was ready))``, ``("error", text)`` or ``("fault",
         (class name, message))``.  A worker that dies or gives no answer in time is a fault of
@@ -251,10 +259,18 @@ class BranchProcesses:
             fault: TransportFault = TransportHung(
                 f"hung: branch process {number} gave no answer within {timeout:g} s (in pid {worker.pid})")
         except (EOFError, OSError):
-            worker.join(timeout=5)
-            fault = TransportCrashed(
-                f"crashed: worker process died with {_exit_cause(worker.exitcode)} (branch process {number} died "
-                f"(exit code {worker.exitcode}) while running a branch)")
+            self._crashed(number, "while running a branch")
+        self._stop()
+        raise current_limits().declare(fault)
+
+    def _crashed(self, number: int, when: str) -> NoReturn:
+        """Worker ``number`` died: stop the pool (the next run starts new workers), then
+        declare and raise the crash."""
+        worker = self._workers[number]
+        worker.join(timeout=5)
+        fault = TransportCrashed(
+            f"crashed: worker process died with {_exit_cause(worker.exitcode)} (branch process {number} died "
+            f"(exit code {worker.exitcode}) {when})")
         self._stop()
         raise current_limits().declare(fault)
 

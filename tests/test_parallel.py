@@ -669,6 +669,24 @@ def test_a_branch_process_that_dies_is_named_and_the_pool_says_so_again(tmp_path
                 run_program(exits_in_a_branch_process, RACING_CLAIMS, capabilities, processes=processes)
 
 
+def test_a_branch_process_that_died_between_runs_is_a_crash_and_the_next_run_has_new_workers(tmp_path):
+    """A worker killed after its answer (the OOM killer, a signal) breaks its pipe: the next run
+    is told the transport crashed, and the pool starts anew (the send raised BrokenPipeError,
+    which left the dead worker in the pool for every later run)."""
+    from harel_ref.stateful._processes import BranchProcesses, FactoryRecipe
+
+    backend = load("sqlite")(tmp_path)
+    with BranchProcesses(FactoryRecipe(bundled="sqlite", directory=str(tmp_path))) as processes:
+        run_program(backend.factory, RACING_CLAIMS, backend.capabilities, processes=processes)
+        dead = processes._workers[1]
+        dead.kill()
+        dead.join(10)
+        with pytest.raises(RuntimeError, match=r"branch process 1 died \(exit code -9\) since its last answer"):
+            run_program(backend.factory, RACING_CLAIMS, backend.capabilities, processes=processes)
+        run = run_program(backend.factory, RACING_CLAIMS, backend.capabilities, processes=processes)
+        assert run.how == "processes" and dead not in processes._workers
+
+
 def test_a_branch_process_whose_transport_raises_says_what_it_raised_and_lives(tmp_path, monkeypatch):
     """Its error reaches the search, and the worker goes on: it aborted the wrong barrier (a
     float, not the number of branches), died on the KeyError, and was reported as crashed."""
