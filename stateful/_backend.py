@@ -127,12 +127,15 @@ class Capabilities:
 
 @dataclass(frozen=True)
 class Backend:
-    """A transport under test: a name, its factory, its capabilities, sync or async."""
+    """A transport under test: a name, its factory, its capabilities, sync or async, and how
+    many examples of a lockstep search the certifier runs at once by default (``lanes``, SPEC.md
+    C2a; None: as the clock says, one on an injectable clock)."""
 
     name: str
     factory: Factory
     capabilities: Capabilities = field(default_factory=Capabilities)
     is_async: bool = False
+    lanes: int | None = None
 
 
 def accepted_groups(caps: Capabilities) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ import pytest
 from broken import broken_backend
 from harel_ref.certify import Profile, certify
 from harel_ref.certify import _driver, _engine, _search_lanes
+from harel_ref.certify._target import Target
 from harel_ref.stateful import Capabilities
 from harel_ref.stateful._async import TransportHung, limit_calls
 from harel_ref.transport import InMemoryStore, InMemoryTransport
@@ -183,3 +184,15 @@ def test_lanes_asked_for_are_checked_run_and_asked_for_again_by_the_replay(tmp_p
     with pytest.raises(SystemExit) as refused:
         main(["certify", "--bundled", "memory", "--lanes", "0"])
     assert refused.value.code == 2 and "--lanes: expected a whole number >= 1" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("name", ["rqlite", "rqlite-async", "harel-rqlite", "harel-rqlite-async"])
+def test_the_bundled_rqlite_transports_run_in_four_lanes_unless_told_otherwise(name, tmp_path):
+    """Their examples wait on HTTP round trips and Raft commits (docs/certify-speed.md), so their
+    searches take lanes by default, and the replay asks for them again.  (Making the target
+    reaches no node: the cluster is not needed.)"""
+    from harel_ref.stateful.backends.rqlite import LANES
+
+    target = Target.from_bundled(name, tmp_path)
+    assert target.lanes == LANES == 4 and target.command("standard", 0).endswith("--lanes 4")
+    assert Target.from_bundled("sqlite", tmp_path).lanes is None

@@ -104,8 +104,9 @@ def certify(
       that cannot be imported by name (a closure) runs its searches one at a time, and the
       plan says so.
     - ``lanes``: examples of a lockstep search run at once, each lane a thread with transports
-      of its own (SPEC.md C2a; the replay asks for them again): by default 8 on a wall clock
-      (its examples mostly sleep), else 1; a transport that answers over a network gains from a few.
+      of its own (SPEC.md C2a; the replay asks for them again): by default a bundled
+      transport's own (4 for rqlite), else 8 on a wall clock (its examples mostly sleep), else 1;
+      a transport that answers over a network gains from a few.
 
     Whatever the transport does, the certification goes on (see the module docstring).  If it
     is stopped (KeyboardInterrupt, SystemExit) or the certifier itself fails, the exception is
@@ -181,8 +182,8 @@ def _checked(profile: str | Profile, properties: Iterable[str] | None,
     if jobs is not None and (type(jobs) is not int or jobs < 1):
         raise ValueError(f"jobs must be a whole number >= 1 (or None: the cores available), got {jobs!r}")
     if lanes is not None and (type(lanes) is not int or not 1 <= lanes <= MAX_LANES):
-        raise ValueError(f"lanes must be a whole number from 1 to {MAX_LANES} (or None: 8 on a wall clock, "
-                         f"else 1), got {lanes!r}")
+        raise ValueError(f"lanes must be a whole number from 1 to {MAX_LANES} (or None: 4 on a bundled "
+                         f"rqlite, 8 on a wall clock, else 1), got {lanes!r}")
     if level is not None and level not in LEVELS:
         raise ValueError(f"unknown level {level!r}; choose from {list(LEVELS)}")
     if soak is not None and not SOAK_PROPERTIES & set(chosen):

@@ -67,7 +67,7 @@ class Target:
     recipe: FactoryRecipe | None = None  # how another process builds the factory (--processes)
     explicit: frozenset[str] = frozenset()  # capabilities declared or given, never to be detected
     in_process: bool = False  # its storage lives in the process: branch processes would not see it
-    lanes: int | None = None  # the lanes asked for (--lanes), which a replay asks for again (SPEC.md C2a)
+    lanes: int | None = None  # lanes asked for (--lanes) or a bundled default; a replay asks again (SPEC.md C2a)
 
     # --- ways to get one ------------------------------------------------------------------
 
@@ -134,6 +134,7 @@ class Target:
             ),
             recipe=FactoryRecipe(bundled=name, directory=str(directory)),
             in_process=name in IN_PROCESS,
+            lanes=backend.lanes,
         )
 
     @classmethod

@@ -27,7 +27,7 @@ import dataclasses
 from pathlib import Path
 
 from .._backend import Backend, Capabilities
-from .rqlite import rotating_opener
+from .rqlite import LANES as RQLITE_LANES, rotating_opener
 from .sql import database_path, directory_for
 
 __all__ = [
@@ -141,7 +141,7 @@ def harel_rqlite(tmp_dir: Path | str | None = None) -> Backend:
         prefix, urls = opener(namespace)
         return RqliteTransport(urls[0], clock=clock, prefix=prefix)
 
-    return Backend("harel-rqlite", factory, FILE_CAPABILITIES)
+    return Backend("harel-rqlite", factory, FILE_CAPABILITIES, lanes=RQLITE_LANES)
 
 
 def harel_rqlite_async(tmp_dir: Path | str | None = None) -> Backend:
@@ -155,7 +155,7 @@ def harel_rqlite_async(tmp_dir: Path | str | None = None) -> Backend:
         transport._clock = clock  # from_url() takes no clock (see the module docstring)
         return transport
 
-    return Backend("harel-rqlite-async", factory, FILE_CAPABILITIES, is_async=True)
+    return Backend("harel-rqlite-async", factory, FILE_CAPABILITIES, is_async=True, lanes=RQLITE_LANES)
 
 
 

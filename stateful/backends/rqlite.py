@@ -33,7 +33,7 @@ from harel_ref.transport._sql import Tables
 from .._backend import Backend, Capabilities
 
 __all__ = [
-    "DEFAULT_URLS", "cluster_urls", "discard_namespace", "drop_opened_tables", "prefix_for", "rotating_opener", "rqlite",
+    "DEFAULT_URLS", "LANES", "cluster_urls", "discard_namespace", "drop_opened_tables", "prefix_for", "rotating_opener", "rqlite",
     "rqlite_async",
 ]
 
@@ -41,6 +41,12 @@ DEFAULT_URLS = ("http://127.0.0.1:4001", "http://127.0.0.1:4011", "http://127.0.
 """The three nodes of compose.yaml, on the loopback interface."""
 
 CAPABILITIES = Capabilities(durable=True, shared=True, fairness="claim", clock="injectable")
+
+LANES = 4
+"""Examples of a lockstep search run at once on the cluster (SPEC.md C2a): every call is an
+HTTP round trip and every write a Raft commit, so one example keeps the search thread waiting
+on its socket and the nodes idle between requests, while four keep the two cores of the
+reference machine about busy with the three nodes' work (docs/certify-speed.md)."""
 
 _opened: dict[str, Callable[[str], list[str]]] = {}  # prefix -> its tables, for drop_opened_tables()
 
@@ -96,7 +102,7 @@ def rqlite(tmp_dir: Path | str | None = None) -> Backend:
         return RqliteTransport.from_url(urls, clock=clock, prefix=prefix)
 
     factory.discard = discard_namespace
-    return Backend("rqlite", factory, CAPABILITIES)
+    return Backend("rqlite", factory, CAPABILITIES, lanes=LANES)
 
 
 def rqlite_async(tmp_dir: Path | str | None = None) -> Backend:
@@ -108,7 +114,7 @@ def rqlite_async(tmp_dir: Path | str | None = None) -> Backend:
         return await AsyncRqliteTransport.from_url(urls, clock=clock, prefix=prefix)
 
     factory.discard = discard_namespace
-    return Backend("rqlite-async", factory, CAPABILITIES, is_async=True)
+    return Backend("rqlite-async", factory, CAPABILITIES, is_async=True, lanes=LANES)
 
 
 DROP_BATCH = 100
