@@ -24,6 +24,7 @@ from typing import Any
 from hypothesis import HealthCheck, Phase, Verbosity, given, reject, seed, settings
 from hypothesis.control import current_build_context
 from hypothesis.errors import FlakyFailure, FlakyStrategyDefinition, InvalidArgument, Unsatisfiable
+from hypothesis.reporting import with_reporter
 from hypothesis.stateful import run_state_machine_as_test
 
 from harel_ref.stateful import Capabilities, Divergence
@@ -444,13 +445,17 @@ def _hypothesis_starts(machine: type, profile: Profile, run_seed: int, search: S
     for start in itertools.count():
         before = search.examples
         chosen = seed(run_seed if start == 0 else f"{run_seed}/{start}")
+        reported: list[str] = []  # what Hypothesis would print on the search process's stdout
         try:
-            run_state_machine_as_test(chosen(watched_machine(machine, search, aside)),
-                                      settings=search_settings(profile, examples - before))
+            with with_reporter(reported.append):  # the calling thread's: each lane sets its own
+                run_state_machine_as_test(chosen(watched_machine(machine, search, aside)),
+                                          settings=search_settings(profile, examples - before))
         except StopSearch:  # search.cut_short or search.limits say why; search.first holds a failure found before
             if search.shrink_cut and search.error is None:  # a failure Hypothesis discarded, never shrunk
                 search.error = unseen_failure(machine, profile, search, aside)
         except FlakyStrategyDefinition as exc:
+            for text in reported:  # "Steps leading up to this error": the steps, kept with the error
+                exc.add_note(text)
             idle = 0 if search.examples > before else idle + 1
             if search.first is None and search.examples >= examples:
                 return  # it found its draws inconsistent only after its last example began
