@@ -61,7 +61,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--harel-jobs", type=jobs_type, metavar="N", default=None,
                     help="searches run at once, each in a process of its own (default: the cores available)")
     group.addoption("--harel-lanes", type=jobs_type, metavar="N", default=None,
-                    help="examples of each lockstep search run at once, in lanes (default: 8 on a wall clock, else 1)")
+                    help="examples of each lockstep search run at once, in lanes (default: 4 for the bundled "
+                    "rqlite transports, 8 on a wall clock, else 1)")
     group.addoption("--harel-soak", type=float, metavar="SECONDS",
                     help="also run a soak of SECONDS against the wall clock")
     group.addoption("--harel-capabilities", metavar="LIST", default="",

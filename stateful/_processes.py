@@ -244,7 +244,7 @@ class BranchProcesses:
         try:
             self._pipes[number].send(message)
         except (BrokenPipeError, OSError):
-            self._crashed(number, "since its last answer")
+            self._crashed(number, "before it was sent its task")
 
     def _answer(self, number: int) -> tuple[str, Any]:
         """Worker ``number``'s answer: ``("ok", (records, the moment it was ready))``, ``("error", text)`` or ``("fault",
@@ -272,7 +272,7 @@ class BranchProcesses:
             f"crashed: worker process died with {_exit_cause(worker.exitcode)} (branch process {number} died "
             f"(exit code {worker.exitcode}) {when})")
         self._stop()
-        raise current_limits().declare(fault)
+        raise current_limits().declare(fault) from None  # the broken pipe or EOF says nothing more
 
 
 def _exit_cause(exitcode: int | None) -> str:

@@ -681,7 +681,7 @@ def test_a_branch_process_that_died_between_runs_is_a_crash_and_the_next_run_has
         dead = processes._workers[1]
         dead.kill()
         dead.join(10)
-        with pytest.raises(RuntimeError, match=r"branch process 1 died \(exit code -9\) since its last answer"):
+        with pytest.raises(RuntimeError, match=r"branch process 1 died \(exit code -9\) before it was sent its task"):
             run_program(backend.factory, RACING_CLAIMS, backend.capabilities, processes=processes)
         run = run_program(backend.factory, RACING_CLAIMS, backend.capabilities, processes=processes)
         assert run.how == "processes" and dead not in processes._workers

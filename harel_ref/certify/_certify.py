@@ -104,9 +104,9 @@ def certify(
       that cannot be imported by name (a closure) runs its searches one at a time, and the
       plan says so.
     - ``lanes``: examples of a lockstep search run at once, each lane a thread with transports
-      of its own (SPEC.md C2a; the replay asks for them again): by default a bundled
-      transport's own (4 for rqlite), else 8 on a wall clock (its examples mostly sleep), else 1;
-      a transport that answers over a network gains from a few.
+      of its own (SPEC.md C2a; the replay asks for them again): by default 8 on a wall clock
+      (its examples mostly sleep), else 1, and 4 for the bundled rqlite transports certified
+      by name (``--bundled``); a transport that answers over a network gains from a few.
 
     Whatever the transport does, the certification goes on (see the module docstring).  If it
     is stopped (KeyboardInterrupt, SystemExit) or the certifier itself fails, the exception is
@@ -285,7 +285,7 @@ def _plan(target: Target, layout: _Layout, asked: Profile, speed: Speed, *, seed
                     branches=layout.branches, soak=soak)
     lanes = target.lanes if target.lanes is not None else lanes_for(caps)
     searches.update(jobs=min(layout.jobs, len(tasks) - standby), largest=SHARED_FACTOR if standby else 1, lanes=lanes)
-    profile = asked if time_budget is not None else asked.fitted(estimate_seconds(asked, caps, speed, **searches))
+    profile = asked if time_budget is not None else asked.fitted(lambda p: estimate_seconds(p, caps, speed, **searches))
     estimate = estimate_seconds(profile, caps, speed, **searches)
     if time_budget is not None:
         estimate = min(estimate, time_budget + (soak or 0.0))

@@ -5,6 +5,7 @@ a call's deadline)."""
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from harel_ref.stateful import Capabilities
@@ -60,16 +61,19 @@ class Profile:
         return Profile(f"{self.name}/{by}", max(5, math.ceil(self.max_examples / by)), self.step_count,
                        self.programs, max(2, math.ceil(self.repeats / by)), probe=self.probe)
 
-    def fitted(self, estimate: float) -> Profile:
-        """What runs for a transport estimated to take ``estimate`` seconds with this profile:
-        the profile itself, unless it has a ``target`` and the estimate is more than twice that;
-        then :meth:`divided` by the smallest of :data:`FITS` that brings the estimate under the
-        target.  The margin keeps an in-process transport on a busy machine, whose estimate
-        swells, from being fitted one run and not the next; a networked store, whose every call
-        is a round trip, is well beyond it."""
-        if self.target is None or estimate <= 2 * self.target:
+    def fitted(self, estimate: Callable[[Profile], float]) -> Profile:
+        """What runs for a transport whose run of a profile is estimated to take
+        ``estimate(profile)`` seconds: this profile, unless it has a ``target`` and its estimate
+        is more than twice that; then :meth:`divided` by the smallest of :data:`FITS` whose
+        estimate is under the target.  The margin keeps an in-process transport on a busy
+        machine, whose estimate swells, from being fitted one run and not the next; a networked
+        store, whose every call is a round trip, is well beyond it.  Each divided profile is
+        estimated on its own: a search of fewer examples runs in fewer lanes (SPEC.md C2a), so
+        a profile's time is not the undivided one's over ``by``."""
+        if self.target is None or estimate(self) <= 2 * self.target:
             return self
-        return self.divided(next((by for by in FITS if estimate / by <= self.target), FITS[-1]))
+        return next((self.divided(by) for by in FITS if estimate(self.divided(by)) <= self.target),
+                    self.divided(FITS[-1]))
 
     @classmethod
     def named(cls, name: str) -> Profile:
