@@ -99,9 +99,9 @@ def build_parser() -> argparse.ArgumentParser:
                       "available, or HAREL_REF_JOBS); the report is the same as one at a time")
     cert.add_argument("--lanes", metavar="N", type=jobs_type, default=None,
                       help="run up to N examples of each lockstep search at once, each in a thread with "
-                      "transports of its own (default: 4 for the bundled rqlite transports, 8 for a transport on a "
-                      "wall clock, else 1; a few help "
-                      "a transport that answers over a network); the report is the seed's all the same")
+                      "transports of its own (default: 4 for the bundled rqlite transports, 8 for a transport "
+                      "on a wall clock, else 1; a few help a transport that answers over a network); the "
+                      "report is the seed's all the same")
     cert.add_argument("--soak", metavar="SECONDS", type=float,
                       help="also run several workers against the wall clock for SECONDS, and judge "
                       "their history against the model")

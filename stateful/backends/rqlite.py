@@ -33,8 +33,8 @@ from harel_ref.transport._sql import Tables
 from .._backend import Backend, Capabilities
 
 __all__ = [
-    "DEFAULT_URLS", "LANES", "cluster_urls", "discard_namespace", "drop_opened_tables", "prefix_for", "rotating_opener", "rqlite",
-    "rqlite_async",
+    "DEFAULT_URLS", "LANES", "cluster_urls", "discard_namespace", "drop_opened_tables", "prefix_for", "rotating_opener",
+    "rqlite", "rqlite_async",
 ]
 
 DEFAULT_URLS = ("http://127.0.0.1:4001", "http://127.0.0.1:4011", "http://127.0.0.1:4021")
@@ -45,8 +45,9 @@ CAPABILITIES = Capabilities(durable=True, shared=True, fairness="claim", clock="
 LANES = 4
 """Examples of a lockstep search run at once on the cluster (SPEC.md C2a): every call is an
 HTTP round trip and every write a Raft commit, so one example keeps the search thread waiting
-on its socket and the nodes idle between requests, while four keep the two cores of the
-reference machine about busy with the three nodes' work (docs/certify-speed.md)."""
+on its socket and the nodes idle between requests.  On the 2-core reference machine, where the
+three nodes' work is what fills the cores, four made a run at standard 367 s instead of 1,091 s
+(docs/certify-speed.md); more were not measured."""
 
 _opened: dict[str, Callable[[str], list[str]]] = {}  # prefix -> its tables, for drop_opened_tables()
 
