@@ -46,8 +46,8 @@ LANES = 4
 """Examples of a lockstep search run at once on the cluster (SPEC.md C2a): every call is an
 HTTP round trip and every write a Raft commit, so one example keeps the search thread waiting
 on its socket and the nodes idle between requests.  On the 2-core reference machine, where the
-three nodes' work is what fills the cores, four made a run at standard 367 s instead of 1,091 s
-(docs/certify-speed.md); more were not measured."""
+three nodes' work is what fills the cores, a run at standard took 349 s in four lanes, 461 s
+in eight and 1,091 s in one (docs/certify-speed.md)."""
 
 _opened: dict[str, Callable[[str], list[str]]] = {}  # prefix -> its tables, for drop_opened_tables()
 
