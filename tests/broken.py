@@ -1600,8 +1600,8 @@ def _async_memory_factory(cls):
 FAULT_DEADLINE = 3.0
 """The call deadline FAULTS are certified with: a hang costs it once per search and once in the
 replay that writes its regression test, and a call of the in-memory transport that merely waits
-for a core must never reach it (0.5 s was reached once, with the suite and two certifications
-on the two cores, load 20: a search that never nacks failed)."""
+for a core must never reach it (with 0.5 s, a search that never nacks failed once, with the
+suite and two certifications on the two cores at a load of 20: most likely such a wait)."""
 
 FAULTS = {
     "panics": (PanicsOnNack, "panicked: PanicException: called `Option::unwrap()` on a `None` value"),
