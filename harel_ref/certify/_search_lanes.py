@@ -13,8 +13,9 @@ never shows: the search's failure is that of the first lane (by number) that fou
 counts the examples of that lane and of those before it; a lane after it is stopped at its
 next example once a lane before it found its failure, since nothing it finds could be shown.
 How many lanes a search runs in depends only on the transport's capabilities, ``--lanes``
-(``certify(lanes=)``, any transport) and the examples it is to run, so the same seed makes the
-same lanes, and the report's replay command makes them again (C1)."""
+(``certify(lanes=)``, any transport, or a bundled transport's default, ``Backend.lanes``) and
+the examples it is to run, so the same seed makes the same lanes, and the report's replay
+command makes them again (C1)."""
 
 from __future__ import annotations
 
@@ -50,7 +51,8 @@ a lane of very few would spend a large share of them on the same ones as the oth
 
 
 def lanes_for(caps: Capabilities) -> int:
-    """How many lanes a lockstep search of a transport with ``caps`` may run in."""
+    """How many lanes a lockstep search of a transport with ``caps`` may run in, unless lanes
+    were asked for (``--lanes``, or a bundled transport's ``Backend.lanes``)."""
     return WALL_CLOCK_LANES if caps.clock == "wall" else 1
 
 
