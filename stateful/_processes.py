@@ -1,9 +1,9 @@
 """Branches in separate processes, for transports whose storage processes share (SQLite and
 libSQL files, servers).
 
-A pool of long-lived worker processes (spawned, so nothing of the parent's threads or
-connections is inherited) builds the factory once from a :class:`FactoryRecipe`.  For each run
-the parent sends every worker its branch; each opens its own transport on the run's namespace
+A pool of long-lived worker processes (started afresh, :mod:`._forking`, so nothing of the
+parent's threads or connections is inherited) builds the factory once from a
+:class:`FactoryRecipe`.  For each run the parent sends every worker its branch; each opens its own transport on the run's namespace
 with a frozen clock, waits at a barrier shared by the workers, runs its calls, closes the
 transport and sends back its records.  Invoke and complete times are ``time.perf_counter``,
 which is the same system-wide monotonic clock in every process on Linux.
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import importlib
-import multiprocessing
 import os
 import signal
 import sys
@@ -31,6 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn
 
+from ._forking import new_worker, worker_context
 from ._start import StartLine, wait_until
 from ._values import BRANCH_COUNTS
 from ._async import TransportCrashed, TransportFault, TransportHung, TransportPanic, current_limits, limit_calls
@@ -110,14 +110,14 @@ class BranchProcesses:
 
     def _start(self) -> None:
         """Start the workers (again, after a fault stopped them)."""
-        context = multiprocessing.get_context("spawn")
+        context = worker_context()
         self._barriers = {parties: context.Barrier(parties) for parties in range(2, self._branches + 1)}
         for number in range(self._branches):
             mine, theirs = context.Pipe()
-            worker = context.Process(
-                target=_worker,
-                args=(self._recipe, number, theirs, self._barriers, self._is_async, self._protocol, self._deadline),
-                name=f"harel-ref-branch-{number}", daemon=True,
+            worker = new_worker(
+                context, _worker,
+                (self._recipe, number, theirs, self._barriers, self._is_async, self._protocol, self._deadline),
+                name=f"harel-ref-branch-{number}",
             )
             worker.start()
             theirs.close()

@@ -18,6 +18,7 @@ from typing import Any
 
 from harel_ref.stateful import Capabilities
 from harel_ref.stateful._async import limit_calls, open_transport
+from harel_ref.stateful._forking import fork_server_of_its_own
 from harel_ref.stateful._machine import FakeClock
 from harel_ref.stateful._properties import PROPERTIES
 from harel_ref.stateful._processes import BranchProcesses
@@ -122,8 +123,8 @@ def certify(
                                          call_deadline=call_deadline, shrink_limit=shrink_limit,
                                          memory_limit=memory_limit, jobs=jobs, level=level, lanes=lanes)
     held = _Held()
-    with stop_on_signals(), last_resort(held.stuck), limit_memory(memory_limit) as end_memory_watch, \
-            limit_calls(call_deadline) as limits:
+    with fork_server_of_its_own(), stop_on_signals(), last_resort(held.stuck), \
+            limit_memory(memory_limit) as end_memory_watch, limit_calls(call_deadline) as limits:
         target = _target if _target is not None else Target.from_factory(factory, capabilities, is_async)
         target = detect_protocol(target) if lanes is None else dataclasses.replace(detect_protocol(target), lanes=lanes)
         layout = _Layout.of(target, chosen, soak, processes, jobs)

@@ -2,8 +2,9 @@
 
 The searches of a certification are independent: each is seeded, opens its own transports on
 namespaces of its own, and reports what it found as data.  :class:`SearchProcesses` runs them
-in ``jobs`` worker processes, spawned so that nothing of the parent's threads or connections
-is inherited.  Each worker builds the factory again from the target's recipe (the factory must
+in ``jobs`` worker processes, started afresh (forked from a fork server,
+:mod:`harel_ref.stateful._forking`) so that nothing of the parent's threads or connections is
+inherited.  Each worker builds the factory again from the target's recipe (the factory must
 be importable by name, as for ``--processes``), runs the searches it takes from a shared queue,
 and sends back, as plain data, its progress and what each search found.  The engine weighs the
 findings in the order a serial run would have made them, so a run with jobs gives the report
@@ -28,6 +29,8 @@ import traceback
 import types
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any, NoReturn
+
+from harel_ref.stateful._forking import new_worker, worker_context
 
 from ._signals import raise_if_stopped, signals_deferred, stop_on_signals, stopped_by
 
@@ -138,7 +141,7 @@ class SearchProcesses:
     def __init__(self, target: Any, jobs: int, run: Callable, clean_up: Callable) -> None:
         if target.recipe is None:
             raise ValueError("searches in other processes need a factory they can import by name")
-        self._mp = multiprocessing.get_context("spawn")
+        self._mp = worker_context()
         self._args = (dataclasses.replace(target, factory=None), run, clean_up)
         self._tasks, self._results = self._mp.Queue(), self._mp.Queue()
         self.started = self._mp.Value("i", 0)
@@ -149,8 +152,8 @@ class SearchProcesses:
             self._spawn()
 
     def _spawn(self) -> None:
-        process = self._mp.Process(target=_serve, args=(*self._args, self._tasks, self._results, self.started),
-                                   name="harel-ref-search", daemon=True)
+        process = new_worker(self._mp, _serve, (*self._args, self._tasks, self._results, self.started),
+                             name="harel-ref-search")
         with _main_hidden():
             process.start()
         self._workers[process.pid] = process

@@ -25,6 +25,8 @@ import threading
 from collections.abc import Callable, Iterator, Set
 from pathlib import Path
 
+from harel_ref.stateful._forking import fork_server
+
 from ._signals import signals_deferred, stop_from_thread, stopping
 
 __all__ = ["DEFAULT_MEMORY_LIMIT", "MemoryLimitReached", "descendants", "memory_limit", "parse_size",
@@ -149,7 +151,9 @@ def memory_limit(limit: int | None) -> Iterator[Callable[[], None]]:
     if limit is None or threading.current_thread() is not threading.main_thread() or not (_PROC / str(root)).exists():
         yield lambda: None
         return
-    before = descendants(root)  # not the certification's: a server a test suite started, say
+    # Not the certification's: a server a test suite started, say.  But the workers a fork
+    # server that ran before forks from now on are (harel_ref/stateful/_forking.py).
+    before = descendants(root) - {fork_server()}
     baseline = resident_bytes(root, before) or 0
     done = threading.Event()
 
