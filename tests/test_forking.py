@@ -4,26 +4,32 @@ it starts, not as they were when the server started."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
+import multiprocessing
 import os
 import sys
+import tempfile
 from multiprocessing import forkserver
 from pathlib import Path
 
 import pytest
 
 from harel_ref.certify._memory import descendants
-from harel_ref.stateful._forking import fork_server, new_worker, worker_context
+from harel_ref.stateful import _forking
+from harel_ref.stateful._forking import fork_server, fork_server_of_its_own, new_worker, worker_context
 
 VARIABLE = "HAREL_REF_FORKING_TEST"
 
 
 def _tell(path: str) -> None:
-    """A worker: say what it sees, on its streams and in ``path``."""
+    """A worker: say what it sees, on its streams and in ``path`` (made with its umask), and
+    write ``path.atexit`` as it ends."""
     print(f"out of {os.getpid()}", flush=True)
     print(f"err of {os.getpid()}", file=sys.stderr, flush=True)
     with open(path, "w") as seen:
         seen.write(os.environ.get(VARIABLE, "unset"))
+    atexit.register(Path(f"{path}.atexit").write_text, "ran")
 
 
 @contextlib.contextmanager
@@ -47,71 +53,142 @@ def _run(process) -> None:
     assert process.exitcode == 0
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="Windows has no fork server: its workers are spawned")
-def test_a_worker_sees_the_environment_and_streams_its_parent_has_as_it_starts(tmp_path, capfd, monkeypatch):
+def _forking_context():
     context = worker_context()
-    assert context.get_start_method() == "forkserver"
+    if context.get_start_method() != "forkserver":
+        pytest.skip(f"no fork server here ({sys.platform}, or $TMPDIR too deep for its socket): workers are spawned")
+    return context
+
+
+def test_a_worker_sees_what_its_parent_has_as_it_starts(tmp_path, capfd, monkeypatch):
+    """The environment, the streams and the umask set after the server started; and the
+    worker's atexit functions run as it ends."""
+    context = _forking_context()
     monkeypatch.delenv(VARIABLE, raising=False)
-    with _streams_to(tmp_path / "streams"):  # the server, if it starts here, keeps these streams
-        _run(new_worker(context, _tell, (str(tmp_path / "first"),), name="first"))
-    assert (tmp_path / "first").read_text() == "unset"
-    assert "out of" in (tmp_path / "streams").read_text()
-    capfd.readouterr()
+    with fork_server_of_its_own():
+        with _streams_to(tmp_path / "streams"):  # the server, if it starts here, keeps these streams
+            _run(new_worker(context, _tell, (str(tmp_path / "first"),), name="first"))
+        assert (tmp_path / "first").read_text() == "unset"
+        assert "out of" in (tmp_path / "streams").read_text()
+        capfd.readouterr()
 
-    monkeypatch.setenv(VARIABLE, "set after the server started")
-    worker = new_worker(context, _tell, (str(tmp_path / "worker"),), name="worker")
-    _run(worker)
-    assert (tmp_path / "worker").read_text() == "set after the server started"
-    out, err = capfd.readouterr()
-    assert f"out of {worker.pid}" in out and f"err of {worker.pid}" in err
+        monkeypatch.setenv(VARIABLE, "set after the server started")
+        umask = os.umask(0o077)
+        try:
+            worker = new_worker(context, _tell, (str(tmp_path / "worker"),), name="worker")
+            _run(worker)
+        finally:
+            os.umask(umask)
+        assert (tmp_path / "worker").read_text() == "set after the server started"
+        assert (tmp_path / "worker").stat().st_mode & 0o777 == 0o600
+        assert (tmp_path / "worker.atexit").read_text() == "ran"
+        out, err = capfd.readouterr()
+        assert f"out of {worker.pid}" in out and f"err of {worker.pid}" in err
 
-    # The control: a process the same server forks without new_worker sees the server's world.
-    plain = context.Process(target=_tell, args=(str(tmp_path / "plain"),))
-    _run(plain)
-    assert (tmp_path / "plain").read_text() == "unset"
-    out, err = capfd.readouterr()
-    assert f"out of {plain.pid}" not in out and f"err of {plain.pid}" not in err
+        # The control: a process the same server forks without new_worker sees the server's world.
+        plain = context.Process(target=_tell, args=(str(tmp_path / "plain"),))
+        _run(plain)
+        assert (tmp_path / "plain").read_text() == "unset"
+        assert not (tmp_path / "plain.atexit").exists()
+        out, err = capfd.readouterr()
+        assert f"out of {plain.pid}" not in out and f"err of {plain.pid}" not in err
+    assert fork_server() is None
 
 
-@pytest.mark.skipif(sys.platform == "win32", reason="Windows has no fork server: its workers are spawned")
 def test_a_certification_forks_its_workers_from_a_fork_server_it_stops_as_it_ends(tmp_path, monkeypatch):
-    """Nothing the certification started outlives it, the fork server included; its search
-    processes are children of that server."""
+    """Nothing the certification started outlives it: its search processes are children of a
+    fork server, which is gone at its end with the scratch directory of its socket."""
     from harel_ref.certify import certify
     from harel_ref.certify._target import Target
 
-    if fork_server() is not None:  # an earlier test of this process left one: this test needs none
-        forkserver._forkserver._stop()
+    _forking_context()
+    _forking._stop_fork_server(_forking.STOP_GRACE)  # one an earlier test of this process left
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # multiprocessing's scratch goes here,
+    monkeypatch.setitem(multiprocessing.current_process()._config, "tempdir", None)  # made anew
     monkeypatch.setenv("HAREL_BROKEN_DIR", str(tmp_path))
     monkeypatch.syspath_prepend(str(Path(__file__).parent))
     target = Target.from_spec("broken:sqlite_in_broken_dir")
-    servers_seen = []
+    seen = []
 
     def progress(prop, verdict):
-        if verdict is None:
-            servers_seen.append((fork_server(), descendants(fork_server()) if fork_server() else set()))
+        if verdict is None and (server := fork_server()) is not None:
+            seen.append((server, descendants(server), forkserver._forkserver._forkserver_address))
 
     report = certify(target.factory, profile="quick/8", properties=["fifo", "close"], _target=target, jobs=2,
                      progress=progress)
     assert report.verdict("fifo").verdict == "passed"
-    server, children = servers_seen[0]
-    assert server is not None and len(children) >= 2  # the two search processes
+    server, children, socket = seen[0]
+    assert len(children) >= 2  # the two search processes
     assert fork_server() is None and not os.path.exists(f"/proc/{server}")
+    assert Path(socket).parent.parent == scratch and list(scratch.iterdir()) == []
+    assert _forking._scratch_directory() is None
 
 
 @pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="the memory limit reads /proc (Linux)")
-def test_the_memory_limit_counts_the_workers_of_a_fork_server_that_ran_before(monkeypatch):
+def test_the_memory_limit_counts_the_workers_of_a_fork_server_that_ran_before(tmp_path, monkeypatch):
     """A fork server this process started before the certification (another certification's,
     or a pool of branch processes made by hand) forks the certification's search processes:
     their memory is the certification's, and a search process that hoards it is stopped."""
     from harel_ref.certify import MemoryLimitReached, certify
     from harel_ref.certify._target import Target
 
-    _run(new_worker(worker_context(), _tell, (os.devnull,), name="before"))
-    assert fork_server() is not None
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
-    target = Target.from_spec("broken:hoards_memory")
-    with pytest.raises(MemoryLimitReached):
-        certify(target.factory, profile="quick", properties=["fifo", "close"], _target=target, jobs=2,
-                memory_limit=256 << 20)
-    assert fork_server() is not None  # left as it was
+    with fork_server_of_its_own():
+        _run(new_worker(_forking_context(), _tell, (str(tmp_path / "before"),), name="before"))
+        assert fork_server() is not None
+        monkeypatch.syspath_prepend(str(Path(__file__).parent))
+        target = Target.from_spec("broken:hoards_memory")
+        with pytest.raises(MemoryLimitReached):
+            certify(target.factory, profile="quick", properties=["fifo", "close"], _target=target, jobs=2,
+                    memory_limit=256 << 20)
+        assert fork_server() is not None  # left as it was
+
+
+STUCK_WITH_PROCESSES = """
+import os, signal, time
+from harel_ref.certify import certify
+from harel_ref.certify._target import Target
+
+def swallow_a_stop(prop, verdict):  # the run's own SIGTERM, in a callback that lets nothing through
+    if verdict is None and prop == "close":
+        sent = False
+        while True:
+            try:
+                if not sent:
+                    sent = True
+                    os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(60)
+            except BaseException:
+                pass
+
+target = Target.from_spec("broken:sqlite_in_broken_dir")
+certify(target.factory, profile="quick", properties=["fifo", "close"], _target=target, jobs=2,
+        progress=swallow_a_stop)
+"""
+
+
+@pytest.mark.skipif(sys.platform == "win32", reason="POSIX signals")
+def test_a_run_with_search_processes_ended_by_its_last_resort_leaves_nothing(tmp_path):
+    """The last resort ends the process with os._exit (SPEC.md C8): the fork server and the
+    scratch directory of its socket, which nothing else would remove then, are removed too."""
+    import signal
+    import subprocess
+
+    scratch = tmp_path / "tmp"
+    scratch.mkdir()
+    command = subprocess.run([sys.executable, "-c", STUCK_WITH_PROCESSES], cwd=Path(__file__).parent,
+                             capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "TMPDIR": str(scratch), "HAREL_BROKEN_DIR": str(tmp_path)})
+    assert command.returncode == 128 + signal.SIGTERM, command.stderr[-2000:]
+    assert "has not stopped" in command.stderr, command.stderr[-2000:]
+    assert list(scratch.iterdir()) == []
+    left = [pid for pid in os.listdir("/proc") if pid.isdigit() and _environment_holds(pid, f"TMPDIR={scratch}")]
+    assert left == []
+
+
+def _environment_holds(pid: str, variable: str) -> bool:
+    try:
+        return variable.encode() in Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+    except OSError:  # gone, or not ours to read
+        return False

@@ -18,7 +18,7 @@ from typing import Any
 
 from harel_ref.stateful import Capabilities
 from harel_ref.stateful._async import limit_calls, open_transport
-from harel_ref.stateful._forking import fork_server_of_its_own
+from harel_ref.stateful._forking import fork_server_of_its_own, kill_fork_server
 from harel_ref.stateful._machine import FakeClock
 from harel_ref.stateful._properties import PROPERTIES
 from harel_ref.stateful._processes import BranchProcesses
@@ -219,6 +219,7 @@ class _Held:
             self.pool.kill()
         if self.searchers is not None:
             self.searchers.terminate()
+        kill_fork_server()  # the process ends with os._exit: nothing else would stop it
         if self.hypothesis_home:
             shutil.rmtree(self.hypothesis_home, ignore_errors=True)
 
