@@ -33,6 +33,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ._async import open_transport
+from ._forking import fork_server_of_its_own
 from ._backend import HAREL_IMPLIES, Capabilities
 from ._processes import BranchProcesses, FactoryRecipe
 from .parallel import Ack, Claim, ConcurrencyFailure, Lapse, Nack, Op, Program, Publish, check_program
@@ -113,15 +114,16 @@ def _processes(recipe: FactoryRecipe, factory: Callable, branches: int, is_async
     """The branch processes, once one of them has published a message this process's
     transport claims: else the storage is not shared across processes (an in-memory store
     declared shared), and every run would show a race that is not there."""
-    pool = BranchProcesses(recipe, branches=max(2, branches), is_async=is_async, protocol=protocol)
-    try:
+    with fork_server_of_its_own():  # stopped with the pool (stateful/_forking.py)
+        pool = BranchProcesses(recipe, branches=max(2, branches), is_async=is_async, protocol=protocol)
         try:
-            pool.probe(factory, open_transport)
-        except RuntimeError as exc:
-            raise ValueError(f"processes: {exc}") from None
-        yield pool
-    finally:
-        pool.close()
+            try:
+                pool.probe(factory, open_transport)
+            except RuntimeError as exc:
+                raise ValueError(f"processes: {exc}") from None
+            yield pool
+        finally:
+            pool.close()
 
 
 def _capabilities(given: dict[str, Any] | Capabilities | None) -> Capabilities:

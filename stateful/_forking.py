@@ -47,6 +47,7 @@ import os
 import shutil
 import signal
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from multiprocessing import forkserver, reduction, util
@@ -130,10 +131,20 @@ class _World:
             except OSError:  # closed in the parent: the child keeps the server's
                 continue
             streams.append((fd, _Descriptor(fd)))
-        umask = os.umask(0o22)
-        os.umask(umask)
         quiet = signal.getsignal(signal.SIGINT) is signal.SIG_IGN
-        return tuple, ((dict(os.environ), streams, umask, quiet),)  # arrives as a plain tuple
+        return tuple, ((dict(os.environ), streams, _umask(), quiet, self.forked),)  # arrives as a plain tuple
+
+
+def _umask() -> int:
+    """This process's umask, read without setting it where Linux tells it (setting it, even
+    back at once, races with a thread that makes a file)."""
+    with contextlib.suppress(OSError, ValueError):
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    umask = os.umask(0o22)
+    os.umask(umask)
+    return umask
 
 
 def new_worker(context: Any, target: Callable[..., Any], args: tuple, name: str) -> Any:
@@ -144,8 +155,8 @@ def new_worker(context: Any, target: Callable[..., Any], args: tuple, name: str)
 
 
 def _enter_and_run(world: tuple, target: Callable[..., Any], *args: Any) -> Any:
-    """Take on the parent's world, run ``target``, then the ``atexit`` functions."""
-    environment, streams, umask, quiet = world
+    """Take on the parent's world and run ``target``; forked, end as a spawned process ends."""
+    environment, streams, umask, quiet, forked = world
     os.environ.clear()
     os.environ.update(environment)
     for fd, inherited in streams:
@@ -154,12 +165,24 @@ def _enter_and_run(world: tuple, target: Callable[..., Any], *args: Any) -> Any:
             os.close(inherited)
     os.umask(umask)
     signal.signal(signal.SIGINT, signal.SIG_IGN if quiet else signal.default_int_handler)
+    if not forked:
+        return target(*args)  # the interpreter's exit runs the atexit functions
     try:
         return target(*args)
     finally:
-        sys.stdout.flush()
-        sys.stderr.flush()
-        atexit._run_exitfuncs()  # a fork server's child ends with os._exit, which skips them
+        _end_as_spawned()
+
+
+def _end_as_spawned() -> None:
+    """What a spawned process does after its target and a fork server's child would not (it
+    ends with ``os._exit``): multiprocessing's own ending (its children and finalizers), which
+    the process's bootstrap would run next anyway, then the ``atexit`` functions, in which a
+    transport may have registered its clean-up."""
+    util._exit_function()  # runs once: the bootstrap's call after this one does nothing
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    atexit._run_exitfuncs()
 
 
 def fork_server() -> int | None:
@@ -168,20 +191,34 @@ def fork_server() -> int | None:
     return getattr(getattr(forkserver, "_forkserver", None), "_forkserver_pid", None)
 
 
+_holders = threading.Lock()
+_held: list[tuple[bool, str | None]] = []  # one per block inside: was a server running, the scratch
+
+
 @contextlib.contextmanager
 def fork_server_of_its_own() -> Iterator[None]:
     """A fork server started inside is stopped as the block ends (told to exit, killed after
     :data:`STOP_GRACE` seconds), and the scratch directory multiprocessing made for its socket
-    is removed; one that ran before is left as it was."""
-    running_before = fork_server() is not None
-    scratch_before = _scratch_directory()
+    is removed; one that ran before is left as it was.  Blocks inside one another, or in
+    several threads, stop it once, as the last of them ends."""
+    with _holders:
+        if not _held:
+            _held.append((fork_server() is not None, _scratch_directory()))
+        else:
+            _held.append(_held[0])
     try:
         yield
     finally:
-        if not running_before:
-            _stop_fork_server(STOP_GRACE)
-        if _scratch_directory() not in (None, scratch_before):
-            _remove_scratch_directory()
+        with _holders:
+            running_before, scratch_before = _held.pop()
+            last = not _held
+        if last:
+            try:
+                if not running_before:
+                    _stop_fork_server(STOP_GRACE)
+            finally:
+                if fork_server() is None and _scratch_directory() not in (None, scratch_before):
+                    _remove_scratch_directory()
 
 
 def kill_fork_server() -> None:
@@ -196,12 +233,17 @@ def _stop_fork_server(grace: float) -> None:
     """Tell the fork server to exit (its lifeline closed), wait ``grace`` seconds, then kill
     it; multiprocessing forgets it first, so a stop cut short leaves no half-known server."""
     server = getattr(forkserver, "_forkserver", None)
-    pid = fork_server()
+    lock = getattr(server, "_lock", None)
+    if lock is None or not lock.acquire(timeout=STOP_GRACE):  # a start under way holds it
+        return
+    try:
+        pid, lifeline, address = fork_server(), server._forkserver_alive_fd, server._forkserver_address
+        server._forkserver_pid = server._forkserver_alive_fd = server._forkserver_address = None
+    finally:
+        lock.release()
     if pid is None:
         return
-    lifeline, address = server._forkserver_alive_fd, server._forkserver_address
-    server._forkserver_pid = server._forkserver_alive_fd = server._forkserver_address = None
-    with contextlib.suppress(OSError):
+    with contextlib.suppress(OSError, TypeError):
         os.close(lifeline)
     deadline = time.monotonic() + grace
     with contextlib.suppress(ChildProcessError, ProcessLookupError):  # reaped or gone meanwhile

@@ -205,6 +205,20 @@ def _machine_classes_forgotten():
         yield
 
 
+# A test that starts branch or search processes outside certify() (which stops its own) starts
+# a fork server that would outlive it: later tests would take it for one of the caller's, and
+# its CPU, never waited for, would be missing from the suite's `time`.
+
+@pytest.fixture(autouse=True)
+def _fork_server_stopped():
+    from harel_ref.stateful import _forking
+
+    running_before = _forking.fork_server() is not None
+    yield
+    if not running_before:
+        _forking._stop_fork_server(_forking.STOP_GRACE)
+
+
 # --- counts: what the fault and bad-input tests measured, printed once at the end -------------
 # A test appends ("counts", "one line") or ("fault_counts", "one line") to
 # request.node.user_properties; xdist carries them to the controller with the report, so the

@@ -219,9 +219,9 @@ class _Held:
             self.pool.kill()
         if self.searchers is not None:
             self.searchers.terminate()
-        kill_fork_server()  # the process ends with os._exit: nothing else would stop it
         if self.hypothesis_home:
             shutil.rmtree(self.hypothesis_home, ignore_errors=True)
+        kill_fork_server()  # the process ends with os._exit: nothing else would stop it
 
 
 @dataclass
