@@ -50,6 +50,16 @@ def _streams_to(path):
             os.close(copy)
 
 
+def _short_scratch(request) -> Path:
+    """A new directory for multiprocessing's scratch, as short a path as $TMPDIR allows (a
+    test's tmp_path under xdist is too long for the fork server's socket), removed after."""
+    scratch = Path(tempfile.mkdtemp(prefix="hr-"))
+    request.addfinalizer(lambda: shutil.rmtree(scratch, ignore_errors=True))
+    if len(os.fsencode(scratch)) + len("/pymp-12345678/listener-12345678") > _forking.SOCKET_PATH_ROOM:
+        pytest.skip(f"$TMPDIR is too deep for a fork server's socket ({scratch}): workers are spawned")
+    return scratch
+
+
 def _run(process) -> None:
     process.start()
     process.join(timeout=60)
@@ -109,10 +119,7 @@ def test_a_certification_forks_its_workers_from_a_fork_server_it_stops_as_it_end
     from harel_ref.certify._target import Target
 
     _forking._stop_fork_server(_forking.STOP_GRACE)  # one an earlier test of this process left
-    scratch = Path(tempfile.mkdtemp(prefix="hr-"))  # short: a socket's path has little room
-    if len(os.fsencode(scratch)) + len("/pymp-12345678/listener-12345678") > _forking.SOCKET_PATH_ROOM:
-        pytest.skip(f"$TMPDIR is too deep for a fork server's socket ({scratch}): workers are spawned")
-    request.addfinalizer(lambda: shutil.rmtree(scratch, ignore_errors=True))
+    scratch = _short_scratch(request)
     monkeypatch.setattr(tempfile, "tempdir", str(scratch))  # multiprocessing's scratch goes here,
     monkeypatch.setitem(multiprocessing.current_process()._config, "tempdir", None)  # made anew
     monkeypatch.setenv("HAREL_BROKEN_DIR", str(tmp_path))
@@ -180,13 +187,12 @@ certify(target.factory, profile="quick", properties=["fifo", "close"], _target=t
 
 
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="finds what is left in /proc (Linux)")
-def test_a_run_with_search_processes_ended_by_its_last_resort_leaves_nothing(tmp_path):
+def test_a_run_with_search_processes_ended_by_its_last_resort_leaves_nothing(tmp_path, request):
     """The last resort ends the process with os._exit (SPEC.md C8): the fork server and the
     scratch directory of its socket, which nothing else would remove then, are removed too."""
     import subprocess
 
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
+    scratch = _short_scratch(request)
     command = subprocess.run([sys.executable, "-c", STUCK_WITH_PROCESSES], cwd=Path(__file__).parent,
                              capture_output=True, text=True, timeout=120,
                              env={**os.environ, "TMPDIR": str(scratch), "HAREL_BROKEN_DIR": str(tmp_path)})
