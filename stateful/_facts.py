@@ -18,9 +18,10 @@ The kinds are plain strings, so that a fact crosses a process boundary and a rep
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
-__all__ = ["CONTEXTS", "FAULTS", "HOLDINGS", "KINDS", "Fact", "ShowsAFact"]
+__all__ = ["CONTEXTS", "FAULTS", "HOLDINGS", "KINDS", "Fact", "ShowsAFact", "raised_error"]
 
 # --- claims: what was wrong with a claim's answer, by what the model's state shows ------------
 
@@ -183,6 +184,19 @@ class Fact:
         if not self.after:
             return ""
         return f"  (after {'; '.join(CONTEXTS[c] for c in self.after)})"
+
+
+_LITERALS = re.compile(r"'[^']*'|\"[^\"]*\"|\d+")
+
+
+def raised_error(fact: Fact) -> str | None:
+    """What makes two ``raised`` facts one bug, wherever they were met: the error's class and
+    message with its quoted values and numbers left out (``DataError: PostgreSQL text fields
+    cannot contain NUL (…x…) bytes`` at any call, with any group id).  None for any other kind:
+    a panic, a crash or a hang is judged where it happened (it may have broken the process)."""
+    if fact.kind != RAISED:
+        return None
+    return _LITERALS.sub("…", fact.answered)
 
 
 class ShowsAFact:

@@ -279,6 +279,51 @@ def test_a_second_bug_is_not_set_aside_with_the_first():
     assert fairness.failure is not None and fairness.failure.kind == facts.PASSED_OVER
 
 
+def test_an_error_every_search_meets_fails_one_property_and_the_others_decide_their_own():
+    """A store that raises at a group id with a NUL (harel's Postgres transports: psycopg's
+    ``DataError``) raises in every search that draws one.  That is one bug: it fails one
+    property (where the shared search met it, the first whose own search makes the step that
+    raised), and every other search sets aside the examples that raise it and decides its own
+    property (SPEC.md C5).  Before, the default run failed eight properties with the same
+    counterexample."""
+    backend = broken_backend("a group id with a NUL raises")
+    report = certify(backend.factory, backend.capabilities, profile=SMALL)
+    made = {v.property: v for v in report.verdicts}
+    assert [p for p, v in made.items() if v.verdict == "failed"] == ["single-in-flight"], report.to_markdown()
+    assert made["single-in-flight"].failure.kind == facts.RAISED
+    assert "cannot contain NUL" in made["single-in-flight"].failure.answered
+    assert {v.verdict for p, v in made.items() if p != "single-in-flight"} == {"passed"}, report.to_markdown()
+    assert sum("already found" in v.reason for v in made.values()) >= 3, report.to_markdown()
+
+
+def test_an_error_many_chosen_searches_meet_fails_the_first_and_the_others_search_again():
+    """A run of chosen properties has no shared search: each focused search meets the error on
+    its own.  It counts against the first of them in the table's order, and each search that
+    stopped at it searches again with the examples that raise it set aside, so that every
+    other property is decided (SPEC.md C5)."""
+    backend = broken_backend("a group id with a NUL raises")
+    chosen = ["fifo", "fairness", "no-loss", "event-integrity", "close"]
+    report = certify(backend.factory, backend.capabilities, profile=SMALL, properties=chosen)
+    made = {v.property: v for v in report.verdicts}
+    assert [p for p, v in made.items() if v.verdict == "failed"] == ["fifo"], report.to_markdown()
+    assert made["fifo"].failure.kind == facts.RAISED
+    assert {v.verdict for p, v in made.items() if p != "fifo"} == {"passed"}, report.to_markdown()
+    again = [p for p, v in made.items() if "searched again with the examples that raised RuntimeError" in v.reason]
+    assert len(again) >= 2, report.to_markdown()
+
+
+def test_setting_an_error_aside_does_not_hide_a_second_bug():
+    """The same store, also trying groups in arrival order: fairness still fails, with a group
+    passed over, beside the error's one property."""
+    backend = broken_backend("a group id with a NUL raises, fairness ignored")
+    report = certify(backend.factory, backend.capabilities, profile=SMALL)
+    made = {v.property: v for v in report.verdicts}
+    assert made["fairness"].verdict == "failed" and made["fairness"].failure.kind == facts.PASSED_OVER, \
+        report.to_markdown()
+    assert made["single-in-flight"].verdict == "failed" and made["single-in-flight"].failure.kind == facts.RAISED
+    assert "unknown" not in _verdicts(report).values(), report.to_markdown()
+
+
 def test_after_the_shared_search_a_focused_search_sets_another_bug_aside_unshrunk_once():
     """The default run (SPEC.md C5): once the shared search has failed, each focused search sets
     aside, from its first example, every example that meets another property's bug, unshrunk,

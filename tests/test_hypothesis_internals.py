@@ -16,7 +16,7 @@ from hypothesis.stateful import (
 
 from harel_ref.certify._driver import StopSearch, shrunk_steps
 
-from harel_ref.certify._entries import _raising_step
+from harel_ref.certify._faults import _raising_step
 from harel_ref.stateful._initialize import InitializeRulesBuiltOnce
 
 
@@ -55,7 +55,7 @@ def test_a_rule_runs_in_a_frame_named_after_it():
     step = _raising_step(failing_machine_error())
     assert step == "state.publish(...)", (
         "a rule no longer runs in a frame named after the rule with 'self' in its locals; "
-        "harel_ref.certify._entries._raising_step relies on it to name the step that raised "
+        "harel_ref.certify._faults._raising_step relies on it to name the step that raised "
         f"(got {step!r})"
     )
 

@@ -11,7 +11,8 @@ from pathlib import Path
 from harel_ref.certify import CONTRACT
 from harel_ref.certify._report import Failure
 from harel_ref.certify._verdicts import (
-    Searched, anothers, blame, consequences, left_undecided, sets_aside, shared_sets_aside, unexplained, verdicts,
+    Searched, anothers, blame, consequences, fault_owners, left_undecided, sets_aside, shared_sets_aside, unexplained,
+    verdicts,
 )
 from harel_ref.stateful import FOCUS_RULES, RULES, Capabilities
 import harel_ref.stateful._facts as facts
@@ -80,6 +81,27 @@ def test_whom_a_fact_of_the_shared_search_counts_against():
     assert blame(Fact(facts.HUNG, "s"), _searched("concurrent", covers=("fencing",))) == "contention"
 
 
+def test_an_error_many_searches_met_counts_against_one_property():
+    """One error, whatever the values in its message, is one bug wherever it shows: the shared
+    search's owner of it, else the first property in the table's order whose search met it.
+    A hang or a panic stays its own search's (it may have broken what ran it); so does what the
+    concurrent search met."""
+    nul = Fact(facts.RAISED, "state.begin(...) raised", answered="DataError: cannot hold 'g\x00' in column 3")
+    other_nul = Fact(facts.RAISED, "state.publish(...) raised", answered="DataError: cannot hold 'h\x00' in column 4")
+    assert facts.raised_error(nul) == facts.raised_error(other_nul) == "DataError: cannot hold … in column …"
+    assert facts.raised_error(Fact(facts.HUNG, "s", answered="hung: nack")) is None
+    focused = [_searched("no-loss", other_nul), _searched("fifo", nul), _searched("contention", nul)]
+    assert fault_owners(focused) == {facts.raised_error(nul): "fifo"}
+    shared = _searched(SHARED, dataclasses.replace(nul, rule="reopen"), covers=LOCKSTEP)
+    assert fault_owners([*focused, shared]) == {facts.raised_error(nul): "durability"}
+    made = verdicts(["fifo", "no-loss", "close"], Capabilities(), [*focused[:2], _searched("close", ended="passed")])
+    assert made["fifo"].verdict == "failed" and made["no-loss"].verdict == "unknown", made  # no-loss stopped at it
+    assert made["no-loss"].reason.startswith("a consequence of fifo's failure")
+    hung = Fact(facts.HUNG, "s", answered="hung: nack did not return within 5 s")
+    made = verdicts(["fifo", "no-loss"], Capabilities(), [_searched("no-loss", hung), _searched("fifo", hung)])
+    assert made["fifo"].verdict == made["no-loss"].verdict == "failed"
+
+
 def test_a_failure_another_failure_explains_is_its_consequence():
     """One bug, many searches: a queue that drops an event equal to one it holds loses a
     message, and the fairness, fifo and routing searches each see a later claim go wrong."""
@@ -97,6 +119,23 @@ def test_a_failure_another_failure_explains_is_its_consequence():
     # explained both ways (every fact of each is one the other's bug shows as): neither follows
     both = {"fairness": [Fact(facts.TIE_ORDER, "c", after=(facts.REOPENED,))], "tie-break": [Fact(facts.TIE_ORDER, "c")]}
     assert consequences({"fairness": both["fairness"], "tie-break": both["tie-break"]}) == {}
+
+
+def test_a_race_explains_no_failure_found_one_call_at_a_time():
+    """harel's Postgres transports at standard: no-loss failed only in the concurrent search (a
+    drain that differed after a race), and the fairness search's group passed over, found one
+    call at a time, was told as its consequence, which hid finding 11.  A bug that shows only
+    when calls race cannot have made a lockstep example go wrong."""
+    raced = Fact(facts.DRAIN_DIFFERS, "drain")
+    passed_over = Fact(facts.PASSED_OVER, "claim")
+    failed = {"no-loss": [raced], "fairness": [passed_over]}
+    assert consequences(failed, {"no-loss": [], "fairness": [passed_over]}) == {}
+    assert consequences(failed, {"no-loss": [raced], "fairness": [passed_over]}) == {"fairness": "no-loss"}
+    assert consequences(failed, {"no-loss": [], "fairness": []}) == {"fairness": "no-loss"}  # both raced
+    made = verdicts(["fairness", "no-loss"], Capabilities(), [
+        _searched("fairness", passed_over), _searched("no-loss", ended="passed"),
+        _searched("concurrent", raced, covers=("no-loss",))])
+    assert (made["fairness"].verdict, made["no-loss"].verdict) == ("failed", "failed"), made
 
 
 def test_a_search_sets_aside_only_what_cannot_count_against_its_own_property():

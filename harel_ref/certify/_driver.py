@@ -16,6 +16,7 @@ import dataclasses
 import itertools
 import math
 import random
+import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -29,7 +30,7 @@ from hypothesis.stateful import run_state_machine_as_test
 
 from harel_ref.stateful import Capabilities, Divergence
 from harel_ref.stateful._async import CallLimits, TransportHung, in_line_calls
-from harel_ref.stateful._facts import Fact
+from harel_ref.stateful._facts import Fact, raised_error
 from harel_ref.stateful._machine import Choices, StorageFailed
 from harel_ref.stateful._properties import SIZES, owner, owners, tally
 from harel_ref.stateful._processes import BranchProcesses
@@ -38,6 +39,7 @@ from harel_ref.stateful.parallel import (
 )
 
 from ._choices import run_choices
+from ._faults import step_fault_fact
 from ._probes import probe_programs
 from ._profiles import Profile
 from ._reduce import replayed, without_steps
@@ -86,7 +88,8 @@ class Search:
     ended_at_echo: int = 0  # judged examples that met one only in their calls after close()
     echo: BaseException | None = None  # the first of those facts
     ended_echo: BaseException | None = None  # the first met only in the calls after close()
-    echoes: dict[str, BaseException] = dataclasses.field(default_factory=dict)  # the first of each owner's
+    # the first of each owner's, and of each error (raised_error) another search met first
+    echoes: dict[str, BaseException] = dataclasses.field(default_factory=dict)
     aside_facts: dict[tuple, Fact] = dataclasses.field(default_factory=dict)  # one of each kind and cause
     found_at: float | None = None  # time.monotonic() when shrinking began
     first: BaseException | None = None  # the first divergence or crash seen, before shrinking
@@ -227,6 +230,7 @@ class _Watching:
         except InvalidArgument:  # no Hypothesis test runs: a probe, a replay of steps
             self._search.data = None
         self._crash: BaseException | None = None  # the call's error this example kept as the first
+        self._raised: BaseException | None = None  # the last error a call raised
         self._ending = False  # in the teardown's last checks, the calls after close()
         self._drained = False  # the drain was judged: every step and the drain answered
         try:
@@ -248,6 +252,8 @@ class _Watching:
 
     def teardown(self):
         search = self._search
+        # what a step raised, on its way to Hypothesis (which tears the example down as it goes)
+        aside = self._fault_aside(sys.exc_info()[1])
         try:
             super().teardown()
         except _Discarded:
@@ -256,7 +262,13 @@ class _Watching:
             search.ended_at_echo += 1
         except StorageFailed:
             pass  # a call of the drain: self.unanswered holds it
+        except Exception as exc:  # the transport raised in the drain
+            aside = self._fault_aside(exc)
+            if aside is None:
+                raise
         finally:
+            if aside is not None and search.first is self._crash:
+                search.first = self._crash = None  # set aside below: not this search's failure
             # what answered before the storage failed was judged: its situations count
             tally(search.reached, {name: count for name, count in self.reached.items()
                                    if not self._probe or name in SIZES})  # a probe's ~1,100 claims swamp the counts
@@ -272,6 +284,17 @@ class _Watching:
             search.found()
         if self.unanswered is not None:
             self._unjudged(self.unanswered)
+        if aside is not None:
+            self._set_aside(Divergence(aside))
+
+    def _fault_aside(self, error: BaseException | None) -> Fact | None:
+        """The fact of ``error``, if the transport raised it in a call no step expected it from
+        (a fault) and it is an error the search sets aside: one another search met first
+        (:func:`~harel_ref.certify._verdicts.fault_owners`, SPEC.md C5)."""
+        if error is None or error is not self._raised:
+            return None
+        fact = step_fault_fact(error)
+        return fact if self._aside(fact) else None
 
     def _unjudged(self, failed: StorageFailed) -> None:
         """Set the example aside, unjudged: the storage failed at one of its calls (R17), and
@@ -319,10 +342,10 @@ class _Watching:
         judged if only its calls after close() met it."""
         search = self._search
         search.aside_facts.setdefault((divergence.kind, divergence.fact.after), divergence.fact)
-        if search.first is self._crash:  # the call's error was filed as this fact
+        if search.first is self._crash:  # the call's error was filed as this fact, or is this fault
             search.first = self._crash = None
         if search.first is None:  # met while it searched; while it shrinks its own, it is rejected as before
-            search.echoes.setdefault(owner(divergence.kind), divergence)
+            search.echoes.setdefault(raised_error(divergence.fact) or owner(divergence.kind), divergence)
         if self._ending:
             search.ended_echo = search.ended_echo or divergence
             raise _EndedAtEcho from divergence
@@ -336,6 +359,7 @@ class _Watching:
         except StorageFailed:
             raise  # no crash: the example ends unjudged (teardown)
         except Exception as exc:  # a crash: kept in case time runs out while shrinking
+            self._raised = exc  # a fault if no step expected it (teardown)
             if self._search.first is None:
                 self._search.first = self._crash = exc
             raise

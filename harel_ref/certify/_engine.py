@@ -81,7 +81,7 @@ from ._search_lanes import lanes_for
 from ._signals import raise_if_stopped
 from ._target import Target
 from ._tasks import Found, Task
-from ._verdicts import Searched, blame, verdicts
+from ._verdicts import Searched, blame, fault_owners, verdicts
 
 __all__ = ["default_jobs"]
 
@@ -233,8 +233,10 @@ class Certification:
         self.context["budgeted"] += len(wanted)  # their share of a time budget
         if self.shared in self.found and wanted:
             covers = self.tasks[self.shared].covers
-            self.context["shared_blamed"] = frozenset(
-                blame(f.fact, Searched(SHARED, covers, "failed")) for f in self.found[self.shared].failures)
+            shared = Searched(SHARED, covers, "failed", failures=tuple(self.found[self.shared].failures))
+            self.context["shared_blamed"] = frozenset(blame(f.fact, shared) for f in shared.failures)
+            # the errors it met: the other searches set them aside, one bug (SPEC.md C5)
+            self.context["shared_errors"] = fault_owners([shared])
             self.context["shared_clean"] = self.found[self.shared].clean  # its clean examples count for theirs
         blamed = self.context.get("shared_blamed", ())
         return sorted(wanted, key=lambda number: self.tasks[number].prop not in blamed)  # the longest first

@@ -5,19 +5,16 @@ replays it."""
 from __future__ import annotations
 
 import dataclasses
-import traceback
 
 from hypothesis.errors import FlakyFailure, HypothesisException
 
 from harel_ref.stateful import Divergence
-from harel_ref.stateful._async import TransportCrashed, TransportHung, TransportPanic
 import harel_ref.stateful._facts as facts
-from harel_ref.stateful._facts import Fact
-from harel_ref.stateful._machine import FOCUS_RULES, RULES, StorageFailed
 from harel_ref.stateful._properties import PROPERTIES, SHARED, owner, running
 from harel_ref.stateful.parallel import RAISES, ConcurrencyFailure
 
 from ._driver import Search, shrunk_steps
+from ._faults import fault_fact, step_fault_fact
 from ._profiles import Profile
 from ._regression_race import race_regression
 from ._report import ECHO, Failure
@@ -89,12 +86,19 @@ def _beside_echo(search_name: str, search: Search, target: Target, profile: Prof
             [dataclasses.replace(echo, unshrunk=ECHO)]
     reason = f"{judged} examples{_in_lanes(search)}, none diverged"
     if search.set_aside:
-        met = "; ".join(f"{echo.kind}, a fact of {whose}'s" for whose, echo in search.echoes.items()) \
-            or f"{search.echo.kind}, a fact of {owner(search.echo.kind)}'s"
+        met = "; ".join(_met(echo) for echo in search.echoes.values()) or _met(search.echo)
         reason += f"; {search.set_aside} more set aside: they met {met}"
     if search.ended_at_echo:
         reason += f"; in {search.ended_at_echo} of them the calls after close() met another property's bug"
     return "passed", reason + _unjudged_note(search), []
+
+
+def _met(echo: Divergence) -> str:
+    """What an example set aside met: a fact of another property's bug, or an error another
+    search met first."""
+    if echo.kind in facts.FAULTS:
+        return f"the error {echo.answered}, already found"
+    return f"{echo.kind}, a fact of {owner(echo.kind)}'s"
 
 
 def _in_lanes(search: Search) -> str:
@@ -163,31 +167,9 @@ def failure_entry(search_name: str, error: BaseException, flaky: bool, target: T
                        replay=replay, flaky=flaky)
     # The transport (or its factory) raised something the spec never asks for, or panicked,
     # crashed or hung: the rule it raised in says whose it is (fault_owner).
-    fact = fault_fact(error, _raising_step(error), rule=_raising_rule(error))
+    fact = step_fault_fact(error)
     return Failure(fact, found_by=search_name, steps=tuple(steps), reproduction=reproduction, replay=replay,
                    flaky=flaky)
-
-
-def fault_fact(error: BaseException, where: str, rule: str | None = None) -> Fact:
-    """The fact of an exception out of the transport, met ``where``: ``raised`` and
-    ``ValueError: ...`` for an ordinary one; ``panicked``, ``crashed`` or ``hung`` and the
-    fault's own message (which says so) for a fault."""
-    kind, answered = _exception_outcome(error)
-    return Fact(kind, f"{where}{' raised' if kind == facts.RAISED else ''}", "an answer or error the spec allows",
-                answered, rule=rule)
-
-
-def _exception_outcome(error: BaseException) -> tuple[str, str]:
-    """The kind of fact an exception out of the transport is, and the answer it shows."""
-    if isinstance(error, StorageFailed):  # met again at the same call when its example was replayed
-        cause = error.__cause__
-        return facts.RAISED, (f"{type(cause).__name__}: {cause}, again at the same call when the example was "
-                              "replayed: not a storage failing now and then (R17), but the transport (R19)")
-    for fault, kind in ((TransportPanic, facts.PANICKED), (TransportCrashed, facts.CRASHED),
-                        (TransportHung, facts.HUNG)):
-        if isinstance(error, fault):
-            return kind, str(error)
-    return facts.RAISED, f"{type(error).__name__}: {error}"
 
 
 def _program_note(error: BaseException) -> list[str]:
@@ -202,25 +184,6 @@ def _jsonable(record) -> dict:
     from harel_ref.stateful.history import _jsonable as jsonable
 
     return {field.name: jsonable(getattr(record, field.name)) for field in dataclasses.fields(record)}
-
-
-def _raising_step(error: BaseException) -> str:
-    """The machine rule (or teardown) during which ``error`` was raised, as the report shows it."""
-    name = _raising_rule(error)
-    if name is None:
-        return "a step"
-    return "opening the transport" if name == "__init__" else f"state.{name}(...)"
-
-
-def _raising_rule(error: BaseException) -> str | None:
-    """The name of the machine rule (or ``teardown``, ``__init__``) that raised ``error``."""
-    names = set(RULES) | set(FOCUS_RULES) | {"begin", "choose_keys", "teardown", "__init__"}
-    found = [frame.f_code.co_name for frame, _ in traceback.walk_tb(error.__traceback__)
-             if frame.f_code.co_name in names and "self" in frame.f_locals]
-    if not found:
-        return None
-    # a storage failure, raised in its step, is raised again by the teardown that ends its example
-    return found[-1] if isinstance(error, StorageFailed) else found[0]
 
 
 def gave_up(exc: BaseException) -> bool:

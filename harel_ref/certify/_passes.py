@@ -15,6 +15,7 @@ from typing import Any
 
 from harel_ref.stateful._async import CallLimits, limit_calls
 import harel_ref.stateful._facts as facts
+from harel_ref.stateful._facts import raised_error
 from harel_ref.stateful._properties import (
     DRAIN_CUT, PROPERTIES, SHARED, UNJUDGED, explained, owner, owners, running, tally,
 )
@@ -22,7 +23,8 @@ from harel_ref.stateful._processes import BranchProcesses
 from harel_ref.stateful.soak import soak as run_soak
 
 from ._driver import Search, hypothesis_apart, run_parallel
-from ._entries import failure_entry, fault_fact, how_ended
+from ._entries import failure_entry, how_ended
+from ._faults import fault_fact
 from ._focus import focus_machine
 from ._probes import probe_programs
 from ._profiles import PROFILES, Profile, standby_examples
@@ -32,7 +34,7 @@ from ._search_lanes import run_lockstep
 from ._signals import raise_if_stopped
 from ._target import Target
 from ._tasks import Found, Task
-from ._verdicts import anothers, left_undecided, sets_aside, shared_sets_aside, unexplained
+from ._verdicts import anothers, left_undecided, sets_aside, sets_aside_error, shared_sets_aside, unexplained
 
 __all__ = ["CONCURRENT_PASSES", "FOCUSED_PASSES"]
 
@@ -81,24 +83,38 @@ def _focused_passes(target: Target, context: dict[str, Any], task: Task, share: 
     property's fact from the start, unshrunk, and tells the first of each as an echo; run again
     to shrink one of them (``shrinks``), it makes one pass."""
     known: frozenset[str] = frozenset()
+    errors = frozenset(error for error, whose in context.get("shared_errors", {}).items() if whose != task.kind) \
+        if task.standby else frozenset()
     earlier: list[Failure] = []
     reached: collections.Counter = collections.Counter()
     for number in range(1, FOCUSED_PASSES + 1):
         left = share - (time.monotonic() - began)  # the passes share the search's time
-        found = _search_once(target, context, task, left, limits, event, pool, known, earlier)
+        found = _search_once(target, context, task, left, limits, event, pool, known, earlier, errors=errors)
         tally(reached, found.reached)
         if earlier and found.ended == "passed":
-            found.reason += f" (searched again with {', '.join(sorted(owners(known)))} taken as broken)"
-        foreign = found.ended == "failed" and all(
-            anothers(failure.fact, task.kind) and not failure.echo for failure in found.failures)
-        if not foreign or number == FOCUSED_PASSES or limits.broken is not None or task.shrinks:
+            found.reason += f" (searched again with {_taken_as_broken(known, earlier)})"
+        stopped = [failure for failure in found.failures if not failure.echo]  # echoes: others met them
+        goes_on = found.ended == "failed" and bool(stopped) and all(
+            anothers(failure.fact, task.kind) or raised_error(failure.fact) for failure in stopped)
+        if not goes_on or number == FOCUSED_PASSES or limits.broken is not None or task.shrinks:
             found.seconds, found.earlier = time.monotonic() - began, len(earlier)
             found.failures, found.reached = earlier + found.failures, dict(reached)
             return found
         earlier += found.failures
-        known |= frozenset(failure.kind for failure in found.failures)
+        known |= frozenset(failure.kind for failure in stopped if not raised_error(failure.fact))
+        errors |= frozenset(error for failure in stopped if (error := raised_error(failure.fact)))
         event("found", Found("unknown", "", time.monotonic() - began, 0, list(earlier), earlier=len(earlier)))
     raise AssertionError("unreachable")
+
+
+def _taken_as_broken(known: frozenset[str], earlier: Sequence[Failure]) -> str:
+    """What a focused search's later pass set aside, as its reason says it: the properties
+    whose bugs it took as broken, and the errors the transport raised (:func:`_focused_passes`)."""
+    parts = [f"{', '.join(sorted(owners(known)))} taken as broken"] if owners(known) else []
+    raised = list(dict.fromkeys(failure.answered for failure in earlier if raised_error(failure.fact)))
+    if raised:
+        parts.append(f"the examples that raised {'; '.join(raised)} set aside")
+    return ", and ".join(parts)
 
 
 def _shared_passes(target: Target, context: dict[str, Any], task: Task, share: float, limits: CallLimits,
@@ -180,7 +196,7 @@ def _concurrent_passes(target: Target, context: dict[str, Any], task: Task, shar
 def _search_once(target: Target, context: dict[str, Any], task: Task, share: float, limits: CallLimits,
                  event: Callable, pool: BranchProcesses | None, ignore: frozenset[str] = frozenset(),
                  earlier: Sequence[Failure] = (), broken: frozenset[str] = frozenset(),
-                 clean: int | None = None) -> Found:
+                 clean: int | None = None, errors: frozenset[str] = frozenset()) -> Found:
     """One run of a lockstep or parallel search, with ``share`` seconds to search (and as
     many again to shrink a failure found in time).  ``ignore``: the kinds of fact earlier passes
     found, which the concurrent search no longer judges and a focused search sets aside with the
@@ -214,7 +230,7 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
 
     search.on_found = None if broken else found  # what a second shared pass finds is never reported
     if lockstep:
-        run_lockstep(machine, profile, context["seed"], search, total, _sets_aside(task, broken, ignore),
+        run_lockstep(machine, profile, context["seed"], search, total, _sets_aside(task, broken, ignore, errors),
                      context.get("lanes", 1))
     else:
         run_parallel(target, caps, profile, context["seed"], search, judges=task.judges,
@@ -241,20 +257,25 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
                   clean=search.clean if search.first is not None else None, undecided=undecided)
 
 
-def _sets_aside(task: Task, broken: frozenset[str], ignore: frozenset[str]) -> Callable[[facts.Fact], bool]:
+def _sets_aside(task: Task, broken: frozenset[str], ignore: frozenset[str],
+                errors: frozenset[str] = frozenset()) -> Callable[[facts.Fact], bool]:
     """Whether a lockstep search sets aside, unshrunk, an example at a fact (SPEC.md C5): the
     shared search's second pass, what its ``broken`` property's bug explains; a focused search
     after the shared search, every other property's fact; run again to shrink one kind of fact
     it set aside, every other kind; a focused search of a run of chosen properties, what the
-    bugs its earlier passes found (``ignore``) explain."""
+    bugs its earlier passes found (``ignore``) explain.  A focused search also sets aside the
+    ``errors`` (:func:`~harel_ref.stateful._facts.raised_error`) another search met first, or
+    an earlier pass of its own."""
     kind = task.kind
     if kind == SHARED:
         return functools.partial(shared_sets_aside, broken=broken, covers=task.covers)
     if task.shrinks:  # its own property's facts too: they were shrunk when it first ran
         return lambda fact: fact.kind != task.shrinks
     if task.standby:
-        return functools.partial(anothers, prop=kind)
-    return functools.partial(sets_aside, known=explained(ignore, kind), prop=kind)
+        judged = functools.partial(anothers, prop=kind)
+    else:
+        judged = functools.partial(sets_aside, known=explained(ignore, kind), prop=kind)
+    return lambda fact: judged(fact) or sets_aside_error(fact, errors)
 
 
 def _concurrent_passed(task: Task, search: Search, profile: Profile, ignore: frozenset[str]) -> str:

@@ -12,14 +12,17 @@ The checkers report facts (:mod:`harel_ref.stateful._facts`), each search ends a
    priority-floor search sees it, the lease-expiry search does not), unless the search left it
    unshrunk as an echo of another property's bug (SPEC.md C5; :attr:`Failure.echo`); a fault
    (an error the spec never asks for, a panic, a hang) counts against the property whose
-   search met it (:func:`~harel_ref.stateful._properties.fault_owner`).
+   search met it (:func:`~harel_ref.stateful._properties.fault_owner`), but an error several
+   lockstep searches met, one bug wherever it shows (:func:`fault_owners`), counts against one
+   property: the shared search's, else the first in the table's order whose search met it.
 2. **Which failures are consequences of another.**  One bug shows in many searches: a queue
    that drops an event equal to one it holds loses a message (no-loss), and every later claim
    of that group looks wrong to the other searches (a group passed over, a head missing).  A
    property whose every fact is one that another failed property owns or ``explains``, where
-   that other property also failed in a way this one does not explain, is a *consequence* of
-   it: its verdict is unknown, and the root failure lists it.  So is a property whose search
-   stopped at another's failure.
+   that other property also failed in a way this one does not explain (one call at a time,
+   where this one's facts were: a race explains no fact of a lockstep search), is a
+   *consequence* of it: its verdict is unknown, and the root failure lists it.  So is a
+   property whose search stopped at another's failure.
 3. **Every verdict**, from the searches that stand for the property: its own, the shared
    lockstep search when that passed (SPEC.md C5), the concurrent search and the soak for the
    properties they judge.
@@ -35,13 +38,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from harel_ref.stateful._backend import Capabilities
-from harel_ref.stateful._facts import CONTEXTS, FAULTS, Fact
+from harel_ref.stateful._facts import CONTEXTS, FAULTS, Fact, raised_error
 from harel_ref.stateful._properties import PROPERTIES, SHARED, SIZES, drawn, evidence, fault_owner, owner, tally
 
 from ._report import Failure, PropertyVerdict
 
-__all__ = ["Searched", "anothers", "blame", "consequences", "left_undecided", "sets_aside", "shared_sets_aside", "unexplained",
-           "verdicts"]
+__all__ = ["Searched", "anothers", "blame", "consequences", "fault_owners", "left_undecided", "sets_aside",
+           "shared_sets_aside", "unexplained", "verdicts"]
 
 
 @dataclass(frozen=True)
@@ -104,6 +107,28 @@ def blame(fact: Fact, search: Searched, cleared: frozenset[str] = frozenset(),
     return owner(fact.kind)
 
 
+def fault_owners(searched: Sequence[Searched]) -> dict[str, str]:
+    """Whom each error the lockstep searches met counts against, by :func:`raised_error`: a
+    transport that cannot store a group id with a NUL raises at the first publish of one in
+    every search that draws it, and that is one bug, not one failure per search (SPEC.md C5).
+    Where the shared search met it, the property it counts against there; else the first, in
+    the table's order, whose own search met it (told unshrunk as an echo or not)."""
+    order = sorted((s for s in searched if s.search == SHARED or s.search in PROPERTIES),
+                   key=lambda s: -1 if s.search == SHARED else list(PROPERTIES).index(s.search))
+    owners: dict[str, str] = {}
+    for search in order:
+        for failure in search.failures:
+            if (error := raised_error(failure.fact)) is not None:
+                owners.setdefault(error, blame(failure.fact, search))
+    return owners
+
+
+def sets_aside_error(fact: Fact, errors: frozenset[str]) -> bool:
+    """Whether a search sets aside an example at ``fact``: an error of ``errors``, which
+    another search met first (or an earlier pass of its own, which told it), as one bug."""
+    return raised_error(fact) in errors
+
+
 def anothers(fact: Fact, prop: str) -> bool:
     """Whether ``fact``, met by ``prop``'s own search, counts against another property whatever
     else the certification finds: ``prop`` neither owns its kind nor explains it, it is no fault,
@@ -156,22 +181,31 @@ def left_undecided(aside: Sequence[Fact], broken: frozenset[str], covers: tuple[
     return tuple(prop for prop in covers if prop in could and prop not in broken)
 
 
-def consequences(failed: Mapping[str, Sequence[Fact]]) -> dict[str, str]:
+def consequences(failed: Mapping[str, Sequence[Fact]],
+                 in_lockstep: Mapping[str, Sequence[Fact]] | None = None) -> dict[str, str]:
     """Of the properties with facts against them (``failed``), each that is a consequence of
     another, and the root failure it follows from (the module docstring, 2).  Candidates are
     tried in the table's order; a chain leads to its root, and a cycle is no consequence.  A
     root needs a fact of a kind it owns that the other does not explain: a fault, or a fact it
-    got only by what came before it, explains nothing."""
+    got only by what came before it, explains nothing.  ``in_lockstep``: of each property's
+    facts, those a lockstep search found, one call at a time (all, if not given).  A root whose
+    own facts only calls made at once showed (a race) explains no such fact: its bug does not
+    show one call at a time."""
+    in_lockstep = failed if in_lockstep is None else in_lockstep
 
     def explains(prop: str, kind: str) -> bool:
         row = PROPERTIES[prop]
         return kind in row.owns or kind in row.explains
 
+    def shows(root: str, prop: str, facts: Sequence[Fact]) -> bool:
+        return any(f.kind in PROPERTIES[root].owns and not explains(prop, f.kind) for f in facts)
+
     follows: dict[str, str] = {}
     for prop in (p for p in PROPERTIES if p in failed):
         for root in (r for r in PROPERTIES if r in failed and r != prop):
+            sequential = bool(in_lockstep.get(prop))  # a fact of its own one call at a time
             if all(explains(root, f.kind) for f in failed[prop]) and \
-                    any(f.kind in PROPERTIES[root].owns and not explains(prop, f.kind) for f in failed[root]):
+                    shows(root, prop, in_lockstep.get(root, ()) if sequential else failed[root]):
                 follows[prop] = root
                 break
     found = {}
@@ -189,36 +223,44 @@ def verdicts(chosen: Sequence[str], caps: Capabilities, searched: Sequence[Searc
     """The verdict on every chosen property, and on any other a search found broken, in the
     table's order for the latter.  ``why``: the run was stopped (a search that did not end says
     it was interrupted, or not reached)."""
+    errors = fault_owners(searched)
     cleared = frozenset(s.search for s in searched if s.search in PROPERTIES and s.ended == "passed")
     convicted = frozenset(s.search for s in searched for f in s.failures
-                          if s.search in PROPERTIES and _blame(f, s, cleared) == s.search)
+                          if s.search in PROPERTIES and _blame(f, s, errors, cleared) == s.search)
     against: dict[str, list[tuple[Failure, Searched]]] = collections.defaultdict(list)
     for search in searched:
         for failure in search.failures:
-            against[_blame(failure, search, cleared, convicted)].append((failure, search))
-    follows = consequences({prop: [f.fact for f, _ in found] for prop, found in against.items()})
-    stopped = {prop: _stopped_by(prop, searched, follows, cleared, convicted) for prop in chosen}
+            against[_blame(failure, search, errors, cleared, convicted)].append((failure, search))
+    follows = consequences({prop: [f.fact for f, _ in found] for prop, found in against.items()},
+                           {prop: [f.fact for f, s in found if s.search == SHARED or s.search in PROPERTIES]
+                            for prop, found in against.items()})
+    stopped = {prop: _stopped_by(prop, searched, follows, errors, cleared, convicted) for prop in chosen}
     follows.update({prop: root for prop, root in stopped.items() if root is not None and prop not in against})
     order = list(chosen) + [p for p in PROPERTIES if p in against and p not in chosen]
     return {prop: _verdict(prop, caps, searched, against.get(prop, []), follows, why) for prop in order}
 
 
-def _blame(failure: Failure, search: Searched, cleared: frozenset[str],
+def _blame(failure: Failure, search: Searched, errors: Mapping[str, str], cleared: frozenset[str],
            convicted: frozenset[str] = frozenset()) -> str:
-    """:func:`blame` for a failure: an echo of another property's bug, which its finder did
-    not shrink (SPEC.md C5), counts against that bug's property, never its finder's own."""
+    """:func:`blame` for a failure: an error several lockstep searches met counts against its
+    one owner (``errors``, :func:`fault_owners`); an echo of another property's bug, which its
+    finder did not shrink (SPEC.md C5), counts against that bug's property, never its finder's
+    own."""
+    lockstep = search.search == SHARED or search.search in PROPERTIES
+    if lockstep and (error := raised_error(failure.fact)) in errors:
+        return errors[error]
     if failure.echo:
         return blame(failure.fact, search)
     return blame(failure.fact, search, cleared, convicted)
 
 
-def _stopped_by(prop: str, searched: Sequence[Searched], follows: dict[str, str],
+def _stopped_by(prop: str, searched: Sequence[Searched], follows: dict[str, str], errors: Mapping[str, str],
                 cleared: frozenset[str], convicted: frozenset[str]) -> str | None:
     """The root failure a search that stands for ``prop`` stopped at, if one did."""
     for search in searched:
         if search.decides(prop):
             for failure in search.stopped():
-                blamed = _blame(failure, search, cleared, convicted)
+                blamed = _blame(failure, search, errors, cleared, convicted)
                 if blamed != prop:
                     return follows.get(blamed, blamed)
     return None

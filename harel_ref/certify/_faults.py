@@ -1,0 +1,64 @@
+"""The fact of an exception out of the transport: a *fault*, no answer the spec allows (an
+error it never asks for, a panic, a crash, a hang), and the machine rule it was raised in.
+
+The lockstep driver sets aside an example at a fault another search already met
+(:func:`harel_ref.certify._verdicts.fault_owners`), and the report tells each fault it found;
+both name it so."""
+
+from __future__ import annotations
+
+import traceback
+
+from harel_ref.stateful._async import TransportCrashed, TransportHung, TransportPanic
+import harel_ref.stateful._facts as facts
+from harel_ref.stateful._facts import Fact
+from harel_ref.stateful._machine import FOCUS_RULES, RULES, StorageFailed
+
+__all__ = ["fault_fact", "step_fault_fact"]
+
+
+def fault_fact(error: BaseException, where: str, rule: str | None = None) -> Fact:
+    """The fact of an exception out of the transport, met ``where``: ``raised`` and
+    ``ValueError: ...`` for an ordinary one; ``panicked``, ``crashed`` or ``hung`` and the
+    fault's own message (which says so) for a fault."""
+    kind, answered = _exception_outcome(error)
+    return Fact(kind, f"{where}{' raised' if kind == facts.RAISED else ''}", "an answer or error the spec allows",
+                answered, rule=rule)
+
+
+def _exception_outcome(error: BaseException) -> tuple[str, str]:
+    """The kind of fact an exception out of the transport is, and the answer it shows."""
+    if isinstance(error, StorageFailed):  # met again at the same call when its example was replayed
+        cause = error.__cause__
+        return facts.RAISED, (f"{type(cause).__name__}: {cause}, again at the same call when the example was "
+                              "replayed: not a storage failing now and then (R17), but the transport (R19)")
+    for fault, kind in ((TransportPanic, facts.PANICKED), (TransportCrashed, facts.CRASHED),
+                        (TransportHung, facts.HUNG)):
+        if isinstance(error, fault):
+            return kind, str(error)
+    return facts.RAISED, f"{type(error).__name__}: {error}"
+
+
+def step_fault_fact(error: BaseException) -> Fact:
+    """The fact of ``error``, raised out of a lockstep machine's step (or its teardown), with
+    the rule it was raised in."""
+    return fault_fact(error, _raising_step(error), rule=_raising_rule(error))
+
+
+def _raising_step(error: BaseException) -> str:
+    """The machine rule (or teardown) during which ``error`` was raised, as the report shows it."""
+    name = _raising_rule(error)
+    if name is None:
+        return "a step"
+    return "opening the transport" if name == "__init__" else f"state.{name}(...)"
+
+
+def _raising_rule(error: BaseException) -> str | None:
+    """The name of the machine rule (or ``teardown``, ``__init__``) that raised ``error``."""
+    names = set(RULES) | set(FOCUS_RULES) | {"begin", "choose_keys", "teardown", "__init__"}
+    found = [frame.f_code.co_name for frame, _ in traceback.walk_tb(error.__traceback__)
+             if frame.f_code.co_name in names and "self" in frame.f_locals]
+    if not found:
+        return None
+    # a storage failure, raised in its step, is raised again by the teardown that ends its example
+    return found[-1] if isinstance(error, StorageFailed) else found[0]
