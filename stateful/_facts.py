@@ -162,7 +162,8 @@ class Fact:
     """One thing a checker observed: its ``kind`` (:data:`KINDS`), the ``step`` that showed it,
     what the model allows (``expected``) beside what the transport answered (``answered``), the
     queue per the model (``state``), and what came before it (``after``, :data:`CONTEXTS`).
-    ``rule``: for a fault, the machine rule during which the transport raised."""
+    ``rule``: for a fault, the machine rule during which the transport raised, and ``call``
+    the transport's method that raised (``publish``; ``open`` for opening it), where known."""
 
     kind: str
     step: str
@@ -171,6 +172,7 @@ class Fact:
     state: str = ""
     after: tuple[str, ...] = ()
     rule: str | None = None
+    call: str = ""
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:
@@ -186,17 +188,20 @@ class Fact:
         return f"  (after {'; '.join(CONTEXTS[c] for c in self.after)})"
 
 
-_LITERALS = re.compile(r"'[^']*'|\"[^\"]*\"|\d+")
+# a value in an error's message: a quoted text (its quote not inside a word: "can't" is no
+# quote), a hexadecimal number (an address), a number
+_VALUES = re.compile(r"""(?<!\w)'(?:[^'\\]|\\.)*'|(?<!\w)"(?:[^"\\]|\\.)*"|0x[0-9a-fA-F]+|\d+""")
 
 
 def raised_error(fact: Fact) -> str | None:
-    """What makes two ``raised`` facts one bug, wherever they were met: the error's class and
-    message with its quoted values and numbers left out (``DataError: PostgreSQL text fields
-    cannot contain NUL (…x…) bytes`` at any call, with any group id).  None for any other kind:
-    a panic, a crash or a hang is judged where it happened (it may have broken the process)."""
+    """What makes two ``raised`` facts one bug, wherever they were met: the transport's method
+    that raised, the error's class and its message with the values in it left out (``publish:
+    DataError: PostgreSQL text fields cannot contain NUL (…) bytes``, whatever the group id and
+    the step).  None for any other kind: a panic, a crash or a hang is judged where it
+    happened (it may have broken what ran the call)."""
     if fact.kind != RAISED:
         return None
-    return _LITERALS.sub("…", fact.answered)
+    return f"{fact.call}: {_VALUES.sub('…', fact.answered)}"
 
 
 class ShowsAFact:

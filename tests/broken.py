@@ -382,6 +382,19 @@ class GroupIdWithNulRaises(InMemoryTransport):
             return super().publish(group_id, event, priority, routing_key)
 
 
+class ClaimRaisesPast999InFlight(InMemoryTransport):
+    """A claim with more than 999 groups in flight raises, as a ``NOT IN (?, ...)`` list past
+    SQLite's old limit of bound parameters does ("too many SQL variables"): only a probe
+    (SPEC.md C13a) reaches it, in every search that runs the probes."""
+
+    class Core(InMemoryCore):
+        def claim(self, token, now, visibility, min_priority, routing_keys):
+            in_flight = sum(self._in_flight(group.messages[0], now) for group in self.store.groups.values())
+            if in_flight > 999:
+                raise RuntimeError(f"too many SQL variables: {in_flight}")
+            return super().claim(token, now, visibility, min_priority, routing_keys)
+
+
 class GroupIdWithNulRaisesAndFairnessIgnored(InMemoryTransport):
     """Two bugs: a group id with a NUL raises at publish, and groups are tried in arrival
     order (fairness).  Setting aside the examples that raise must not hide the second."""
@@ -394,6 +407,7 @@ ONE_BUG_MANY_SEARCHES = {
     "an event equal to one held is dropped": (DropsAnEventEqualToOneItHolds, "no-loss"),
     "a group id with a NUL raises": (GroupIdWithNulRaises, "single-in-flight"),
     "a group id with a NUL raises, fairness ignored": (GroupIdWithNulRaisesAndFairnessIgnored, "fairness"),
+    "a claim past 999 groups in flight raises": (ClaimRaisesPast999InFlight, "single-in-flight"),
     "a floor of 3 or more finds nothing": (HighFloorFindsNothing, "priority-floor"),
     "equal events dropped, fairness ignored": (DropsEqualEventsAndIgnoresFairness, "no-loss"),
     "unfenced ack, fairness ignored": (UnfencedAckAndFairnessIgnored, "fencing"),
@@ -402,8 +416,9 @@ ONE_BUG_MANY_SEARCHES = {
 """Broken variants whose one bug disturbs many searches: one property fails, and each other
 search it disturbs decides its property with that bug taken as broken, or names it as the cause
 (SPEC.md C5).  Those named with a comma, and the unfenced ack's, have a second bug that this
-must not hide.  (An error, owned by no property, counts against one: the shared search's
-first property whose own search makes the step that raised, here single-in-flight.)"""
+must not hide.  (An error, owned by no property, counts against one: the one the shared search
+counts it against, the first property whose own search makes the step that raised, or, where
+none does, as for ``begin`` here, the first property: single-in-flight.)"""
 
 
 # --- Broken only with the values a careless store mishandles (SPEC.md C13) -------------------

@@ -292,6 +292,7 @@ def test_an_error_every_search_meets_fails_one_property_and_the_others_decide_th
     assert [p for p, v in made.items() if v.verdict == "failed"] == ["single-in-flight"], report.to_markdown()
     assert made["single-in-flight"].failure.kind == facts.RAISED
     assert "cannot contain NUL" in made["single-in-flight"].failure.answered
+    assert made["single-in-flight"].failure.fact.call == "publish"
     assert {v.verdict for p, v in made.items() if p != "single-in-flight"} == {"passed"}, report.to_markdown()
     assert sum("already found" in v.reason for v in made.values()) >= 3, report.to_markdown()
 
@@ -310,6 +311,20 @@ def test_an_error_many_chosen_searches_meet_fails_the_first_and_the_others_searc
     assert {v.verdict for p, v in made.items() if p != "fifo"} == {"passed"}, report.to_markdown()
     again = [p for p, v in made.items() if "searched again with the examples that raised RuntimeError" in v.reason]
     assert len(again) >= 2, report.to_markdown()
+
+
+def test_an_error_only_a_probe_meets_is_set_aside_at_the_probe_too():
+    """A claim that raises with more than 999 groups in flight: only the probes reach it, in
+    every search that runs them.  It counts against the first chosen property; the other
+    search sets its probe aside when it searches again, and passes.  (The probe's error failed
+    that search again before, and its property was told as the first one's consequence.)"""
+    backend = broken_backend("a claim past 999 groups in flight raises")
+    report = certify(backend.factory, backend.capabilities, profile=PROBED, properties=["fifo", "no-loss"])
+    made = {v.property: v for v in report.verdicts}
+    assert made["fifo"].verdict == "failed" and "too many SQL variables" in made["fifo"].failure.answered, \
+        report.to_markdown()
+    assert made["no-loss"].verdict == "passed", report.to_markdown()
+    assert "the examples that raised RuntimeError: too many SQL variables" in made["no-loss"].reason
 
 
 def test_setting_an_error_aside_does_not_hide_a_second_bug():

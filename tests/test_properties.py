@@ -86,9 +86,17 @@ def test_an_error_many_searches_met_counts_against_one_property():
     search's owner of it, else the first property in the table's order whose search met it.
     A hang or a panic stays its own search's (it may have broken what ran it); so does what the
     concurrent search met."""
-    nul = Fact(facts.RAISED, "state.begin(...) raised", answered="DataError: cannot hold 'g\x00' in column 3")
-    other_nul = Fact(facts.RAISED, "state.publish(...) raised", answered="DataError: cannot hold 'h\x00' in column 4")
-    assert facts.raised_error(nul) == facts.raised_error(other_nul) == "DataError: cannot hold … in column …"
+    nul = Fact(facts.RAISED, "state.begin(...) raised", answered="DataError: cannot hold 'g\x00' in column 3",
+               call="publish")
+    other_nul = Fact(facts.RAISED, "state.publish(...) raised", answered="DataError: cannot hold 'h\x00' in column 4",
+                     call="publish")
+    assert facts.raised_error(nul) == facts.raised_error(other_nul) == "publish: DataError: cannot hold … in column …"
+    # the same error at another method is another bug; an apostrophe is no quote; an address is a value
+    assert facts.raised_error(dataclasses.replace(nul, call="claim")) != facts.raised_error(nul)
+    cannot = [Fact(facts.RAISED, "s", answered=f"ValueError: an id can't hold a NUL: {text!r}") for text in "gh"]
+    assert facts.raised_error(cannot[0]) == facts.raised_error(cannot[1]) == ": ValueError: an id can't hold a NUL: …"
+    assert facts.raised_error(Fact(facts.RAISED, "s", answered="TypeError: <Lease at 0x7f3a2b1c>")) \
+        == ": TypeError: <Lease at …>"
     assert facts.raised_error(Fact(facts.HUNG, "s", answered="hung: nack")) is None
     focused = [_searched("no-loss", other_nul), _searched("fifo", nul), _searched("contention", nul)]
     assert fault_owners(focused) == {facts.raised_error(nul): "fifo"}

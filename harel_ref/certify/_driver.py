@@ -285,16 +285,30 @@ class _Watching:
         if self.unanswered is not None:
             self._unjudged(self.unanswered)
         if aside is not None:
-            self._set_aside(Divergence(aside))
+            try:
+                self._set_aside(Divergence(aside))
+            except _Discarded:
+                pass  # the StopTest it ran out of data with goes on up
 
     def _fault_aside(self, error: BaseException | None) -> Fact | None:
         """The fact of ``error``, if the transport raised it in a call no step expected it from
-        (a fault) and it is an error the search sets aside: one another search met first
-        (:func:`~harel_ref.certify._verdicts.fault_owners`, SPEC.md C5)."""
+        (an error the spec never asks for: not a panic, a crash or a hang, which may have
+        broken what ran the call) and the search sets it aside: an error already found, by
+        another search or an earlier pass (:func:`~harel_ref.certify._verdicts.fault_owners`,
+        SPEC.md C5)."""
         if error is None or error is not self._raised:
             return None
         fact = step_fault_fact(error)
-        return fact if self._aside(fact) else None
+        return fact if raised_error(fact) is not None and self._aside(fact) else None
+
+    def _open(self):
+        try:
+            return super()._open()
+        except StorageFailed:
+            raise
+        except Exception as exc:
+            self._raised = exc  # opening a second instance, or again, in a step: a fault if it leaves it
+            raise
 
     def _unjudged(self, failed: StorageFailed) -> None:
         """Set the example aside, unjudged: the storage failed at one of its calls (R17), and
@@ -617,6 +631,9 @@ def _run_probes(machine: type, search: Search, aside: Callable[[Fact], bool], pr
                 search.cut_short, search.probes_unrun = False, len(probes) - probes.index(steps)
             return
         if found is not None and not isinstance(found, (_Discarded, StorageFailed)):  # a probe unjudged, counted
+            fact = None if isinstance(found, Divergence) else step_fault_fact(found)
+            if fact is not None and raised_error(fact) is not None and aside(fact):
+                continue  # an error already found: set aside as the teardown set its example aside
             if not isinstance(found, Divergence):  # a fault: the note a divergence was given
                 found.add_note("\n".join(steps))
             search.first = search.first or found

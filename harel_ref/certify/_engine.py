@@ -69,6 +69,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from harel_ref.stateful._async import CallLimits
+from harel_ref.stateful._facts import raised_error
 from harel_ref.stateful._properties import PROPERTIES, SHARED, unreached
 from harel_ref.stateful._processes import BranchProcesses
 
@@ -255,9 +256,10 @@ class Certification:
         self.context["budgeted"] += len(echoes)  # their share of a time budget
         for echo in echoes:
             number = next(n for n in sorted(self.found) if any(f is echo for f in self.found[n].failures))
-            task = dataclasses.replace(self.tasks[number], shrinks=echo.kind)
+            shrinks = raised_error(echo.fact) or echo.kind  # an error: that one, not any other
+            task = dataclasses.replace(self.tasks[number], shrinks=shrinks)
             found = run_task(self.target, self.context, task, started, self._progress_only, self.pool)
-            shrunk = [f for f in found.failures if f.kind == echo.kind and not f.echo]
+            shrunk = [f for f in found.failures if (raised_error(f.fact) or f.kind) == shrinks and not f.echo]
             had = self.found[number]
             if shrunk:
                 had.failures = [shrunk[0] if f is echo else f for f in had.failures]

@@ -1,9 +1,10 @@
 """The fact of an exception out of the transport: a *fault*, no answer the spec allows (an
-error it never asks for, a panic, a crash, a hang), and the machine rule it was raised in.
+error it never asks for, a panic, a crash, a hang), the machine rule it was raised in and the
+transport's method that raised it.
 
-The lockstep driver sets aside an example at a fault another search already met
-(:func:`harel_ref.certify._verdicts.fault_owners`), and the report tells each fault it found;
-both name it so."""
+The report tells each fault a search found so; the lockstep driver sets aside an example at an
+error (a ``raised`` fact) already found, in another search or an earlier pass
+(:func:`harel_ref.certify._verdicts.fault_owners`, SPEC.md C5)."""
 
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ def fault_fact(error: BaseException, where: str, rule: str | None = None) -> Fac
     fault's own message (which says so) for a fault."""
     kind, answered = _exception_outcome(error)
     return Fact(kind, f"{where}{' raised' if kind == facts.RAISED else ''}", "an answer or error the spec allows",
-                answered, rule=rule)
+                answered, rule=rule, call=_raising_call(error))
 
 
 def _exception_outcome(error: BaseException) -> tuple[str, str]:
@@ -62,3 +63,16 @@ def _raising_rule(error: BaseException) -> str | None:
         return None
     # a storage failure, raised in its step, is raised again by the teardown that ends its example
     return found[-1] if isinstance(error, StorageFailed) else found[0]
+
+
+def _raising_call(error: BaseException) -> str:
+    """The transport's method that raised ``error`` out of a lockstep machine's call (its
+    ``_call``), or ``open`` out of opening it; "" where no such frame is on its way."""
+    found = ""
+    for frame, _ in traceback.walk_tb(error.__traceback__):
+        name, local = frame.f_code.co_name, frame.f_locals
+        if name == "_call" and "self" in local and "method" in local:
+            found = getattr(local["method"], "__name__", "") or found
+        elif name == "_open" and "self" in local:
+            found = "open"
+    return found

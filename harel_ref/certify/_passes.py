@@ -83,19 +83,21 @@ def _focused_passes(target: Target, context: dict[str, Any], task: Task, share: 
     property's fact from the start, unshrunk, and tells the first of each as an echo; run again
     to shrink one of them (``shrinks``), it makes one pass."""
     known: frozenset[str] = frozenset()
-    errors = frozenset(error for error, whose in context.get("shared_errors", {}).items() if whose != task.kind) \
-        if task.standby else frozenset()
+    shared_errors = context.get("shared_errors", {}) if task.standby else {}
+    errors = frozenset(error for error, whose in shared_errors.items() if whose != task.kind)  # its own it shrinks
     earlier: list[Failure] = []
     reached: collections.Counter = collections.Counter()
     for number in range(1, FOCUSED_PASSES + 1):
         left = share - (time.monotonic() - began)  # the passes share the search's time
         found = _search_once(target, context, task, left, limits, event, pool, known, earlier, errors=errors)
         tally(reached, found.reached)
+        found.failures = _not_told_before(found.failures, earlier)
         if earlier and found.ended == "passed":
             found.reason += f" (searched again with {_taken_as_broken(known, earlier)})"
         stopped = [failure for failure in found.failures if not failure.echo]  # echoes: others met them
         goes_on = found.ended == "failed" and bool(stopped) and all(
-            anothers(failure.fact, task.kind) or raised_error(failure.fact) for failure in stopped)
+            anothers(failure.fact, task.kind) or _another_error(failure.fact, errors, shared_errors, task.kind)
+            for failure in stopped)
         if not goes_on or number == FOCUSED_PASSES or limits.broken is not None or task.shrinks:
             found.seconds, found.earlier = time.monotonic() - began, len(earlier)
             found.failures, found.reached = earlier + found.failures, dict(reached)
@@ -107,13 +109,35 @@ def _focused_passes(target: Target, context: dict[str, Any], task: Task, share: 
     raise AssertionError("unreachable")
 
 
+def _another_error(fact: facts.Fact, errors: frozenset[str], shared_errors: dict[str, str], prop: str) -> bool:
+    """Whether a focused search that stopped at ``fact`` searches again with it set aside: an
+    error not set aside already (met again, it is one the driver cannot set aside: met opening
+    the transport, or a storage failure that repeats), not met as it opened the example (every
+    example opens), and not one the shared search found and counts against ``prop`` (its
+    verdict is failed by it whatever a second pass finds)."""
+    error = raised_error(fact)
+    return error is not None and error not in errors and fact.rule != "__init__" and shared_errors.get(error) != prop
+
+
+def _not_told_before(failures: list[Failure], earlier: Sequence[Failure]) -> list[Failure]:
+    """``failures`` less the echoes an earlier pass told already (each pass tells the first of
+    each bug it set aside: :func:`_focused_passes`)."""
+    told = {_echo_of(failure) for failure in earlier if failure.echo}
+    return [failure for failure in failures if not failure.echo or _echo_of(failure) not in told]
+
+
+def _echo_of(failure: Failure) -> str:
+    return raised_error(failure.fact) or owner(failure.kind)
+
+
 def _taken_as_broken(known: frozenset[str], earlier: Sequence[Failure]) -> str:
     """What a focused search's later pass set aside, as its reason says it: the properties
     whose bugs it took as broken, and the errors the transport raised (:func:`_focused_passes`)."""
     parts = [f"{', '.join(sorted(owners(known)))} taken as broken"] if owners(known) else []
-    raised = list(dict.fromkeys(failure.answered for failure in earlier if raised_error(failure.fact)))
+    raised = {raised_error(f.fact): f.answered.encode("unicode_escape").decode("ascii")
+              for f in earlier if raised_error(f.fact) and not f.echo}
     if raised:
-        parts.append(f"the examples that raised {'; '.join(raised)} set aside")
+        parts.append(f"the examples that raised {'; '.join(raised.values())} set aside")
     return ", and ".join(parts)
 
 
@@ -270,7 +294,7 @@ def _sets_aside(task: Task, broken: frozenset[str], ignore: frozenset[str],
     if kind == SHARED:
         return functools.partial(shared_sets_aside, broken=broken, covers=task.covers)
     if task.shrinks:  # its own property's facts too: they were shrunk when it first ran
-        return lambda fact: fact.kind != task.shrinks
+        return lambda fact: (raised_error(fact) or fact.kind) != task.shrinks
     if task.standby:
         judged = functools.partial(anothers, prop=kind)
     else:

@@ -26,7 +26,8 @@ class Task:
     concurrent search ``judges`` ``refusals``, ``histories`` or both: what the chosen
     properties need (SPEC.md C6).  ``covers``: the properties whose rules it runs.  ``shrinks``:
     a standby search run again once every search has ended, to shrink the fact of this kind it
-    met and set aside unshrunk (:meth:`Certification.shrink_echoes`)."""
+    met and set aside unshrunk, or this error (:func:`~harel_ref.stateful._facts.raised_error`)
+    (:meth:`Certification.shrink_echoes`)."""
 
     kind: str
     prop: str
