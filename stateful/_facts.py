@@ -188,9 +188,9 @@ class Fact:
         return f"  (after {'; '.join(CONTEXTS[c] for c in self.after)})"
 
 
-# a value in an error's message: a quoted text (its quote not inside a word: "can't" is no
-# quote), a hexadecimal number (an address), a number
-_VALUES = re.compile(r"""(?<!\w)'(?:[^'\\]|\\.)*'|(?<!\w)"(?:[^"\\]|\\.)*"|0x[0-9a-fA-F]+|\d+""")
+# a value in an error's message: a quoted text or bytes (a quote inside a word, as in "can't",
+# is none), a word with a digit in it (an address, a namespace such as ns_3f9c..., a number)
+_VALUES = re.compile(r"""(?<!\w)b?'(?:[^'\\]|\\.)*'|(?<!\w)b?"(?:[^"\\]|\\.)*"|\w*\d\w*""")
 
 
 def raised_error(fact: Fact) -> str | None:
@@ -201,7 +201,8 @@ def raised_error(fact: Fact) -> str | None:
     happened (it may have broken what ran the call)."""
     if fact.kind != RAISED:
         return None
-    return f"{fact.call}: {_VALUES.sub('…', fact.answered)}"
+    error, _, message = fact.answered.partition(": ")  # the class, as _exception_outcome writes it
+    return f"{fact.call}: {error}: {_VALUES.sub('…', message)}"
 
 
 class ShowsAFact:

@@ -395,6 +395,18 @@ class ClaimRaisesPast999InFlight(InMemoryTransport):
             return super().claim(token, now, visibility, min_priority, routing_keys)
 
 
+class SecondOpenRaises(InMemoryTransport):
+    """Opening a second instance on a storage raises, as a transport that creates its table
+    without ``IF NOT EXISTS`` would: every search that opens one, or reopens, meets it."""
+
+    def __init__(self, *args, store: InMemoryStore | None = None, **kwargs):
+        if store is not None and getattr(store, "opened", False):
+            raise RuntimeError("table harel_transport_messages already exists")
+        super().__init__(*args, store=store, **kwargs)
+        if store is not None:
+            store.opened = True
+
+
 class GroupIdWithNulRaisesAndFairnessIgnored(InMemoryTransport):
     """Two bugs: a group id with a NUL raises at publish, and groups are tried in arrival
     order (fairness).  Setting aside the examples that raise must not hide the second."""
@@ -408,6 +420,7 @@ ONE_BUG_MANY_SEARCHES = {
     "a group id with a NUL raises": (GroupIdWithNulRaises, "single-in-flight"),
     "a group id with a NUL raises, fairness ignored": (GroupIdWithNulRaisesAndFairnessIgnored, "fairness"),
     "a claim past 999 groups in flight raises": (ClaimRaisesPast999InFlight, "single-in-flight"),
+    "a second open raises": (SecondOpenRaises, "single-in-flight"),
     "a floor of 3 or more finds nothing": (HighFloorFindsNothing, "priority-floor"),
     "equal events dropped, fairness ignored": (DropsEqualEventsAndIgnoresFairness, "no-loss"),
     "unfenced ack, fairness ignored": (UnfencedAckAndFairnessIgnored, "fencing"),

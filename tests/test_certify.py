@@ -327,6 +327,22 @@ def test_an_error_only_a_probe_meets_is_set_aside_at_the_probe_too():
     assert "the examples that raised RuntimeError: too many SQL variables" in made["no-loss"].reason
 
 
+def test_an_error_at_opening_a_second_instance_is_set_aside_as_a_steps_error():
+    """Opening a second instance raises (a table created without IF NOT EXISTS).  The step
+    that opens it lets the drain and the calls after close() run, and setting its example
+    aside there ended the example as judged, with an error of the driver's own (a reviewer's
+    finding).  Now it fails one property, at ``open``, and the lockstep searches that open a
+    second instance set it aside and pass.  (The concurrent search opens one per branch: that
+    is contention's, as any error it meets.)"""
+    backend = broken_backend("a second open raises")
+    report = certify(backend.factory, backend.capabilities, profile=SMALL)
+    made = {v.property: v for v in report.verdicts}
+    assert made["single-in-flight"].verdict == "failed" and made["single-in-flight"].failure.fact.call == "open", \
+        report.to_markdown()
+    for prop in ("priority-floor", "routing", "durability", "close"):
+        assert made[prop].verdict == "passed" and "already found" in made[prop].reason, report.to_markdown()
+
+
 def test_setting_an_error_aside_does_not_hide_a_second_bug():
     """The same store, also trying groups in arrival order: fairness still fails, with a group
     passed over, beside the error's one property."""

@@ -97,6 +97,9 @@ def test_an_error_many_searches_met_counts_against_one_property():
     assert facts.raised_error(cannot[0]) == facts.raised_error(cannot[1]) == ": ValueError: an id can't hold a NUL: …"
     assert facts.raised_error(Fact(facts.RAISED, "s", answered="TypeError: <Lease at 0x7f3a2b1c>")) \
         == ": TypeError: <Lease at …>"
+    duplicate = [Fact(facts.RAISED, "s", answered=f"Http2Error: E11000 in harel.ns_{ns}_messages: b'g\\x00{ns}'")
+                 for ns in ("cfb3bc1d", "0a4e9b2a")]  # a namespace, bytes; the class keeps its digit
+    assert facts.raised_error(duplicate[0]) == facts.raised_error(duplicate[1]) == ": Http2Error: … in harel.…: …"
     assert facts.raised_error(Fact(facts.HUNG, "s", answered="hung: nack")) is None
     focused = [_searched("no-loss", other_nul), _searched("fifo", nul), _searched("contention", nul)]
     assert fault_owners(focused) == {facts.raised_error(nul): "fifo"}

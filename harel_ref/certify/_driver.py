@@ -88,7 +88,8 @@ class Search:
     ended_at_echo: int = 0  # judged examples that met one only in their calls after close()
     echo: BaseException | None = None  # the first of those facts
     ended_echo: BaseException | None = None  # the first met only in the calls after close()
-    # the first of each owner's, and of each error (raised_error) another search met first
+    # the first of each owner's, and of each error (raised_error) found before: by another search
+    # or an earlier pass of its own
     echoes: dict[str, BaseException] = dataclasses.field(default_factory=dict)
     aside_facts: dict[tuple, Fact] = dataclasses.field(default_factory=dict)  # one of each kind and cause
     found_at: float | None = None  # time.monotonic() when shrinking began
@@ -285,6 +286,7 @@ class _Watching:
         if self.unanswered is not None:
             self._unjudged(self.unanswered)
         if aside is not None:
+            self._ending = False  # a step's error (one that opened an instance lets the drain run): set aside
             try:
                 self._set_aside(Divergence(aside))
             except _Discarded:

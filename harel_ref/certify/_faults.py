@@ -13,7 +13,7 @@ import traceback
 from harel_ref.stateful._async import TransportCrashed, TransportHung, TransportPanic
 import harel_ref.stateful._facts as facts
 from harel_ref.stateful._facts import Fact
-from harel_ref.stateful._machine import FOCUS_RULES, RULES, StorageFailed
+from harel_ref.stateful._machine import FOCUS_RULES, RULES, StorageFailed, TransportMachine
 
 __all__ = ["fault_fact", "step_fault_fact"]
 
@@ -23,8 +23,10 @@ def fault_fact(error: BaseException, where: str, rule: str | None = None) -> Fac
     ``ValueError: ...`` for an ordinary one; ``panicked``, ``crashed`` or ``hung`` and the
     fault's own message (which says so) for a fault."""
     kind, answered = _exception_outcome(error)
+    # a storage failure met again when its example was replayed (C15) is never met in a step
+    call = "" if isinstance(error, StorageFailed) else _raising_call(error)
     return Fact(kind, f"{where}{' raised' if kind == facts.RAISED else ''}", "an answer or error the spec allows",
-                answered, rule=rule, call=_raising_call(error))
+                answered, rule=rule, call=call)
 
 
 def _exception_outcome(error: BaseException) -> tuple[str, str]:
@@ -66,13 +68,14 @@ def _raising_rule(error: BaseException) -> str | None:
 
 
 def _raising_call(error: BaseException) -> str:
-    """The transport's method that raised ``error`` out of a lockstep machine's call (its
-    ``_call``), or ``open`` out of opening it; "" where no such frame is on its way."""
+    """The transport's method that raised ``error`` through a lockstep machine's ``_call``, or
+    ``open`` through its ``_open``, the innermost such frame; "" where there is none (the
+    transport's ``close()``, which the machine calls directly): then no search sets the error
+    aside (:meth:`~harel_ref.certify._driver._Watching._fault_aside` sees only those two)."""
     found = ""
     for frame, _ in traceback.walk_tb(error.__traceback__):
         name, local = frame.f_code.co_name, frame.f_locals
-        if name == "_call" and "self" in local and "method" in local:
-            found = getattr(local["method"], "__name__", "") or found
-        elif name == "_open" and "self" in local:
-            found = "open"
+        if name not in ("_call", "_open") or not isinstance(local.get("self"), TransportMachine):
+            continue
+        found = getattr(local.get("method"), "__name__", "") if name == "_call" else "open"
     return found

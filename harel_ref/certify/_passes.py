@@ -75,13 +75,15 @@ FOCUSED_PASSES = 3
 def _focused_passes(target: Target, context: dict[str, Any], task: Task, share: float, limits: CallLimits,
                     event: Callable, pool: BranchProcesses | None, began: float) -> Found:
     """A property's own lockstep search, again while it stops only at other properties' bugs
-    (:func:`~._verdicts.anothers`), with those taken as known: each such failure is shrunk and
-    reported, and the next pass sets aside the examples that meet a fact of its bug, until a
-    pass passes, finds a fact of the property's own, or :data:`FOCUSED_PASSES` passes were made.
-    So the verdict is the property's own, not unknown for another's failure (SPEC.md C5).  After
-    the shared search (a ``standby`` task) one pass does it: it sets aside every other
-    property's fact from the start, unshrunk, and tells the first of each as an echo; run again
-    to shrink one of them (``shrinks``), it makes one pass."""
+    (:func:`~._verdicts.anothers`) or at errors the spec never asks for, with those taken as
+    known: each such failure is shrunk and reported, and the next pass sets aside the examples
+    that meet a fact of its bug, or raise that error, until a pass passes, finds a fact of the
+    property's own, or :data:`FOCUSED_PASSES` passes were made.  So the verdict is the
+    property's own, not unknown for another's failure (SPEC.md C5).  After the shared search (a
+    ``standby`` task) it sets aside every other property's fact from the start, and the errors
+    the shared search met, unshrunk, and tells the first of each as an echo; it makes a second
+    pass only past an error of its own finding.  Run again to shrink one of them
+    (``shrinks``), it makes one pass."""
     known: frozenset[str] = frozenset()
     shared_errors = context.get("shared_errors", {}) if task.standby else {}
     errors = frozenset(error for error, whose in shared_errors.items() if whose != task.kind)  # its own it shrinks
@@ -96,7 +98,7 @@ def _focused_passes(target: Target, context: dict[str, Any], task: Task, share: 
             found.reason += f" (searched again with {_taken_as_broken(known, earlier)})"
         stopped = [failure for failure in found.failures if not failure.echo]  # echoes: others met them
         goes_on = found.ended == "failed" and bool(stopped) and all(
-            anothers(failure.fact, task.kind) or _another_error(failure.fact, errors, shared_errors, task.kind)
+            anothers(failure.fact, task.kind) or _searches_again_past(failure.fact, errors, shared_errors, task.kind)
             for failure in stopped)
         if not goes_on or number == FOCUSED_PASSES or limits.broken is not None or task.shrinks:
             found.seconds, found.earlier = time.monotonic() - began, len(earlier)
@@ -109,20 +111,23 @@ def _focused_passes(target: Target, context: dict[str, Any], task: Task, share: 
     raise AssertionError("unreachable")
 
 
-def _another_error(fact: facts.Fact, errors: frozenset[str], shared_errors: dict[str, str], prop: str) -> bool:
+def _searches_again_past(fact: facts.Fact, errors: frozenset[str], shared_errors: dict[str, str], prop: str) -> bool:
     """Whether a focused search that stopped at ``fact`` searches again with it set aside: an
-    error not set aside already (met again, it is one the driver cannot set aside: met opening
-    the transport, or a storage failure that repeats), not met as it opened the example (every
-    example opens), and not one the shared search found and counts against ``prop`` (its
-    verdict is failed by it whatever a second pass finds)."""
+    error a transport's call raised in a step or the drain (``fact.call``: not its close(), nor
+    a storage failure that repeats, which the driver cannot set aside), not set aside already,
+    not met as the example opened the transport (every example opens), and not one the shared
+    search found and counts against ``prop`` (its verdict is failed by it whatever a second
+    pass finds)."""
     error = raised_error(fact)
-    return error is not None and error not in errors and fact.rule != "__init__" and shared_errors.get(error) != prop
+    return error is not None and bool(fact.call) and error not in errors and fact.rule != "__init__" \
+        and shared_errors.get(error) != prop
 
 
 def _not_told_before(failures: list[Failure], earlier: Sequence[Failure]) -> list[Failure]:
-    """``failures`` less the echoes an earlier pass told already (each pass tells the first of
-    each bug it set aside: :func:`_focused_passes`)."""
-    told = {_echo_of(failure) for failure in earlier if failure.echo}
+    """``failures`` less the echoes of bugs an earlier pass told already, as an echo or as the
+    failure it stopped at (each pass tells the first of each bug it set aside:
+    :func:`_focused_passes`)."""
+    told = {_echo_of(failure) for failure in earlier}
     return [failure for failure in failures if not failure.echo or _echo_of(failure) not in told]
 
 
@@ -227,7 +232,9 @@ def _search_once(target: Target, context: dict[str, Any], task: Task, share: flo
     shared search's (:func:`_focused_passes`); ``earlier``: the failures those passes found
     (told with this one's, as found, see :meth:`Certification.report`).  ``broken``: the
     property the second pass of the shared search takes as broken, after ``clean`` examples of
-    its first pass (:func:`_shared_passes`)."""
+    its first pass (:func:`_shared_passes`); ``errors``: the errors a focused search sets aside
+    (:func:`~harel_ref.stateful._facts.raised_error`), found by the shared search or an earlier
+    pass."""
     began, kind, profile, caps = time.monotonic(), task.kind, context["profile"], target.capabilities
     lockstep = kind == SHARED or (kind in PROPERTIES and PROPERTIES[kind].search == "lockstep")
     shown = "lockstep" if kind in PROPERTIES and lockstep else kind
