@@ -54,6 +54,7 @@ PARK_REFUSED = "park-refused"
 ACKED_HELD_MESSAGE = "acked-held-message"
 PUBLISH_ANSWERED = "publish-answered"
 DRAIN_DIFFERS = "drain-differs"
+QUEUE_DIFFERS = "queue-differs"
 
 # --- bad input and close -----------------------------------------------------------------------
 
@@ -112,6 +113,9 @@ KINDS: dict[str, str] = {
     ACKED_HELD_MESSAGE: "an ack deleted a message whose holder still worked on it (R20)",
     PUBLISH_ANSWERED: "publish answered something other than None (R1)",
     DRAIN_DIFFERS: "draining at the end found other messages than the queue holds (R1, R7)",
+    QUEUE_DIFFERS: "a claim answered wrong, and a drain right after it found a group holding more messages than "
+                   "published and not acked (one acked and left, or stored twice), or, at the drain at the end, "
+                   "fewer (R1, R7)",
     BAD_INPUT_ACCEPTED: "a call with a bad argument, or while the clock answered no time, did not raise the error "
                         "R13 asks for",
     CLOSED_CALL_ANSWERED: "a call after close() answered instead of raising (R14)",
@@ -163,7 +167,13 @@ class Fact:
     what the model allows (``expected``) beside what the transport answered (``answered``), the
     queue per the model (``state``), and what came before it (``after``, :data:`CONTEXTS`).
     ``rule``: for a fault, the machine rule during which the transport raised, and ``call``
-    the transport's method that raised (``publish``; ``open`` for opening it), where known."""
+    the transport's method that raised (``publish``; ``open`` for opening it), where known.
+    ``queue_as_modelled``: for a claim's answer that a lost, duplicated or changed message
+    could explain, whether a drain right after it found every group holding the very messages
+    the model holds (True), more (False: the fact is then ``queue-differs``), or None:
+    undecided (a group came out short, a message changed, no drain could be made).
+    ``claimed_before``, ``parked_before``: whether a claim of the example had taken a lease, and
+    a nack asked for a park, before it (None: not known, as in a history)."""
 
     kind: str
     step: str
@@ -173,6 +183,9 @@ class Fact:
     after: tuple[str, ...] = ()
     rule: str | None = None
     call: str = ""
+    queue_as_modelled: bool | None = None
+    claimed_before: bool | None = None
+    parked_before: bool | None = None
 
     def __post_init__(self) -> None:
         if self.kind not in KINDS:

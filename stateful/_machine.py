@@ -50,7 +50,7 @@ from ._values import (
 from ._properties import (
     ANEW_BY_FLOOR, ANEW_BY_KEY, DRAWN, FAR_CLOCK, HELD, LEASE_END, LEASE_LAPSED, LONG_EVENT, LONG_GROUP, LONG_LEASE,
     MANY_GROUPS, MANY_NACKS, MANY_WORKERS, NEAR_GROUPS, NEAR_KEYS, PARK_ENDED, REOPEN_HELD,
-    STALE_AFTER_RECLAIM, TIE, GROUPS_AT_A_CLAIM, GROUPS_IN_FLIGHT, MESSAGES_IN_A_GROUP, NACKS_OF_A_MESSAGE, WORKERS_IN_AN_EXAMPLE,
+    STALE_AFTER_RECLAIM, TIE, DRAIN_CHECKED, GROUPS_AT_A_CLAIM, GROUPS_IN_FLIGHT, MESSAGES_IN_A_GROUP, NACKS_OF_A_MESSAGE, WORKERS_IN_AN_EXAMPLE,
     largest,
 )
 
@@ -272,6 +272,11 @@ R17_ERRORS = (StorageError, OutcomeUnknownError)
 
 
 _DIVERGENCES: dict[str, type[Divergence]] = {}
+
+
+def _short(drained: dict[str, list[str]], held: dict[str, list[str]]) -> bool:
+    """Whether some group came out of a drain with fewer messages than the model holds."""
+    return any(len(drained.get(group, ())) < len(events) for group, events in held.items())
 
 
 def divergence_class(kind: str) -> type[Divergence]:
@@ -612,8 +617,10 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
         self.made_through: dict[str, Any] = {}  # group id -> the instance that made it last
         self.reached: collections.Counter[str] = collections.Counter()  # situations met (_properties)
         self.draining = False
+        self.judging: Any = None  # the transport of the claim being judged (_fail checks its wrong answer)
         self.refused = False  # a bad_input step has been refused
         self.stale = False  # a lease that was not current has been acked or nacked
+        self.parked = False  # a nack with a delay has been made
 
     # --- plumbing ---------------------------------------------------------------------------
 
@@ -674,7 +681,7 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
         except Exception as exc:
             return exc
 
-    def _fact(self, kind: str, step: str, expected: str, answered: Any) -> Fact:
+    def _fact(self, kind: str, step: str, expected: str, answered: Any, queue_as_modelled: bool | None = None) -> Fact:
         """The fact of ``kind`` seen at ``step``, with what came before it."""
         if self.stale and self.answerless and self.model.acks == "by-seq" and kind not in _R20_KINDS:
             step += ("  (the model acts by seq for the stale ack or nack before this step, as declared: "
@@ -683,12 +690,21 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
                  facts.STEPPED_BACK: self.stepped_back,
                  facts.RELEASED_STALE: self.stale and self.answerless}  # one that answered said what it did
         return Fact(kind, step, expected, cut_runs(repr(answered)), self._describe(),
-                    after=tuple(context for context, happened in after.items() if happened))
+                    after=tuple(context for context, happened in after.items() if happened),
+                    queue_as_modelled=queue_as_modelled, claimed_before=bool(self.issued), parked_before=self.parked)
 
     def _fail(self, kind: str, step: str, expected: str, answered: Any) -> NoReturn:
         """Raise the divergence of the fact of ``kind`` (see :func:`divergence_class`: this is
-        the one line every divergence is raised from).  A call that raised is the cause."""
-        divergence = divergence_class(kind)(self._fact(kind, step, expected, answered))
+        the one line every divergence is raised from).  A call that raised is the cause.  A
+        claim's wrong answer that a lost or duplicated message could explain is checked by a
+        drain right after it (:meth:`_queue_as_modelled`): where a group holds more messages
+        than the model (or, in the drain at the end, fewer), the fact is that
+        (``queue-differs``), whatever the answer looked like."""
+        modelled, judging, self.judging = None, self.judging, None
+        if judging is not None and kind in DRAIN_CHECKED:
+            modelled = self._queue_as_modelled(judging, answered)
+            kind = facts.QUEUE_DIFFERS if modelled is False else kind
+        divergence = divergence_class(kind)(self._fact(kind, step, expected, answered, modelled))
         if isinstance(answered, BaseException):
             divergence.__cause__ = answered
         raise divergence
@@ -1057,14 +1073,16 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
             None if routing_keys is None else reshaped(given_keys, routing_keys),
         )
         self._count_claim(when, worker, min_priority, routing_keys)
-        claimed = self._match(lease, when if self.wall else judged, min_priority, routing_keys)
-        if claimed is False:
-            allowed = self.model.claim_outcomes(when if self.wall else judged, min_priority, routing_keys)
-            kind = claim_fact(allowed, lease, self.model, when, min_priority, routing_keys,
-                              acked=self._acked_before(lease), judged_at=judged)
-            if self.draining and kind == facts.NOT_HEAD and not self._drained_later(transport, lease):
-                kind = facts.DRAIN_DIFFERS  # the head passed over never came out: lost, not out of order
-            self._fail(kind, step, show_outcomes(allowed), lease)
+        self.judging = transport  # a wrong answer is checked on it (_fail)
+        try:
+            claimed = self._match(lease, when if self.wall else judged, min_priority, routing_keys)
+            if claimed is False:
+                allowed = self.model.claim_outcomes(when if self.wall else judged, min_priority, routing_keys)
+                kind = claim_fact(allowed, lease, self.model, when, min_priority, routing_keys,
+                                  acked=self._acked_before(lease), judged_at=judged)
+                self._fail(kind, step, show_outcomes(allowed), lease)
+        finally:
+            self.judging = None
         if claimed is None:
             return None
         self._check_lease_identity(step, lease, claimed)
@@ -1076,28 +1094,63 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
         self.issued.append(lease)
         return lease
 
-    def _drained_later(self, transport, lease) -> bool:
-        """Whether as many messages of the group the drain's ``lease`` took a later message of
-        come out of the drain (that one and the rest, claimed and acked unjudged) as the model
-        holds: then the order broke, or a text changed, and nothing was lost (fifo's not-head).
-        Fewer, and a message was lost, which the drain judges (no-loss), as the linearizability
-        checker judges a concurrent run's drain: a store that drops an event equal to one it
-        holds showed at the drain as a claim past the head, and no-loss's search blamed fifo.
-        (Counted, not matched by text: a store that trims events hands out its head changed.)
-        A call that raises here leaves the claim as it was met."""
-        held = len(self.model.contents().get(lease.group_id, []))
-        drained = 1
+    def _queue_as_modelled(self, transport, lease) -> bool | None:
+        """After a claim answered wrong (``lease``, or None), whether the queue holds what the
+        model holds: the claim's lease acked at once, and a drain right after, past every lease
+        and park the model holds, counts each group's messages.  False: a group holds more (a
+        message acked and left, or stored twice, before it: ``queue-differs``, no-loss's,
+        whatever the claim's answer looked like), or, in the drain at the end, fewer (lost: the
+        clock is past every hold there already).  True: the very messages the model holds.
+        None: undecided, where a group came out short at a step (lost, or held longer than the
+        model holds it: lease-expiry's), a message came out changed, or the drain could not be
+        made (an error, a storage failure).  So no bug in which messages the queue holds is
+        taken to explain an answer the queue as modelled gave (SPEC.md C12).  On a wall clock
+        it sleeps out every hold, and once more where a group came out short: a server's clock
+        may end a lease a moment after ours."""
+        if self.unanswered is not None:
+            return None
+        held = {group: sorted(map(repr, events)) for group, events in self.model.contents().items() if events}
+        drained: dict[str, list[str]] = collections.defaultdict(list)
+        now = self.clock.now
         try:
-            self._call(transport.ack, lease)
-            for _ in range(len(self.model) + 1):  # never more than the queue holds, and one past
-                answer, _ = self._call(transport.claim, "drain", self._seconds(60.0), 0, None)
-                if answer is None:
-                    break
-                drained += answer.group_id == lease.group_id
-                self._call(transport.ack, answer)
+            if isinstance(getattr(lease, "group_id", None), str):  # its own lease, acked: its hold is no matter
+                if self._call(transport.ack, lease)[0] is not False:
+                    drained[lease.group_id].append(repr(lease.event))
+            self._past_every_hold()
+            self._drain_into(transport, drained)
+            if self.wall and _short(drained, held):
+                time.sleep(1.0)
+                self._drain_into(transport, drained)
+        except TransportFault:
+            raise  # hung, crashed or panicked: the transport's fault, as at any call
         except Exception:  # noqa: BLE001 - the fact stands as it was met
-            return True
-        return drained >= held
+            self.unanswered = None  # a storage failure here leaves the example's own fact as it was
+            return None
+        finally:
+            self.clock.now = now  # the fact's queue is told at the clock it was met at
+        if any(len(events) > len(held.get(group, ())) for group, events in drained.items()):
+            return False
+        if _short(drained, held):
+            return False if self.draining else None
+        return {group: sorted(events) for group, events in drained.items()} == held or None
+
+    def _past_every_hold(self) -> None:
+        """Move the clock (or, on a wall clock, sleep) past every lease and park the model holds."""
+        if not self.wall:
+            self.clock.now = max([self.clock.now, *self.model.deadlines()]) + 1.0
+            return
+        until = max([time.time(), *(hold.hi for _, hold in self.model.holds().values())])
+        time.sleep(max(0.0, until - time.time()) + 0.05)
+
+    def _drain_into(self, transport, drained: dict[str, list[str]]) -> None:
+        """Claim and ack until the queue answers None (or holds twice what the model holds),
+        each event kept, by its group, as its ``repr``."""
+        for _ in range(2 * len(self.model) + 2):
+            answer, _ = self._call(transport.claim, "drain", self._seconds(60.0), 0, None)
+            if answer is None:
+                return
+            drained[answer.group_id].append(repr(answer.event))
+            self._call(transport.ack, answer)
 
     def _check_still_held(self, step: str, lease, claimed: Claimed, when: When) -> None:
         """R20: a claim must not hand out a group that a worker still holds in its own view
@@ -1284,6 +1337,7 @@ class TransportMachine(InitializeRulesBuiltOnce, RuleBasedStateMachine):
             return
         self.in_step = True
         self.stale = self.stale or not self._current(lease)
+        self.parked = self.parked or delay > 0
         self._count_release(lease)
         answer, when = self._release("nack", lease, via, self._seconds(delay))
         seq = self.model_seqs.get(lease.token)

@@ -21,6 +21,11 @@ Each row says:
 - ``explains``: kinds owned by other rows that its own bug can also show as: a lost message
   makes a later claim pass over its group, which looks like a fairness failure.  A property
   whose every failure another failed property explains is a *consequence* of that one;
+- ``drain_shows``: its bug is in which messages the queue holds (one lost, duplicated or
+  changed), which a drain shows: where a drain right after a claim found the queue as the
+  model holds it, it explains nothing that claim answered (:func:`can_explain`);
+- ``acts_after``: what its bug needs to exist before it can act, ``"lease"`` (a lease's end,
+  a fairness stamp) or ``"park"``: it explains no fact met before the example had one;
 - ``blames_after``: what an example did before a fact (:data:`~harel_ref.stateful._facts.CONTEXTS`)
   that makes the fact this property's, whatever its kind: what a reopen broke shows only at a
   later step;
@@ -37,11 +42,11 @@ from typing import Any
 
 import harel_ref.stateful._facts as facts
 from ._backend import Capabilities
-from ._facts import CONTEXTS, FAULTS, KINDS
+from ._facts import CONTEXTS, FAULTS, KINDS, Fact
 from ._values import LONG
 
 __all__ = [
-    "CONTRACT", "DRAWN", "JUDGED", "PROPERTIES", "Property", "SHARED", "drawn", "evidence", "fault_owner", "machine_settings",
+    "CONTRACT", "DRAIN_CHECKED", "DRAWN", "JUDGED", "PROPERTIES", "Property", "SHARED", "can_explain", "drawn", "evidence", "fault_owner", "machine_settings",
     "owner", "owners", "problems", "running", "SIZES", "largest", "tally", "unreached",
 ]
 
@@ -164,6 +169,8 @@ class Property:
     judges: frozenset[str] = frozenset()  # see JUDGED
     owns: frozenset[str] = frozenset()
     explains: frozenset[str] = frozenset()
+    drain_shows: bool = False
+    acts_after: str | None = None  # "lease" or "park"
     blames_after: frozenset[str] = frozenset()
     evidence: tuple[str, ...] = ()  # situations its verdict counts (see LEASE_END ...)
 
@@ -207,7 +214,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         owns=frozenset({facts.MISSED_LAPSED_LEASE, facts.CLAIMED_AT_LEASE_END}),
         # a lease that ends too soon hands out its group while it should be held; one that ends
         # too late makes a claim take the next group
-        explains=frozenset({facts.CLAIMED_LEASED, facts.PASSED_OVER, facts.TIE_ORDER}),
+        explains=frozenset({facts.CLAIMED_LEASED, facts.PASSED_OVER, facts.TIE_ORDER}), acts_after="lease",
         blames_after=frozenset({facts.STEPPED_BACK}), evidence=(LEASE_END, LEASE_LAPSED, FAR_CLOCK, LONG_LEASE),
     ),
     Property(
@@ -217,7 +224,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         rules=CORE | {"nack_later", "claim_at_deadline"},
         needs=_declared("parking", "the transport does not declare parking"),
         owns=frozenset({facts.CLAIMED_PARKED, facts.MISSED_ENDED_PARK, facts.PARK_REFUSED}),
-        explains=frozenset({facts.PASSED_OVER, facts.TIE_ORDER}),
+        explains=frozenset({facts.PASSED_OVER, facts.TIE_ORDER}), acts_after="park",
         evidence=(PARK_ENDED,),
     ),
     Property(
@@ -238,7 +245,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         ("R4", "R5"), "contract",
         rules=CORE | TIME | {"nack_now", "advance_to_deadline"},
         needs=_ordered, judges=frozenset({"fairness"}), owns=frozenset({facts.PASSED_OVER}),
-        explains=frozenset({facts.TIE_ORDER}),  # a stamp set wrong makes groups tie, or not
+        explains=frozenset({facts.TIE_ORDER}), acts_after="lease",  # a stamp set wrong makes groups tie, or not
     ),
     Property(
         "tie-break",
@@ -258,7 +265,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         needs=_declared("priority", "the transport does not declare priorities"),
         judges=frozenset({"priority"}), owns=frozenset({facts.BELOW_FLOOR, facts.MISSED_ABOVE_FLOOR}),
         # a floor misapplied passes over a group above it whose lease or park lapsed, too
-        explains=frozenset({facts.MISSED_LAPSED_LEASE, facts.MISSED_ENDED_PARK}),
+        explains=frozenset({facts.MISSED_LAPSED_LEASE, facts.MISSED_ENDED_PARK}), acts_after="lease",
         evidence=(ANEW_BY_FLOOR,),
     ),
     Property(
@@ -268,7 +275,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         rules=CORE | TIME | {"publish_each", "claim", "claim_other_keys", "open_second_instance", "publish_anew"},
         needs=_declared("routing", "the transport does not declare routing keys"),
         judges=frozenset({"routing"}), owns=frozenset({facts.OUTSIDE_KEYS, facts.MISSED_KEYED}),
-        explains=frozenset({facts.MISSED_LAPSED_LEASE, facts.MISSED_ENDED_PARK}),
+        explains=frozenset({facts.MISSED_LAPSED_LEASE, facts.MISSED_ENDED_PARK}), acts_after="lease",
         evidence=(NEAR_KEYS, ANEW_BY_KEY),
     ),
     Property(
@@ -287,10 +294,11 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         rules=CORE | SCALE | TIME | {"nack_now", "nack_later", "open_second_instance"},
         concurrent=True, judges=frozenset({"consequences"}),
         owns=frozenset({facts.MISSED_CLAIMABLE, facts.UNKNOWN_MESSAGE, facts.ACKED_HELD_MESSAGE,
-                        facts.PUBLISH_ANSWERED, facts.DRAIN_DIFFERS, facts.LOST, facts.DUPLICATED,
-                        facts.UNEXPECTED, facts.REDELIVERED}),
+                        facts.PUBLISH_ANSWERED, facts.DRAIN_DIFFERS, facts.QUEUE_DIFFERS, facts.LOST,
+                        facts.DUPLICATED, facts.UNEXPECTED, facts.REDELIVERED}),
         # a message lost, duplicated or changed shows at every later claim and release of its group
         explains=_CLAIM_ANSWERS | {facts.CURRENT_REFUSED, facts.PARK_REFUSED, facts.OVERLAP, facts.OUT_OF_ORDER},
+        drain_shows=True,
         evidence=(OVERLAP, NEAR_GROUPS, LONG_EVENT, MANY_GROUPS, LONG_GROUP, MANY_NACKS),
     ),
     Property(
@@ -303,7 +311,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         # an event changed into the text of another message looks like that message: one acked,
         # another group's, one behind the head; to a history, a message never published and one lost
         explains=frozenset({facts.UNKNOWN_MESSAGE, facts.NOT_HEAD, facts.UNEXPECTED, facts.LOST}),
-        evidence=(LONG_EVENT,),
+        drain_shows=True, evidence=(LONG_EVENT,),
     ),
     Property(
         "contention",
@@ -368,6 +376,8 @@ def problems(rows: dict[str, Property]) -> list[str]:
             found.append(f"{name!r}: no kind of fact {sorted(unknown)}")
         if row.owns & row.explains:
             found.append(f"{name!r}: explains kinds it owns {sorted(row.owns & row.explains)}")
+        if row.acts_after not in (None, "lease", "park"):
+            found.append(f"{name!r}: acts after {row.acts_after!r}, neither 'lease' nor 'park'")
         if unknown := row.blames_after - set(CONTEXTS):
             found.append(f"{name!r}: no context {sorted(unknown)}")
         if unknown := row.rules - MACHINE_RULES:
@@ -398,15 +408,40 @@ def owners(kinds: frozenset[str]) -> set[str]:
     return {_OWNERS[kind] for kind in kinds if kind in _OWNERS}
 
 
+DRAIN_CHECKED = frozenset().union(*(row.explains for row in PROPERTIES.values() if row.drain_shows)) \
+    & (_CLAIM_ANSWERS | {facts.UNKNOWN_MESSAGE}) - {facts.SEQ_CHANGED, facts.SEQ_ORDER}
+"""The wrong answers of a claim that the lockstep machine checks by a drain right after (SPEC.md
+C12): those a bug in which messages the queue holds can show as (``drain_shows``).  A message
+acked and left in the queue comes back as one the queue does not hold, or ahead of the head
+the model expects.  (Not a seq's kinds: that claim took the message the model expects.)"""
+
+
+def can_explain(prop: str, fact: Fact) -> bool:
+    """Whether ``prop``'s bug can show as ``fact``, of a kind another row owns: its row
+    ``explains`` the kind, unless the example shows that bug had not acted (SPEC.md C12): a bug
+    in which messages the queue holds, where a drain right after the fact found the queue
+    holding the very messages the model holds; a bug of leases or parks (``acts_after``),
+    where the example had taken no lease, or asked for no park, before the fact."""
+    row = PROPERTIES[prop]
+    if fact.kind not in row.explains:
+        return False
+    if row.drain_shows:
+        return not fact.queue_as_modelled
+    before = {"lease": fact.claimed_before, "park": fact.parked_before}.get(row.acts_after or "")
+    return before is not False
+
+
 def explained(kinds: frozenset[str], search: str) -> frozenset[str]:
     """The kinds of fact that the bugs behind ``kinds`` (what an earlier pass of a focused run
     found) explain in the focused search ``search``: their owners' own kinds and those they
-    explain, less every kind that could count against ``search``'s property (those it owns or
-    explains: its own failure is shrunk).  A focused search sets aside an example that meets
-    one, and goes on (SPEC.md C5)."""
+    explain, less the kinds ``search``'s property owns (its own failure is shrunk).  A focused
+    search sets aside an example that meets one, and goes on (SPEC.md C5), unless its own
+    property can explain that fact (:func:`can_explain`; harel_ref.certify._verdicts.sets_aside):
+    a claim of a leased group that no-loss's search meets is its own where a message was lost
+    before, single-in-flight's where the queue held what the model holds."""
     roots = owners(kinds) - {search}
-    own = PROPERTIES[search].owns | PROPERTIES[search].explains
-    return frozenset().union(*(PROPERTIES[root].owns | PROPERTIES[root].explains for root in roots)) - own
+    return frozenset().union(*(PROPERTIES[root].owns | PROPERTIES[root].explains for root in roots)) \
+        - PROPERTIES[search].owns
 
 
 def fault_owner(search: str, covers: tuple[str, ...], rule: str | None) -> str:

@@ -415,7 +415,31 @@ class GroupIdWithNulRaisesAndFairnessIgnored(InMemoryTransport):
         pass
 
 
+class ReleaseOfALapsedLeaseIgnored(InMemoryTransport):
+    """An ack or nack of a lease that lapsed, nobody having claimed again, answers True and
+    does nothing, as harel 0.9.0's Redis transports do (a lock key whose time to live was the
+    lease; finding 10): the acked message is handed out again (no-loss), and a park asked a
+    moment late does not happen, so the group is claimed while the model has it parked
+    (parking).  The lost ack disturbs every search that lets a lease lapse: each claim after it
+    looks wrong to them until a drain right after shows the queue holding a message too many
+    (SPEC.md C12)."""
+
+    class Core(InMemoryCore):
+        def ack(self, lease, now):
+            _, head = self._held_by(lease)
+            if head is not None and now > head.until:
+                return True
+            return super().ack(lease, now)
+
+        def nack(self, lease, now, delay):
+            _, head = self._held_by(lease)
+            if head is not None and now > head.until:
+                return True
+            return super().nack(lease, now, delay)
+
+
 ONE_BUG_MANY_SEARCHES = {
+    "a lapsed lease's ack or park is ignored": (ReleaseOfALapsedLeaseIgnored, "no-loss"),
     "an event equal to one held is dropped": (DropsAnEventEqualToOneItHolds, "no-loss"),
     "a group id with a NUL raises": (GroupIdWithNulRaises, "single-in-flight"),
     "a group id with a NUL raises, fairness ignored": (GroupIdWithNulRaisesAndFairnessIgnored, "fairness"),

@@ -179,3 +179,43 @@ def test_a_variant_imported_by_name_in_another_process_is_the_same_variant():
               "print(type(a).__name__, a.store is b.store, a.store is other.store, factory.capabilities.shared)")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
     assert done.stdout.split() == [OF_VALUES["group ids fold case"][0].__name__, "True", "False", "True"], done.stderr
+
+
+def _fairness_machine(name: str):
+    backend = broken_backend(name)
+    return focus_machine(backend.factory, "fairness", backend.capabilities, is_async=False)
+
+
+_BEGIN = "groups_0, groups_1, groups_2, groups_3 = state.begin(group_ids=['g1', 'g2', 'g3', 'g4'], clock=1000.0)"
+
+
+def test_a_claim_after_a_lost_ack_is_the_queue_differing_whatever_it_answered():
+    """SPEC.md C12: a claim that answers wrong is checked by a drain right after it.  The ack of
+    a lapsed lease answered True and did nothing (harel's Redis, finding 10), so the next claim
+    hands out the acked message again: to the model a message behind the head.  The drain finds
+    the group holding two messages where the model holds one: the fact is ``queue-differs``,
+    no-loss's, not the fifo or fairness fact the answer looked like.  A store that only takes
+    groups out of order keeps the queue as the model holds it: its fact stays ``passed-over``,
+    marked so, and no lost message explains it."""
+    from harel_ref.certify._reduce import replayed
+    from harel_ref.stateful import _facts as facts
+
+    lost = replayed(_fairness_machine("a lapsed lease's ack or park is ignored"), [
+        "state = FairnessMachine()", _BEGIN,
+        "state.prefill(messages=[(groups_0, 'a', 0, None), (groups_0, 'c', 0, None)])",
+        "leases_0 = state.claim_any(via=0, visibility=1.0, worker='w1')",
+        "state.advance(seconds=2.0)",
+        "state.ack(lease=leases_0, via=0)",
+        "state.claim_any(via=0, visibility=1.0, worker='w1')",
+        "state.teardown()"])
+    assert isinstance(lost, Divergence) and lost.kind == facts.QUEUE_DIFFERS, lost
+    assert lost.fact.queue_as_modelled is False and "(clock at 1002.0)" in lost.state, lost.fact
+    passed_over = replayed(_fairness_machine("fairness ignored"), [
+        "state = FairnessMachine()", _BEGIN,
+        "state.prefill(messages=[(groups_0, 'a', 0, None), (groups_1, 'b', 0, None)])",
+        "leases_0 = state.claim_any(via=0, visibility=1.0, worker='w1')",
+        "state.nack_now(lease=leases_0, via=0)",
+        "state.claim_any(via=0, visibility=1.0, worker='w1')",
+        "state.teardown()"])
+    assert isinstance(passed_over, Divergence) and passed_over.kind == facts.PASSED_OVER, passed_over
+    assert passed_over.fact.queue_as_modelled is True and passed_over.fact.claimed_before is True, passed_over.fact

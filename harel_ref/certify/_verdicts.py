@@ -39,7 +39,9 @@ from dataclasses import dataclass, field
 
 from harel_ref.stateful._backend import Capabilities
 from harel_ref.stateful._facts import CONTEXTS, FAULTS, Fact, raised_error
-from harel_ref.stateful._properties import PROPERTIES, SHARED, SIZES, drawn, evidence, fault_owner, owner, tally
+from harel_ref.stateful._properties import (
+    PROPERTIES, SHARED, SIZES, can_explain, drawn, evidence, fault_owner, owner, tally,
+)
 
 from ._report import Failure, PropertyVerdict
 
@@ -99,7 +101,7 @@ def blame(fact: Fact, search: Searched, cleared: frozenset[str] = frozenset(),
                 if context in PROPERTIES[prop].blames_after:
                     return prop
     if owner(fact.kind) in cleared:
-        explaining = [p for p in search.covers if fact.kind in PROPERTIES[p].explains]
+        explaining = [p for p in search.covers if can_explain(p, fact)]
         if search.search in explaining:
             return search.search
         if found := [p for p in explaining if p in convicted]:
@@ -134,7 +136,7 @@ def anothers(fact: Fact, prop: str) -> bool:
     else the certification finds: ``prop`` neither owns its kind nor explains it, it is no fault,
     and nothing before it is ``prop``'s to blame (a reopen in durability's search).  Such a
     search has not decided ``prop`` when it stops there (SPEC.md C5)."""
-    return blame(fact, Searched(prop, (prop,), "failed")) != prop and fact.kind not in PROPERTIES[prop].explains
+    return blame(fact, Searched(prop, (prop,), "failed")) != prop and not can_explain(prop, fact)
 
 
 def sets_aside(fact: Fact, known: frozenset[str], prop: str) -> bool:
@@ -153,7 +155,7 @@ def unexplained(fact: Fact, covers: tuple[str, ...]) -> bool:
     the properties that could be its cause must run."""
     if fact.kind in FAULTS or blame(fact, Searched(SHARED, covers, "failed")) != owner(fact.kind):
         return False
-    return not any(fact.kind in PROPERTIES[prop].explains for prop in covers)
+    return not any(can_explain(prop, fact) for prop in covers)
 
 
 def shared_sets_aside(fact: Fact, broken: frozenset[str], covers: tuple[str, ...]) -> bool:
@@ -163,8 +165,8 @@ def shared_sets_aside(fact: Fact, broken: frozenset[str], covers: tuple[str, ...
     fact could count against is left to their own searches (:func:`left_undecided`)."""
     if fact.kind in FAULTS:
         return False
-    kinds = frozenset().union(*(PROPERTIES[prop].owns | PROPERTIES[prop].explains for prop in broken))
-    return fact.kind in kinds or blame(fact, Searched(SHARED, covers, "failed")) in broken
+    return any(fact.kind in PROPERTIES[prop].owns or can_explain(prop, fact) for prop in broken) \
+        or blame(fact, Searched(SHARED, covers, "failed")) in broken
 
 
 def left_undecided(aside: Sequence[Fact], broken: frozenset[str], covers: tuple[str, ...]) -> tuple[str, ...]:
@@ -176,7 +178,7 @@ def left_undecided(aside: Sequence[Fact], broken: frozenset[str], covers: tuple[
     searched = Searched(SHARED, covers, "failed")
     could = set()
     for fact in aside:
-        could |= {prop for prop in covers if fact.kind in PROPERTIES[prop].owns | PROPERTIES[prop].explains}
+        could |= {prop for prop in covers if fact.kind in PROPERTIES[prop].owns or can_explain(prop, fact)}
         could.add(blame(fact, searched))
     return tuple(prop for prop in covers if prop in could and prop not in broken)
 
@@ -193,18 +195,17 @@ def consequences(failed: Mapping[str, Sequence[Fact]],
     show one call at a time."""
     in_lockstep = failed if in_lockstep is None else in_lockstep
 
-    def explains(prop: str, kind: str) -> bool:
-        row = PROPERTIES[prop]
-        return kind in row.owns or kind in row.explains
+    def explains(prop: str, fact: Fact) -> bool:
+        return fact.kind in PROPERTIES[prop].owns or can_explain(prop, fact)
 
     def shows(root: str, prop: str, facts: Sequence[Fact]) -> bool:
-        return any(f.kind in PROPERTIES[root].owns and not explains(prop, f.kind) for f in facts)
+        return any(f.kind in PROPERTIES[root].owns and not explains(prop, f) for f in facts)
 
     follows: dict[str, str] = {}
     for prop in (p for p in PROPERTIES if p in failed):
         for root in (r for r in PROPERTIES if r in failed and r != prop):
             sequential = bool(in_lockstep.get(prop))  # a fact of its own one call at a time
-            if all(explains(root, f.kind) for f in failed[prop]) and \
+            if all(explains(root, f) for f in failed[prop]) and \
                     shows(root, prop, in_lockstep.get(root, ()) if sequential else failed[root]):
                 follows[prop] = root
                 break

@@ -431,7 +431,24 @@ class MongoServer(_JavaServer):
         return f"mongodb://127.0.0.1:{self.port}"
 
     def start(self) -> None:
-        started_at = self.log.stat().st_size if self.log.exists() else 0  # a restart's log goes on
+        """Start it, and wait until it listens.  At its first start, a port another process took
+        since it was chosen (the JVM binds a second or two later) is chosen again, twice at
+        most; a restart keeps its port, which its clients know."""
+        first = not self.log.exists()
+        for _ in range(3):
+            started_at = self.log.stat().st_size if self.log.exists() else 0  # a restart's log goes on
+            why = self._launch(started_at)
+            if why is None:
+                return
+            tail = self.log.read_text(errors="replace")[-2000:]
+            if not (first and b"BindException" in self.log.read_bytes()[started_at:]):
+                break
+            self.port = _free_port()
+        raise ServerUnavailable(f"mongo-java-server did not listen on 127.0.0.1:{self.port} {why}; "
+                                f"its log ends:\n{tail}")
+
+    def _launch(self, started_at: int) -> str | None:
+        """Run the server on ``self.port``: None once it listens, else why not (it is stopped)."""
         with open(self.log, "ab") as log:
             self._process = subprocess.Popen(
                 [self._java, "-Xss512k", "-XX:+UseSerialGC", "-cp", self._classpath, str(self._main),
@@ -443,12 +460,10 @@ class MongoServer(_JavaServer):
         while b"harel-ref: listening" not in self.log.read_bytes()[started_at:]:  # bound by this process, not another
             ended = self._process.poll()
             if ended is not None or time.monotonic() > deadline:
-                tail = self.log.read_text(errors="replace")[-2000:]
                 self.stop()
-                why = "within 60 s" if ended is None else f"and ended (exit code {ended})"
-                raise ServerUnavailable(f"mongo-java-server did not listen on 127.0.0.1:{self.port} {why}; "
-                                        f"its log ends:\n{tail}")
+                return "within 60 s" if ended is None else f"and ended (exit code {ended})"
             time.sleep(0.05)
+        return None
 
 
 
