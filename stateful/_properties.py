@@ -24,8 +24,8 @@ Each row says:
 - ``drain_shows``: its bug is in which messages the queue holds (one lost, duplicated or
   changed), which a drain shows: where a drain right after a claim found the queue as the
   model holds it, it explains nothing that claim answered (:func:`can_explain`);
-- ``acts_after``: what its bug needs to exist before it can act, ``"lease"`` (a lease's end,
-  a fairness stamp) or ``"park"``: it explains no fact met before the example had one;
+- ``acts_after``: what its bug needs to exist before it can act, ``"lease"`` (a lease's end)
+  or ``"park"``: it explains no fact met before the example had one;
 - ``blames_after``: what an example did before a fact (:data:`~harel_ref.stateful._facts.CONTEXTS`)
   that makes the fact this property's, whatever its kind: what a reopen broke shows only at a
   later step;
@@ -245,7 +245,7 @@ PROPERTIES: dict[str, Property] = {p.name: p for p in (
         ("R4", "R5"), "contract",
         rules=CORE | TIME | {"nack_now", "advance_to_deadline"},
         needs=_ordered, judges=frozenset({"fairness"}), owns=frozenset({facts.PASSED_OVER}),
-        explains=frozenset({facts.TIE_ORDER}), acts_after="lease",  # a stamp set wrong makes groups tie, or not
+        explains=frozenset({facts.TIE_ORDER}),  # a stamp set wrong makes groups tie, or not (a publish may set it)
     ),
     Property(
         "tie-break",

@@ -150,14 +150,15 @@ def test_a_claim_the_queue_as_modelled_answered_is_no_consequence_of_a_lost_mess
     late = Fact(facts.MISSED_LAPSED_LEASE, "claim", queue_as_modelled=True)
     assert consequences({"lease-expiry": [late], "fairness": [Fact(facts.PASSED_OVER, "c", queue_as_modelled=True)]}) \
         == {"fairness": "lease-expiry"}
-    # before the example's first lease no lease, park or fairness stamp exists: groups never
-    # claimed taken out of arrival order (findings 21) are tie-break's, whatever else failed
+    # before the example's first lease no lease exists: groups never claimed taken out of
+    # arrival order (finding 21) are not a consequence of a lease's bug
     first = Fact(facts.TIE_ORDER, "claim", queue_as_modelled=True, claimed_before=False)
     stamped = Fact(facts.PASSED_OVER, "claim", queue_as_modelled=True, claimed_before=True)
-    assert consequences({"fairness": [stamped], "lease-expiry": [late], "tie-break": [first]}) \
-        == {"fairness": "lease-expiry"}
-    assert consequences({"fairness": [stamped], "tie-break": [dataclasses.replace(first, claimed_before=True)]}) \
-        == {"tie-break": "fairness"}
+    assert consequences({"lease-expiry": [late], "tie-break": [first]}) == {}
+    assert consequences({"lease-expiry": [late], "tie-break": [dataclasses.replace(first, claimed_before=True)]}) \
+        == {"tie-break": "lease-expiry"}
+    # fairness's stamps may be set by a publish too (an updated_at column): it acts before any lease
+    assert consequences({"fairness": [stamped], "tie-break": [first]}) == {"tie-break": "fairness"}
     # nor a bug of parks one before the example's first park (harel's Redis: the fairness
     # search, which never parks, was told as parking's consequence once finding 10 failed it)
     parked = Fact(facts.CLAIMED_PARKED, "claim", queue_as_modelled=True, claimed_before=True, parked_before=True)
@@ -172,7 +173,11 @@ def test_a_claim_the_queue_as_modelled_answered_is_no_consequence_of_a_lost_mess
     assert not unexplained(Fact(facts.OUTSIDE_KEYS, "claim"), ("routing", "no-loss"))
     assert not shared_sets_aside(parked, frozenset({"no-loss"}), ("parking", "no-loss"))
     assert shared_sets_aside(unchecked, frozenset({"no-loss"}), ("parking", "no-loss"))
-    assert set(DRAIN_CHECKED) <= PROPERTIES["no-loss"].explains | PROPERTIES["event-integrity"].explains
+    assert facts.CLAIMED_PARKED in DRAIN_CHECKED and facts.SEQ_ORDER not in DRAIN_CHECKED  # a seq's claim took the right message
+    # a root whose failure is a group missed (a lock table that collides) left the messages as
+    # they were: the queue as modelled clears nothing of it
+    missed = Fact(facts.MISSED_CLAIMABLE, "claim")
+    assert consequences({"no-loss": [missed], "tie-break": [tied]}) == {"tie-break": "no-loss"}
 
 
 def test_a_race_explains_no_failure_found_one_call_at_a_time():

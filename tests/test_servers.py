@@ -101,6 +101,7 @@ def test_a_mongo_server_whose_port_was_taken_before_it_bound_starts_on_another()
 
     from harel_ref.testing.servers import MongoServer
 
+    require_server("HAREL_MONGO_URL", "java", "default-jre-headless")
     with socket.socket() as blocker:
         blocker.bind(("127.0.0.1", 0))
         blocker.listen()

@@ -38,7 +38,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from harel_ref.stateful._backend import Capabilities
-from harel_ref.stateful._facts import CONTEXTS, FAULTS, Fact, raised_error
+from harel_ref.stateful._facts import CONTEXTS, FAULTS, MISSED_CLAIMABLE, Fact, raised_error
 from harel_ref.stateful._properties import (
     PROPERTIES, SHARED, SIZES, can_explain, drawn, evidence, fault_owner, owner, tally,
 )
@@ -196,7 +196,10 @@ def consequences(failed: Mapping[str, Sequence[Fact]],
     in_lockstep = failed if in_lockstep is None else in_lockstep
 
     def explains(prop: str, fact: Fact) -> bool:
-        return fact.kind in PROPERTIES[prop].owns or can_explain(prop, fact)
+        # a root whose own failure is a group missed (missed-claimable: a lock table that
+        # collides, a claim that reads one page) left the queue's messages as they were
+        missed = PROPERTIES[prop].drain_shows and any(f.kind == MISSED_CLAIMABLE for f in failed[prop])
+        return fact.kind in PROPERTIES[prop].owns or can_explain(prop, fact) or (missed and fact.kind in PROPERTIES[prop].explains)
 
     def shows(root: str, prop: str, facts: Sequence[Fact]) -> bool:
         return any(f.kind in PROPERTIES[root].owns and not explains(prop, f) for f in facts)

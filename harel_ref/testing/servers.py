@@ -435,13 +435,13 @@ class MongoServer(_JavaServer):
         since it was chosen (the JVM binds a second or two later) is chosen again, twice at
         most; a restart keeps its port, which its clients know."""
         first = not self.log.exists()
-        for _ in range(3):
+        for attempt in range(3):
             started_at = self.log.stat().st_size if self.log.exists() else 0  # a restart's log goes on
             why = self._launch(started_at)
             if why is None:
                 return
             tail = self.log.read_text(errors="replace")[-2000:]
-            if not (first and b"BindException" in self.log.read_bytes()[started_at:]):
+            if attempt == 2 or not (first and b"BindException" in self.log.read_bytes()[started_at:]):
                 break
             self.port = _free_port()
         raise ServerUnavailable(f"mongo-java-server did not listen on 127.0.0.1:{self.port} {why}; "
