@@ -663,14 +663,17 @@ def test_steps_that_played_no_part_in_a_failure_are_shrunk_away(tmp_path):
 
 def test_a_mongo_server_whose_port_is_taken_says_so_and_leaves_no_process():
     """Another listener on the port must not pass for the server: the Java main ends when it
-    cannot bind (netty's threads would keep the JVM up), and start() waits for its own word."""
+    cannot bind (netty's threads would keep the JVM up), and start() waits for its own word.
+    A restart keeps the port its clients know, so there it says so (a first start chooses
+    another port: tests/test_servers.py)."""
     import socket
 
     from harel_ref.testing.servers import MongoServer, ServerUnavailable
 
     require_mongo()
-    server = MongoServer(start=False)
+    server = MongoServer()
     try:
+        server.stop()
         with socket.socket() as taken:
             taken.bind(("127.0.0.1", server.port))
             taken.listen()
