@@ -63,6 +63,7 @@ FINDINGS: dict[str, dict[str, tuple[int | str, ...]]] = {
               "tie-break": (21,), "close": (4,), "bad-input": (5,)},
     "mongo": {"lease-expiry": (12, 13), "parking": (12,), "fencing": (8, 14), "no-loss": (8,), "fairness": (11,),
               "tie-break": (11,), "fifo": (19,), "contention": ("mongo-java-server's seq counter, not harel's",),
+              "single-in-flight": ("mongo-java-server's number comparison past 2**31, not harel's",),
               "bad-input": (5,)},
     "sqs": {"lease-expiry": (16,), "fencing": (15,), "no-loss": (17,), "close": (4,), "bad-input": (5,)},
 }

@@ -158,6 +158,43 @@ def test_harels_mongo_hands_out_a_lease_or_park_at_its_exact_end(name, hold, tmp
 
 
 @pytest.mark.parametrize("name", ["harel-mongo", "harel-mongo-async"])
+def test_harels_mongo_hands_out_a_live_lease_at_a_whole_clock_past_2_to_the_31_on_mongo_java_server(name, tmp_path):
+    """Not harel's bug: mongo-java-server 1.47.0 compares two numbers as longs when either is a
+    whole number past the int range (``ValueComparator``: ``normalizeNumber`` makes it a Long,
+    then ``Long.compare`` truncates the other).  With the clock at 2**40 (SPEC C13's far
+    clock), a lease's end of 2**40 + 0.25 is ``$lte`` 2**40 there, so harel's claim takes the
+    group its lease still holds: single-in-flight's fact.  MongoDB compares doubles exactly;
+    harel-ref's Mongo transport stores times as the bits of their floats (``_moment``)."""
+    import pymongo
+
+    from harel_ref.stateful.backends.mongo import _SERVER
+
+    target = target_for(name, tmp_path)
+    if _SERVER.users():
+        pytest.skip("this is mongo-java-server's comparison: HAREL_MONGO_URL names a server of the user's")
+    with pymongo.MongoClient(_SERVER.url()) as client:  # the server harel's transport is opened on
+        times = client["harel_ref_probe"][f"t_{uuid.uuid4().hex[:8]}"]
+        try:
+            times.insert_one({"t": 2.0**40 + 0.25})
+            assert times.count_documents({"t": {"$lte": 2.0**40}}) == 1  # truncated: equal
+            assert times.count_documents({"t": {"$lte": 2.0**40 + 0.125}}) == 0  # two fractions: exact
+            assert times.count_documents({"t": {"$lte": 2.0**30}}) == 0  # an int: exact
+        finally:
+            times.drop()
+    machine = focus_machine(target.factory, "single-in-flight", target.capabilities, is_async=target.is_async)()
+    try:
+        machine.clock.now = 2.0**40
+        machine.prefill(messages=[("g1", "a", 0, None)])
+        machine.claim_any(via=0, visibility=0.25, worker="w1")
+        with pytest.raises(Divergence) as failed:
+            machine.claim_any(via=0, visibility=0.25, worker="w2")
+    finally:
+        close_machine(machine)
+    assert failed.value.expected == "None (nothing claimable)" and "group_id='g1'" in failed.value.answered
+    assert property_of(failed.value) == "single-in-flight"
+
+
+@pytest.mark.parametrize("name", ["harel-mongo", "harel-mongo-async"])
 def test_harels_mongo_answers_none_after_the_clock_steps_back_and_that_is_lease_expirys(name, tmp_path):
     """The ack stamps the group claimable from its moment: a step back of a millisecond and
     the freed group is not claimable.  The failure comes after a step back, which
