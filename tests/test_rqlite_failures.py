@@ -49,9 +49,8 @@ from harel_ref.transport import rqlite as rqlite_module
 from harel_ref.transport.rqlite import _FAILURES, _MAY_HAVE_APPLIED, _NOT_APPLIED, _REFUSED
 from harel_ref.stateful import FakeClock
 
-# Seconds per request where a request is made to time out: what those cases wait.  Every
-# request of such a case gets it, the second node's too ("connect timeout" tries the next
-# node), and CI's busy cores once starved a localhost connect for 0.4 s: so not less.
+# Seconds a request that a case makes time out waits (``opened``'s ``short``): every other
+# request of such a case, to a healthy node, gets PATIENT.
 TIMEOUT = 1.0
 PATIENT = 10.0  # seconds per request elsewhere: a fake node in a thread of a process on busy cores
 # answered a connect after 0.4 s (the suite under load), and a test of versions failed on it
@@ -437,16 +436,26 @@ def nodes(rqlite) -> Iterator[list[Node]]:
 
 
 @contextlib.contextmanager
-def opened(mode: str, urls: list[str], **options) -> Iterator[Callable[..., object]]:
+def opened(mode: str, urls: list[str], short: set[tuple[int, str]] | None = None,
+           **options) -> Iterator[Callable[..., object]]:
     """A transport opened on ``urls`` (sync or async); yields ``call(method, *args)``, which
-    calls it and returns its answer (awaited in its own event loop, in async mode)."""
+    calls it and returns its answer (awaited in its own event loop, in async mode).
+
+    ``short``: the (port, path) of the requests a case makes time out.  When given, only those
+    get the transport's ``timeout``; every other request, to a healthy node, gets PATIENT (the
+    transport sets one timeout for all, and CI's busy cores once stalled a healthy localhost
+    connect past 0.4 s).  A case adds its broken node's pair once it has broken it."""
     options = {"timeout": PATIENT, "wait": 0, **options}
+    if short is not None:
+        options["client"] = _patient_client(mode, short)
     if mode == "sync":
         transport = RqliteTransport.from_url(urls, **options)
         try:
             yield lambda method, *args: getattr(transport, method)(*args)
         finally:
             transport.close()
+            if short is not None:
+                options["client"].close()
         return
     loop = asyncio.new_event_loop()
     try:
@@ -455,8 +464,42 @@ def opened(mode: str, urls: list[str], **options) -> Iterator[Callable[..., obje
             yield lambda method, *args: loop.run_until_complete(getattr(transport, method)(*args))
         finally:
             loop.run_until_complete(transport.close())
+            if short is not None:
+                loop.run_until_complete(options["client"].aclose())
     finally:
         loop.close()
+
+
+def _patient(request: httpx.Request, short: set[tuple[int, str]]) -> None:
+    if (request.url.port, request.url.path) not in short:
+        request.extensions["timeout"] = httpx.Timeout(PATIENT).as_dict()
+
+
+class _PatientTransport(httpx.HTTPTransport):
+    def __init__(self, short: set[tuple[int, str]]) -> None:
+        super().__init__()
+        self.short = short
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        _patient(request, self.short)
+        return super().handle_request(request)
+
+
+class _AsyncPatientTransport(httpx.AsyncHTTPTransport):
+    def __init__(self, short: set[tuple[int, str]]) -> None:
+        super().__init__()
+        self.short = short
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        _patient(request, self.short)
+        return await super().handle_async_request(request)
+
+
+def _patient_client(mode: str, short: set[tuple[int, str]]) -> httpx.Client | httpx.AsyncClient:
+    """A client whose requests wait PATIENT seconds but for those to ``short``'s pairs."""
+    if mode == "sync":
+        return httpx.Client(transport=_PatientTransport(short), trust_env=False)
+    return httpx.AsyncClient(transport=_AsyncPatientTransport(short), trust_env=False)
 
 
 def check_failure(row_name: str, applied: bool, publish: Callable[[], object], second, rqlite: FakeRqlite, caplog) -> None:
@@ -483,9 +526,12 @@ def check_failure(row_name: str, applied: bool, publish: Callable[[], object], s
 
 def check_case(mode, row, break_first, applied, first, second, rqlite, caplog, **options) -> None:
     row = row if isinstance(row, str) else row[mode == "async"]
-    timeout = TIMEOUT if row.endswith("timeout") else PATIENT  # only a timeout case waits for one
-    with opened(mode, [first.url, second.url], **{"timeout": timeout, **options}) as call:
+    short = set() if row.endswith("timeout") and "client" not in options else None  # a mock raises at once
+    timeout = PATIENT if short is None else TIMEOUT
+    with opened(mode, [first.url, second.url], short, timeout=timeout, **options) as call:
         break_first(first)
+        if short is not None:
+            short.add((first.port, "/db/execute"))  # the publish to the broken node
         check_failure(row, applied, lambda: call("publish", "g", "e"), second, rqlite, caplog)
 
 
@@ -698,9 +744,11 @@ def test_a_claim_whose_answer_is_lost_leaves_a_lease_that_lapses(mode, nodes, rq
     comes back when it lapses, never lost."""
     first, second = nodes
     clock = FakeClock()
-    with opened(mode, [first.url, second.url], clock=clock, timeout=TIMEOUT) as call:
+    short = set()
+    with opened(mode, [first.url, second.url], short, clock=clock, timeout=TIMEOUT) as call:
         call("publish", "g", "e")
         first.arm(hang(applied=True), "/db/execute")
+        short.add((first.port, "/db/execute"))
         with pytest.raises(OutcomeUnknownError, match="read timeout.*lapses unheld"):
             call("claim", "w", 10.0)
         assert second.seen == []
@@ -787,7 +835,7 @@ def test_a_read_whose_answer_is_lost_at_open_changed_nothing(mode, nodes):
     first, second = nodes
     first.arm(hang(applied=False), "/db/query")
     with pytest.raises(StorageError, match="read timeout.*a read, so nothing was changed"):
-        with opened(mode, [first.url, second.url], timeout=TIMEOUT):
+        with opened(mode, [first.url, second.url], {(first.port, "/db/query")}, timeout=TIMEOUT):
             pass
     assert second.seen == []
 
