@@ -63,7 +63,7 @@ FINDINGS: dict[str, dict[str, tuple[int | str, ...]]] = {
               "tie-break": (21,), "close": (4,), "bad-input": (5,)},
     "mongo": {"lease-expiry": (12, 13), "parking": (12,), "fencing": (8, 14), "no-loss": (8,), "fairness": (11,),
               "tie-break": (11,), "fifo": (19,), "contention": ("mongo-java-server's seq counter, not harel's",),
-              "single-in-flight": ("mongo-java-server's number comparison past 2**31, not harel's",),
+              "single-in-flight": ("mongo-java-server's comparison of numbers from `2**31` on, not harel's",),
               "bad-input": (5,)},
     "sqs": {"lease-expiry": (16,), "fencing": (15,), "no-loss": (17,), "close": (4,), "bad-input": (5,)},
 }
@@ -72,7 +72,9 @@ as that page's sections and its table of failures by finding give them; a text w
 failure is not harel's.  By backend, not by class: where a finding names one twin (finding 4,
 close, on ``harel-sqlite-async``), the other twin failing the same property is filed under it
 too.  A property the page does not know (``event-integrity``) has no entry: its failures are
-new."""
+new.  Keyed by property alone, an entry files every failure of its property so: a Mongo
+single-in-flight failure at an everyday clock would be harel's, and still be filed as the
+server's comparison, which only a clock from ``2**31`` on meets (look at its steps)."""
 
 NUL_IDS = {"libsql", "postgres"}
 """Finding 22: group ids that differ after a NUL, merged (libSQL) or refused (Postgres), in any

@@ -158,13 +158,14 @@ def test_harels_mongo_hands_out_a_lease_or_park_at_its_exact_end(name, hold, tmp
 
 
 @pytest.mark.parametrize("name", ["harel-mongo", "harel-mongo-async"])
-def test_harels_mongo_hands_out_a_live_lease_at_a_whole_clock_past_2_to_the_31_on_mongo_java_server(name, tmp_path):
+def test_harels_mongo_hands_out_a_live_lease_at_a_whole_clock_from_2_to_the_31_on_mongo_java_server(name, tmp_path):
     """Not harel's bug: mongo-java-server 1.47.0 compares two numbers as longs when either is a
-    whole number past the int range (``ValueComparator``: ``normalizeNumber`` makes it a Long,
-    then ``Long.compare`` truncates the other).  With the clock at 2**40 (SPEC C13's far
+    whole number from 2**31 on (``ValueComparator``: ``normalizeNumber`` makes it a Long, and
+    the other's ``longValue()`` drops its fraction).  With the clock at 2**40 (SPEC C13's far
     clock), a lease's end of 2**40 + 0.25 is ``$lte`` 2**40 there, so harel's claim takes the
-    group its lease still holds: single-in-flight's fact.  MongoDB compares doubles exactly;
-    harel-ref's Mongo transport stores times as the bits of their floats (``_moment``)."""
+    group its lease still holds: single-in-flight's fact.  At 2**30 the same claim is right.
+    MongoDB compares doubles exactly; harel-ref's Mongo transport stores times as the bits of
+    their floats (``_moment``)."""
     import pymongo
 
     from harel_ref.stateful.backends.mongo import _SERVER
@@ -175,21 +176,28 @@ def test_harels_mongo_hands_out_a_live_lease_at_a_whole_clock_past_2_to_the_31_o
     with pymongo.MongoClient(_SERVER.url()) as client:  # the server harel's transport is opened on
         times = client["harel_ref_probe"][f"t_{uuid.uuid4().hex[:8]}"]
         try:
-            times.insert_one({"t": 2.0**40 + 0.25})
-            assert times.count_documents({"t": {"$lte": 2.0**40}}) == 1  # truncated: equal
-            assert times.count_documents({"t": {"$lte": 2.0**40 + 0.125}}) == 0  # two fractions: exact
-            assert times.count_documents({"t": {"$lte": 2.0**30}}) == 0  # an int: exact
+            found = {}
+            for whole in (2**30, 2**31 - 1, 2**31, 2**40):
+                times.insert_one({"_id": whole, "t": whole + 0.25})
+                found[whole] = times.count_documents({"_id": whole, "t": {"$lte": float(whole)}})
+            # is whole + 0.25 <= whole?  Exactly no within the int range; yes (truncated) past it
+            assert found == {2**30: 0, 2**31 - 1: 0, 2**31: 1, 2**40: 1}
+            assert times.count_documents({"_id": 2**40, "t": {"$lte": 2.0**40 + 0.125}}) == 0  # two fractions
         finally:
             times.drop()
-    machine = focus_machine(target.factory, "single-in-flight", target.capabilities, is_async=target.is_async)()
-    try:
-        machine.clock.now = 2.0**40
-        machine.prefill(messages=[("g1", "a", 0, None)])
-        machine.claim_any(via=0, visibility=0.25, worker="w1")
-        with pytest.raises(Divergence) as failed:
-            machine.claim_any(via=0, visibility=0.25, worker="w2")
-    finally:
-        close_machine(machine)
+    for clock, diverges in ((2.0**30, False), (2.0**40, True)):
+        machine = focus_machine(target.factory, "single-in-flight", target.capabilities, is_async=target.is_async)()
+        try:
+            machine.clock.now = clock
+            machine.prefill(messages=[("g1", "a", 0, None)])
+            machine.claim_any(via=0, visibility=0.25, worker="w1")
+            if not diverges:
+                machine.claim_any(via=0, visibility=0.25, worker="w2")  # None, as the model says
+                continue
+            with pytest.raises(Divergence) as failed:
+                machine.claim_any(via=0, visibility=0.25, worker="w2")
+        finally:
+            close_machine(machine)
     assert failed.value.expected == "None (nothing claimable)" and "group_id='g1'" in failed.value.answered
     assert property_of(failed.value) == "single-in-flight"
 

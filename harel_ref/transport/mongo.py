@@ -97,9 +97,10 @@ FREE = -1
 def _moment(seconds: float) -> int:
     """A time as the 64 bits of its float read as a signed integer: for times >= 0 (R13) the
     integers order as the floats do, and two integers compare exactly on every server.
-    mongo-java-server does not compare floats exactly past 2**40: there ``2**40 + 1`` stored
-    is not ``$lt`` ``2**40 + 1 + 2**-10``, so a lapsed lease looked live (SPEC C13's clock at
-    2**40 found it).  0.0 is 0, and :data:`FREE` stays below every moment."""
+    mongo-java-server compares two numbers as longs when either is a whole number from 2**31
+    on, dropping the other's fraction: there ``2**40 + 1`` stored is not ``$lt``
+    ``2**40 + 1 + 2**-10``, so a lapsed lease looked live (SPEC C13's clock at 2**40 found
+    it).  0.0 is 0, and :data:`FREE` stays below every moment."""
     return struct.unpack("<q", struct.pack("<d", float(seconds) + 0.0))[0]
 
 
