@@ -28,7 +28,10 @@ one thread at a time, and from the thread that opened it), which the caller stop
 at the deadline.  In a lockstep search the trip to a call thread and back would cost a third of
 the search's time, so there the calls run in-line on a *search thread* of the search's own,
 which the thread that started it watches (:func:`in_line_calls`): at the deadline it is the
-search thread that is abandoned to the call.  A hung call cannot be stopped in Python: its
+search thread that is abandoned to the call.  A lockstep search of an asyncio transport runs
+on a search thread too, though its calls are tasks: what a search costs then does not depend
+on the caller's stack (:func:`harel_ref.certify._driver.run_search`).  A hung call cannot be
+stopped in Python: its
 thread is abandoned, never joined, and does not keep the interpreter from exiting.  An asyncio
 call runs as a task; at the deadline the task is cancelled and not waited for (a transport that
 swallows the cancellation is abandoned the same way).  What no deadline can catch: an asyncio transport that blocks its

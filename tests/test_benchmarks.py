@@ -153,6 +153,19 @@ def test_model_scale_prints_every_size_with_its_spread():
     assert "load average" in result.stdout
 
 
+def test_caller_stack_prints_each_way_with_its_spread_over_the_depths():
+    result = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "caller_stack.py"), "--transports", "memory-async",
+         "--depths", "0,3", "--examples", "2"],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    for way in ("search thread", "caller's thread"):
+        assert re.search(rf"^\| memory-async \| {way} \| [\d.]+ / [\d.]+ / [\d.]+ \| [\d,]+ / [\d,]+ / [\d,]+ \| "
+                         r"[\d.]+ [\d.]+ [\d.]+ \|$", result.stdout, re.MULTILINE), result.stdout
+    assert "load average at start" in result.stdout and "load average at the end" in result.stdout
+
+
 def test_branches_prints_each_width_on_each_transport():
     result = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "branches.py"), "--programs", "30", "--runs", "1"],

@@ -421,15 +421,21 @@ Hypothesis found its own draws inconsistent (:func:`run_search`)."""
 
 def run_search(machine: type, profile: Profile, run_seed: int, search: Search, examples: int | None = None,
                aside: Callable[[Fact], bool] = lambda fact: False) -> None:
-    """Run the lockstep ``machine``: ``examples`` examples (the profile's by default), with a
-    synchronous transport's calls in-line on a search thread of its own, watched for the call
-    deadline (:func:`~harel_ref.stateful._async.in_line_calls`; an asyncio transport's calls are
-    tasks, each with its deadline, on this thread).  A call that hangs there ends the search
-    with the hang as its failure, as found: the thread is left to the call, with a copy of
-    ``search`` that counts no more.  Where the examples found nothing, the profile's probes
-    run (:mod:`._probes`)."""
+    """Run the lockstep ``machine``: ``examples`` examples (the profile's by default), on a
+    search thread of its own (:func:`~harel_ref.stateful._async.in_line_calls`).  A synchronous
+    transport's calls run in-line there, watched for the call deadline; an asyncio transport's
+    are tasks there, each with its deadline.  A call that hangs ends the search with the hang
+    as its failure, as found: the thread is left to the call, with a copy of ``search`` that
+    counts no more.  Where the examples found nothing, the profile's probes run
+    (:mod:`._probes`).  Without a deadline, the examples run on this thread.
+
+    A thread of its own for an asyncio transport too, so that what a search costs does not
+    depend on the caller's stack: on CPython 3.11 a frame pushed and popped at the edge of a
+    16 KiB chunk of the thread's frame stack maps and unmaps the chunk every time, and in a
+    pytest-xdist worker (a deeper stack) that took the in-memory transport's certification
+    from 3.4 s of CPU to 8.4 s (docs/certify-speed.md)."""
     size = profile.probe
-    if search.limits.deadline is None or machine.backend.is_async:  # in-line here, or each call a task
+    if search.limits.deadline is None:
         _run_examples(machine, profile, run_seed, search, examples, aside, size)
         return
     own = dataclasses.replace(search, reached=collections.Counter(search.reached),
