@@ -82,7 +82,7 @@ def main() -> None:
     depths = [int(depth) for depth in args.depths.split(",")]
     print(f"caller_stack: Python {sys.version.split()[0]}; {os.cpu_count()} cores; {len(depths)} depths "
           f"({args.depths}); {args.examples} examples a search; load average at start {load()}")
-    print(f"\n| transport | searches on | CPU s, min / median / max | minor faults, min / median / max | load after |")
+    print("\n| transport | searches on | CPU s, min / median / max | minor faults, min / median / max | load after |")
     print("|---|---|---|---|---|")
     for transport in args.transports.split(","):
         runs: dict[str, list[dict]] = {way: [] for way in WAYS}
