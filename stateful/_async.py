@@ -19,7 +19,8 @@ of three things from each call, never anything else.
 
 - ``KeyboardInterrupt``, and ``SystemExit`` raised where the checker runs: requests to stop,
   passed on as they are.  An asyncio transport's ``SystemExit`` is one, too: asyncio raises it
-  out of the event loop, which runs on the checker's thread.
+  out of the event loop, on the thread that runs the loop (the checker's, or a search thread
+  that hands it to the checker's).
 
 **The call deadline.**  Inside :func:`limit_calls` (the certifier's searches run in one), each
 call must return within ``deadline`` seconds.  A synchronous call runs on a *call thread*: a
@@ -503,7 +504,23 @@ class BlockingTransport:
                 f"{type(self.transport).__name__} was declared async, but a method returned "
                 f"{awaitable!r} instead of an awaitable; declare the backend sync instead"
             )
-        return self._loop.run_until_complete(awaitable)
+        call = asyncio.ensure_future(awaitable, loop=self._loop)
+        try:
+            return self._loop.run_until_complete(call)
+        except BaseException:
+            # A stop (KeyboardInterrupt, a signal's exception) raised inside the loop's turn
+            # leaves the call's task pending: the next run of the loop (the example's teardown
+            # closing its transports) would resume it and raise the stop again, out of close().
+            call.cancel()
+            raise
+
+
+async def _opened(factory, clock, namespace) -> Any:
+    """The transport an asyncio backend's factory opens, the factory called inside the loop the
+    transport's calls will run on: a factory that asks for the current event loop (a plain
+    function calling ``asyncio.get_event_loop()``) gets that loop, on whatever thread."""
+    made = call_factory(factory, clock, namespace)
+    return await made if inspect.isawaitable(made) else made
 
 
 def open_transport(factory, clock, namespace, loop: asyncio.AbstractEventLoop | None,
@@ -523,10 +540,5 @@ def open_transport(factory, clock, namespace, loop: asyncio.AbstractEventLoop | 
                 "or --async) so the checker awaits it"
             )
         return Guarded(HarelAdapter(made) if protocol == "harel" else made, limits)
-    try:
-        made = call_factory(factory, clock, namespace)
-    except BaseException as exc:
-        _raise_contained(what, exc, own_thread=False)
-    if inspect.isawaitable(made):
-        made = loop.run_until_complete(_call_async(limits, what, lambda: made))
+    made = loop.run_until_complete(_call_async(limits, what, lambda: _opened(factory, clock, namespace)))
     return BlockingTransport(AsyncGuarded(AsyncHarelAdapter(made) if protocol == "harel" else made, limits), loop)

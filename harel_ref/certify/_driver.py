@@ -425,15 +425,15 @@ def run_search(machine: type, profile: Profile, run_seed: int, search: Search, e
     search thread of its own (:func:`~harel_ref.stateful._async.in_line_calls`).  A synchronous
     transport's calls run in-line there, watched for the call deadline; an asyncio transport's
     are tasks there, each with its deadline.  A call that hangs ends the search with the hang
-    as its failure, as found: the thread is left to the call, with a copy of ``search`` that
-    counts no more.  Where the examples found nothing, the profile's probes run
+    as its failure, as found: a synchronous call's thread is left to it, with a copy of
+    ``search`` that counts no more (an asyncio call's task is abandoned, and its thread unwinds).  Where the examples found nothing, the profile's probes run
     (:mod:`._probes`).  Without a deadline, the examples run on this thread.
 
     A thread of its own for an asyncio transport too, so that what a search costs does not
     depend on the caller's stack: on CPython 3.11 a frame pushed and popped at the edge of a
     16 KiB chunk of the thread's frame stack maps and unmaps the chunk every time, and in a
     pytest-xdist worker (a deeper stack) that took the in-memory transport's certification
-    from 3.4 s of CPU to 8.4 s (docs/certify-speed.md)."""
+    from 3.4 s of CPU to 4.9 to 8.4 s (docs/certify-speed.md)."""
     size = profile.probe
     if search.limits.deadline is None:
         _run_examples(machine, profile, run_seed, search, examples, aside, size)
