@@ -32,8 +32,8 @@ which the thread that started it watches (:func:`in_line_calls`): at the deadlin
 search thread that is abandoned to the call.  A lockstep search of an asyncio transport runs
 on a search thread too, though its calls are tasks: what a search costs then does not depend
 on the caller's stack (:func:`harel_ref.certify._driver.run_search`).  A hung call cannot be
-stopped in Python: its
-thread is abandoned, never joined, and does not keep the interpreter from exiting.  An asyncio
+stopped in Python: its thread is abandoned, never joined, and does not keep the interpreter
+from exiting.  An asyncio
 call runs as a task; at the deadline the task is cancelled and not waited for (a transport that
 swallows the cancellation is abandoned the same way).  What no deadline can catch: an asyncio transport that blocks its
 event loop (a ``time.sleep`` inside ``async def``), and native code that hangs holding the GIL.

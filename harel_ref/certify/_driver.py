@@ -426,8 +426,9 @@ def run_search(machine: type, profile: Profile, run_seed: int, search: Search, e
     transport's calls run in-line there, watched for the call deadline; an asyncio transport's
     are tasks there, each with its deadline.  A call that hangs ends the search with the hang
     as its failure, as found: a synchronous call's thread is left to it, with a copy of
-    ``search`` that counts no more (an asyncio call's task is abandoned, and its thread unwinds).  Where the examples found nothing, the profile's probes run
-    (:mod:`._probes`).  Without a deadline, the examples run on this thread.
+    ``search`` that counts no more (an asyncio call's task is abandoned, and its thread
+    unwinds).  Where the examples found nothing, the profile's probes run (:mod:`._probes`).
+    Without a deadline, the examples run on this thread.
 
     A thread of its own for an asyncio transport too, so that what a search costs does not
     depend on the caller's stack: on CPython 3.11 a frame pushed and popped at the edge of a
